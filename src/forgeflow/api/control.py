@@ -1,0 +1,236 @@
+"""Control and query API of ARCHITECTURE §6.2 under ``/api/gitea-workflow``."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, Query, Request
+from fastapi.responses import JSONResponse, Response
+from pydantic import BaseModel, Field
+from sqlalchemy import Connection
+
+from forgeflow import controls
+from forgeflow.api.auth import require_admin
+from forgeflow.api.errors import ApiError
+from forgeflow.domain.states import TERMINAL_STATES, TaskState
+from forgeflow.services import Services
+from forgeflow.store import audit, control, details, repos, tasks
+from forgeflow.store.types import iso, utcnow
+
+router = APIRouter(
+    prefix="/api/gitea-workflow", dependencies=[Depends(require_admin)], tags=["control"]
+)
+
+
+class ControlBody(BaseModel):
+    requestId: str = Field(min_length=1, max_length=200)
+    reason: str | None = Field(default=None, max_length=2000)
+    operator: str | None = Field(
+        default=None, min_length=1, max_length=100, pattern=r"^[A-Za-z0-9_.@-]+$"
+    )
+
+
+def _services(request: Request) -> Services:
+    services: Services = request.app.state.services
+    return services
+
+
+async def _control(
+    request: Request,
+    body: ControlBody,
+    action: str,
+    target: str,
+    fn: Callable[[Connection, controls.ControlRequest], controls.Outcome],
+) -> JSONResponse:
+    req = controls.ControlRequest(body.requestId, body.operator or "admin", body.reason)
+    status, payload = await _services(request).store.write(
+        lambda c: controls.run(c, req, action, target, fn)
+    )
+    return JSONResponse(payload, status_code=status)
+
+
+@router.get("/overview")
+async def overview(request: Request) -> dict[str, Any]:
+    """Global pause, running tasks per repository, queue summary, recent failures."""
+
+    def _read(conn: Connection) -> dict[str, Any]:
+        ctl = control.get(conn)
+        counts = tasks.counts_by_state(conn)
+        active = [
+            tasks.to_json(r)
+            for state in ("preparing", "running", "aborting")
+            for r in tasks.list_page(conn, tasks.TaskFilter(state=state, limit=500))[0]
+        ]
+        failures = [
+            tasks.to_json(r)
+            for state in ("failed", "failed_reply")
+            for r in tasks.list_page(conn, tasks.TaskFilter(state=state, limit=10))[0]
+        ]
+        failures.sort(key=lambda t: t["updatedAt"] or "", reverse=True)
+        oldest = tasks.oldest_queued_at(conn)
+        repo_rows = repos.list_all(conn)
+        return {
+            **control.to_json(ctl),
+            "runningSlots": None,  # no global cap (PRD §2): only per-repository leases
+            "running": [
+                {"repoKey": t["repoKey"], "taskId": t["taskId"], "state": t["state"]}
+                for t in active
+            ],
+            "queue": {
+                "length": counts.get("queued", 0),
+                "oldestQueuedAt": iso(oldest),
+                "oldestQueuedAgeSeconds": (utcnow() - oldest).total_seconds() if oldest else None,
+            },
+            "tasksByState": counts,
+            "repositories": {
+                "active": sum(1 for r in repo_rows if r["status"] == "active"),
+                "disabled": sum(1 for r in repo_rows if r["status"] == "disabled"),
+            },
+            "recentFailures": failures[:10],
+        }
+
+    return await _services(request).store.read(_read)
+
+
+@router.get("/tasks")
+async def list_tasks(
+    request: Request,
+    repoKey: str | None = None,
+    resourceKey: str | None = None,
+    state: TaskState | None = None,
+    limit: Annotated[int, Query(ge=1, le=200)] = 50,
+    offset: Annotated[int, Query(ge=0)] = 0,
+) -> dict[str, Any]:
+    """Tasks, newest first, filtered by repository, resource and state."""
+    f = tasks.TaskFilter(repoKey, resourceKey, state.value if state else None, limit, offset)
+    rows, total = await _services(request).store.read(lambda c: tasks.list_page(c, f))
+    next_offset = offset + len(rows) if offset + len(rows) < total else None
+    return {
+        "items": [tasks.to_json(r) for r in rows],
+        "total": total,
+        "limit": limit,
+        "offset": offset,
+        "nextOffset": next_offset,
+    }
+
+
+@router.get("/tasks/{taskId}")
+async def task_detail(request: Request, taskId: str) -> dict[str, Any]:
+    """One task with its turns, comments, errors and audit trail."""
+
+    def _read(conn: Connection) -> dict[str, Any] | None:
+        row = tasks.get(conn, taskId)
+        if row is None:
+            return None
+        return {
+            "task": tasks.to_json(row),
+            "terminal": TaskState(row["state"]) in TERMINAL_STATES,
+            "turns": details.turns_of(conn, taskId),
+            "comments": details.comments_of(conn, taskId),
+            "errors": {
+                "errorCode": row["error_code"],
+                "executionError": row["execution_error"],
+                "replyError": row["reply_error"],
+            },
+            "audit": audit.query(conn, audit.AuditQuery(task_id=taskId, limit=1000)),
+        }
+
+    result = await _services(request).store.read(_read)
+    if result is None:
+        raise ApiError(404, "task_not_found", f"no task {taskId}")
+    return result
+
+
+@router.post("/control/pause")
+async def pause(request: Request, body: ControlBody) -> JSONResponse:
+    """Stop claiming new tasks; running work continues."""
+    return await _control(request, body, "pause", "global", controls.pause)
+
+
+@router.post("/control/resume")
+async def resume(request: Request, body: ControlBody) -> JSONResponse:
+    return await _control(request, body, "resume", "global", controls.resume)
+
+
+@router.get("/repos")
+async def list_repos(request: Request) -> dict[str, Any]:
+    rows = await _services(request).store.read(repos.list_all)
+    return {"items": [repos.to_json(r) for r in rows]}
+
+
+@router.post("/repos/{repoKey:path}/disable")
+async def disable_repo(request: Request, repoKey: str, body: ControlBody) -> JSONResponse:
+    """Refuse new triggers for the repository; history and running work are kept."""
+    return await _control(
+        request, body, "repo.disable", repoKey, controls.set_repo_status(repos.DISABLED, repoKey)
+    )
+
+
+@router.post("/repos/{repoKey:path}/enable")
+async def enable_repo(request: Request, repoKey: str, body: ControlBody) -> JSONResponse:
+    return await _control(
+        request, body, "repo.enable", repoKey, controls.set_repo_status(repos.ACTIVE, repoKey)
+    )
+
+
+@router.post("/tasks/{taskId}/cancel")
+async def cancel_task(request: Request, taskId: str, body: ControlBody) -> JSONResponse:
+    """Cancel a task that has not started (queued, waiting_user, blocked_workspace)."""
+    return await _control(request, body, "task.cancel", taskId, controls.cancel(taskId))
+
+
+@router.post("/tasks/{taskId}/abort")
+async def abort_task(request: Request, taskId: str, body: ControlBody) -> JSONResponse:
+    """Ask the running turn to stop; the worker interrupts it and ends the task."""
+    return await _control(request, body, "task.abort", taskId, controls.abort(taskId))
+
+
+@router.post("/tasks/{taskId}/release")
+async def release_task(request: Request, taskId: str, body: ControlBody) -> JSONResponse:
+    """Put a blocked_workspace task back in the queue after the workspace was fixed."""
+    return await _control(request, body, "task.release", taskId, controls.release(taskId))
+
+
+def _time(value: str | None, name: str) -> datetime | None:
+    if value is None:
+        return None
+    try:
+        parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        raise ApiError(400, "invalid_request", f"{name} must be an ISO-8601 time") from None
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+
+
+@router.get("/audit", response_model=None)
+async def audit_query(
+    request: Request,
+    taskId: str | None = None,
+    sessionKey: str | None = None,
+    repoKey: str | None = None,
+    action: str | None = None,
+    since: str | None = None,
+    until: str | None = None,
+    afterSeq: Annotated[int | None, Query(ge=0)] = None,
+    limit: Annotated[int, Query(ge=1, le=5000)] = 200,
+    format: Annotated[str, Query(pattern="^(json|jsonl)$")] = "json",
+) -> dict[str, Any] | Response:
+    """Audit events by task, session, repository and time range; ``format=jsonl`` exports."""
+    q = audit.AuditQuery(
+        taskId,
+        sessionKey,
+        repoKey,
+        action,
+        _time(since, "since"),
+        _time(until, "until"),
+        afterSeq,
+        limit,
+    )
+    events = await _services(request).store.read(lambda c: audit.query(c, q))
+    if format == "jsonl":
+        import json
+
+        lines = "".join(json.dumps(e, ensure_ascii=False) + "\n" for e in events)
+        return Response(lines, media_type="application/x-ndjson")
+    return {"items": events, "nextAfterSeq": events[-1]["seq"] if events else afterSeq}

@@ -1,0 +1,80 @@
+"""Operations endpoints: liveness, readiness and Prometheus metrics."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse, Response
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+from sqlalchemy import Connection
+
+from forgeflow.services import Services
+from forgeflow.store import StoreUnavailable, deliveries, tasks
+
+router = APIRouter(tags=["operations"])
+
+
+@router.get("/healthz")
+async def healthz() -> dict[str, str]:
+    """The process is up."""
+    return {"status": "ok"}
+
+
+@router.get("/readyz", responses={503: {"description": "database unreachable or not migrated"}})
+async def readyz(request: Request) -> JSONResponse:
+    """The database is reachable and its migrations are current."""
+    services: Services = request.app.state.services
+    try:
+        await services.store.ping()
+        current = await services.store.read(lambda _c: services.store.is_current())
+    except StoreUnavailable:
+        return JSONResponse({"status": "unavailable", "database": False}, status_code=503)
+    if not current:
+        return JSONResponse(
+            {"status": "unavailable", "database": True, "migrations": False}, status_code=503
+        )
+    return JSONResponse({"status": "ready", "database": True, "migrations": True})
+
+
+class _StoreCollector(Collector):
+    """Task and delivery counts read from the store at scrape time."""
+
+    def __init__(self, snapshot: dict[str, dict[str, int]]) -> None:
+        self._snapshot = snapshot
+
+    def collect(self) -> Any:
+        by_state = GaugeMetricFamily("forgeflow_tasks", "Tasks by state.", labels=["state"])
+        for state, n in sorted(self._snapshot["tasks"].items()):
+            by_state.add_metric([state], n)
+        yield by_state
+        stored = GaugeMetricFamily(
+            "forgeflow_deliveries_stored",
+            "Recorded webhook deliveries by status.",
+            labels=["status"],
+        )
+        for status, n in sorted(self._snapshot["deliveries"].items()):
+            stored.add_metric([status], n)
+        yield stored
+
+
+@router.get("/metrics")
+async def metrics(request: Request) -> Response:
+    """Prometheus text exposition."""
+    services: Services = request.app.state.services
+
+    def _snapshot(conn: Connection) -> dict[str, dict[str, int]]:
+        return {
+            "tasks": tasks.counts_by_state(conn),
+            "deliveries": deliveries.counts_by_status(conn),
+        }
+
+    snapshot = await services.store.read(_snapshot)
+    from prometheus_client import CollectorRegistry
+
+    scrape = CollectorRegistry()
+    scrape.register(_StoreCollector(snapshot))
+    body = generate_latest(services.metrics.registry) + generate_latest(scrape)
+    return Response(body, media_type=CONTENT_TYPE_LATEST)

@@ -1,0 +1,97 @@
+"""The ``forgeflow`` command line."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+import forgeflow
+from forgeflow.config import ConfigError, Role, Settings, capability_warnings, load_settings
+
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    help="Drive a coding agent from Gitea comments, durably.",
+)
+
+ConfigOption = Annotated[
+    Path | None, typer.Option("--config", help="TOML file; the environment wins over it.")
+]
+
+
+def _settings(config: Path | None, **overrides: object) -> Settings:
+    try:
+        return load_settings(config, **{k: v for k, v in overrides.items() if v is not None})
+    except ConfigError as exc:
+        typer.echo(f"forgeflow: invalid configuration: {exc}", err=True)
+        raise typer.Exit(2) from None
+
+
+@app.command()
+def version() -> None:
+    """Print the version."""
+    typer.echo(f"forgeflow {forgeflow.__version__}")
+
+
+@app.command()
+def migrate(config: ConfigOption = None) -> None:
+    """Bring the database schema up to date and exit."""
+    from forgeflow.store import Store
+
+    settings = _settings(config)
+    store = Store(settings.resolved_database_url)
+    try:
+        store.migrate()
+    finally:
+        store.close()
+    typer.echo("forgeflow: database is up to date")
+
+
+@app.command()
+def serve(
+    config: ConfigOption = None,
+    host: Annotated[str | None, typer.Option(help="Listen address.")] = None,
+    port: Annotated[int | None, typer.Option(help="Listen port.")] = None,
+    role: Annotated[Role, typer.Option(help="ingress, worker or all.")] = Role.ALL,
+) -> None:
+    """Run forgeflow: webhook ingress, control API and workers."""
+    import uvicorn
+
+    from forgeflow.api import create_app
+    from forgeflow.logs import configure
+    from forgeflow.services import build_services, ensure_admin_token
+
+    settings = _settings(config, host=host, port=port)
+    configure(settings.log_level)
+    for line in capability_warnings(settings):
+        typer.echo(f"forgeflow: {line}", err=True)
+    token, generated = ensure_admin_token(settings)
+    if generated:
+        typer.echo(
+            "forgeflow: generated an admin token (kept in "
+            f"{Path(settings.data_dir) / 'admin_token'}, shown only this once):\n    {token}",
+            err=True,
+        )
+    services = build_services(settings)
+    typer.echo(
+        f"forgeflow: serving on http://{settings.host}:{settings.port} "
+        f"(role {role.value}, database {services.store.dialect})",
+        err=True,
+    )
+    uvicorn.run(
+        create_app(services),
+        host=settings.host,
+        port=settings.port,
+        log_level="warning",
+        access_log=False,
+    )
+
+
+def main() -> None:
+    app(prog_name="forgeflow")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,224 @@
+"""Configuration: the environment first, then an optional TOML file (DESIGN "Contracts")."""
+
+from __future__ import annotations
+
+import shlex
+import tomllib
+from enum import StrEnum
+from pathlib import Path
+from typing import Any
+
+from pydantic import Field, SecretStr, ValidationError, field_validator
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+)
+
+ENV_PREFIX = "FORGEFLOW_"
+
+
+class Permission(StrEnum):
+    """Gitea repository access levels, weakest first."""
+
+    NONE = "none"
+    READ = "read"
+    WRITE = "write"
+    ADMIN = "admin"
+
+    @property
+    def rank(self) -> int:
+        return list(Permission).index(self)
+
+
+class Role(StrEnum):
+    ALL = "all"
+    INGRESS = "ingress"
+    WORKER = "worker"
+
+
+class ConfigError(Exception):
+    """A setting that stops start-up; ``str()`` is one line naming the variable."""
+
+
+class _TomlSource(PydanticBaseSettingsSource):
+    def __init__(self, settings_cls: type[BaseSettings], path: Path | None) -> None:
+        super().__init__(settings_cls)
+        self._data: dict[str, Any] = {}
+        if path is not None:
+            with path.open("rb") as fh:
+                raw = tomllib.load(fh)
+            table = raw.get("forgeflow", raw)
+            self._data = {str(k).lower().removeprefix("forgeflow_"): v for k, v in table.items()}
+
+    def get_field_value(self, field: Any, field_name: str) -> tuple[Any, str, bool]:
+        return self._data.get(field_name), field_name, False
+
+    def __call__(self) -> dict[str, Any]:
+        return {k: v for k, v in self._data.items() if k in self.settings_cls.model_fields}
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="ignore")
+
+    data_dir: Path = Path("./.forgeflow")
+    database_url: SecretStr | None = None
+    workspace_root: Path | None = None
+    host: str = "127.0.0.1"
+    port: int = Field(default=8080, ge=0, le=65535)
+    gitea_url: str | None = None
+    gitea_token: SecretStr | None = None
+    webhook_secret: SecretStr | None = None
+    bot_login: str = "ccweb-bot"
+    admin_token: SecretStr | None = None
+    codex_command: str = "codex app-server"
+    gitea_mcp_command: str = "gitea-mcp -t stdio"
+    model: str | None = None
+    reasoning_effort: str | None = None
+    trigger_permission: Permission = Permission.WRITE
+    permission_cache_seconds: float = Field(default=60.0, ge=0)
+    delivery_retention_days: int = Field(default=30, ge=1)
+    log_level: str = "info"
+
+    @field_validator("gitea_url")
+    @classmethod
+    def _check_url(cls, value: str | None) -> str | None:
+        if value is None or value == "":
+            return None
+        if not value.startswith(("http://", "https://")):
+            raise ValueError("must start with http:// or https://")
+        return value.rstrip("/")
+
+    @field_validator("database_url")
+    @classmethod
+    def _check_db(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is None or not value.get_secret_value():
+            return None
+        scheme = value.get_secret_value().split(":", 1)[0]
+        if scheme.split("+", 1)[0] not in {"sqlite", "postgresql", "postgres"}:
+            raise ValueError("must be a sqlite:/// or postgresql:// URL")
+        return value
+
+    @field_validator("bot_login")
+    @classmethod
+    def _check_login(cls, value: str) -> str:
+        if not value or any(c.isspace() or c == "@" for c in value):
+            raise ValueError("must be a Gitea login without '@' or spaces")
+        return value
+
+    @field_validator("codex_command", "gitea_mcp_command")
+    @classmethod
+    def _check_command(cls, value: str) -> str:
+        try:
+            parts = shlex.split(value)
+        except ValueError as exc:
+            raise ValueError(f"is not a valid command line ({exc})") from exc
+        if not parts:
+            raise ValueError("must not be empty")
+        return value
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        return (init_settings, env_settings)
+
+    # Derived values -------------------------------------------------------------
+
+    @property
+    def resolved_database_url(self) -> str:
+        if self.database_url is not None:
+            url = self.database_url.get_secret_value()
+            if url.startswith("postgres://"):
+                url = "postgresql://" + url.removeprefix("postgres://")
+            if url.startswith("postgresql://"):
+                url = "postgresql+psycopg://" + url.removeprefix("postgresql://")
+            return url
+        return f"sqlite:///{(self.data_dir / 'forgeflow.db').resolve()}"
+
+    @property
+    def resolved_workspace_root(self) -> Path:
+        return (self.workspace_root or self.data_dir / "workspaces").resolve()
+
+    @property
+    def codex_argv(self) -> list[str]:
+        return shlex.split(self.codex_command)
+
+    @property
+    def gitea_mcp_argv(self) -> list[str]:
+        return shlex.split(self.gitea_mcp_command)
+
+    def secret_values(self) -> list[str]:
+        """Every secret this process knows, for log and audit redaction."""
+        values = [
+            s.get_secret_value()
+            for s in (self.gitea_token, self.webhook_secret, self.admin_token)
+            if s is not None and s.get_secret_value()
+        ]
+        if self.database_url is not None:
+            password = _url_password(self.database_url.get_secret_value())
+            if password:
+                values.append(password)
+        return values
+
+
+def _url_password(url: str) -> str | None:
+    from sqlalchemy.engine import make_url
+
+    try:
+        return make_url(url).password
+    except Exception:
+        return None
+
+
+def load_settings(config_file: Path | None = None, **overrides: Any) -> Settings:
+    """Load settings or raise :class:`ConfigError` with one line naming the variable."""
+    if config_file is not None and not config_file.is_file():
+        raise ConfigError(f"--config: file {config_file} does not exist")
+    try:
+        return _settings_class(config_file)(**overrides)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"--config: {config_file} is not valid TOML ({exc})") from exc
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        name = ENV_PREFIX + str(err["loc"][0]).upper() if err["loc"] else "configuration"
+        raise ConfigError(f"{name}: {err['msg']}") from None
+
+
+def _settings_class(config_file: Path | None) -> type[Settings]:
+    if config_file is None:
+        return Settings
+
+    class _WithToml(Settings):
+        # The environment wins over the file, as DESIGN "Contracts" says.
+        @classmethod
+        def settings_customise_sources(
+            cls,
+            settings_cls: type[BaseSettings],
+            init_settings: PydanticBaseSettingsSource,
+            env_settings: PydanticBaseSettingsSource,
+            dotenv_settings: PydanticBaseSettingsSource,
+            file_secret_settings: PydanticBaseSettingsSource,
+        ) -> tuple[PydanticBaseSettingsSource, ...]:
+            return (init_settings, env_settings, _TomlSource(settings_cls, config_file))
+
+    return _WithToml
+
+
+def capability_warnings(settings: Settings) -> list[str]:
+    """One line per missing setting: what forgeflow cannot do until it is given."""
+    lines: list[str] = []
+    if settings.webhook_secret is None:
+        lines.append("FORGEFLOW_WEBHOOK_SECRET is not set: the webhook answers 503 not_configured")
+    if settings.gitea_url is None:
+        lines.append(
+            "FORGEFLOW_GITEA_URL is not set: no permission checks, receipts, clones or replies"
+        )
+    if settings.gitea_token is None:
+        lines.append("FORGEFLOW_GITEA_TOKEN is not set: forgeflow cannot call Gitea as the bot")
+    return lines

@@ -1,0 +1,1 @@
+"""The domain core: identifiers, states, markers and mention parsing. No I/O here."""

@@ -1,0 +1,38 @@
+"""Workspace paths (DESIGN "Workspaces"), computed without touching the disk.
+
+Names are validated by :class:`RepoRef`; this module adds the final guarantee that a
+resolved path stays under the root, whatever the names were.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import PurePosixPath
+
+from forgeflow.domain.ids import INSTANCE_ID, InvalidName, RepoRef, ResourceRef
+
+SESSIONS_DIR = ".sessions"
+
+
+def _under(root: str, *parts: str) -> str:
+    base = os.path.normpath(root)
+    path = os.path.normpath(os.path.join(base, *parts))
+    if os.path.commonpath([base, path]) != base or path == base:
+        raise InvalidName(f"path {PurePosixPath(*parts)} escapes the workspace root")
+    return path
+
+
+def repo_workspace(root: str, repo: RepoRef) -> str:
+    """The persistent clone: ``<root>/default/<owner>/<repo>``."""
+    return _under(root, INSTANCE_ID, repo.owner, repo.name)
+
+
+def session_worktree(root: str, resource: ResourceRef) -> str:
+    """The session's worktree: ``<root>/.sessions/default/<owner>/<repo>/<kind>-<n>``."""
+    repo = resource.repo
+    leaf = f"{resource.kind.value}-{int(resource.number)}"
+    return _under(root, SESSIONS_DIR, INSTANCE_ID, repo.owner, repo.name, leaf)
+
+
+def session_branch(resource: ResourceRef) -> str:
+    return f"ccweb/{resource.kind.value}-{int(resource.number)}"

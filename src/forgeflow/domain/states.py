@@ -1,0 +1,102 @@
+"""Task states and the transition table of PRD §6.1 / ARCHITECTURE §5.6.
+
+The table is data; :func:`check_transition` is the only place that interprets it.
+The store's ``transition`` function is the only code that writes a task's state, and
+it asks this module first.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+
+class TaskState(StrEnum):
+    RECEIVED = "received"
+    QUEUED = "queued"
+    PREPARING = "preparing"
+    RUNNING = "running"
+    WAITING_USER = "waiting_user"
+    VERIFYING_REPLY = "verifying_reply"
+    RETRY_WAIT = "retry_wait"
+    BLOCKED_WORKSPACE = "blocked_workspace"
+    ABORTING = "aborting"
+    SUCCEEDED = "succeeded"
+    SUCCEEDED_WITH_REST_FALLBACK = "succeeded_with_rest_fallback"
+    FAILED = "failed"
+    FAILED_REPLY = "failed_reply"
+    CANCELLED = "cancelled"
+    ABORTED = "aborted"
+    IGNORED = "ignored"
+    DUPLICATE = "duplicate"
+    REJECTED = "rejected"
+
+
+S = TaskState
+
+TRANSITIONS: dict[TaskState, frozenset[TaskState]] = {
+    S.RECEIVED: frozenset({S.QUEUED, S.IGNORED, S.DUPLICATE, S.REJECTED}),
+    S.QUEUED: frozenset({S.PREPARING, S.CANCELLED}),
+    S.PREPARING: frozenset({S.RUNNING, S.BLOCKED_WORKSPACE, S.RETRY_WAIT, S.FAILED}),
+    S.RUNNING: frozenset({S.WAITING_USER, S.VERIFYING_REPLY, S.RETRY_WAIT, S.ABORTING, S.FAILED}),
+    S.WAITING_USER: frozenset({S.QUEUED, S.CANCELLED, S.FAILED}),
+    S.VERIFYING_REPLY: frozenset({S.SUCCEEDED, S.RETRY_WAIT, S.FAILED_REPLY}),
+    S.RETRY_WAIT: frozenset({S.PREPARING, S.RUNNING, S.VERIFYING_REPLY, S.FAILED}),
+    S.BLOCKED_WORKSPACE: frozenset({S.QUEUED, S.CANCELLED}),
+    S.ABORTING: frozenset({S.ABORTED, S.FAILED}),
+    S.SUCCEEDED: frozenset(),
+    S.SUCCEEDED_WITH_REST_FALLBACK: frozenset(),
+    S.FAILED: frozenset(),
+    S.FAILED_REPLY: frozenset(),
+    S.CANCELLED: frozenset(),
+    S.ABORTED: frozenset(),
+    S.IGNORED: frozenset(),
+    S.DUPLICATE: frozenset(),
+    S.REJECTED: frozenset(),
+}
+
+TERMINAL_STATES: frozenset[TaskState] = frozenset(s for s, nxt in TRANSITIONS.items() if not nxt)
+
+# PRD §6.2 invariant 1: only these hold the repository lock.
+ACTIVE_STATES: frozenset[TaskState] = frozenset({S.PREPARING, S.RUNNING, S.ABORTING})
+
+# Reached by the REST fallback path of §5.4, which the §6.1 table lists as a terminal
+# state without naming its predecessor; §5.4 says reply verification leads to it.
+_FALLBACK_ENTRY: frozenset[TaskState] = frozenset({S.VERIFYING_REPLY})
+
+
+@dataclass(frozen=True, slots=True)
+class IllegalTransition(Exception):
+    """A move that the transition table does not allow."""
+
+    task_id: str
+    from_state: str
+    to_state: str
+    code: str = "illegal_transition"
+
+    def __str__(self) -> str:
+        return f"task {self.task_id}: {self.from_state} -> {self.to_state} is not allowed"
+
+
+def allowed_next(state: TaskState) -> frozenset[TaskState]:
+    nxt = TRANSITIONS[state]
+    if state in _FALLBACK_ENTRY:
+        return nxt | {S.SUCCEEDED_WITH_REST_FALLBACK}
+    return nxt
+
+
+def is_allowed(from_state: str, to_state: str) -> bool:
+    try:
+        src, dst = TaskState(from_state), TaskState(to_state)
+    except ValueError:
+        return False
+    return dst in allowed_next(src)
+
+
+def check_transition(task_id: str, from_state: str, to_state: str) -> None:
+    if not is_allowed(from_state, to_state):
+        raise IllegalTransition(task_id, from_state, to_state)
+
+
+def is_terminal(state: str) -> bool:
+    return TaskState(state) in TERMINAL_STATES

@@ -1,0 +1,1 @@
+"""Gitea adapters: webhook verification/normalisation and the REST client."""

@@ -1,0 +1,185 @@
+"""Verify and normalise Gitea/Forgejo webhook deliveries (ARCHITECTURE §5.1, §6.1).
+
+Pure functions over headers and the raw body: the HTTP route calls them, the store
+records the result. Header names follow Gitea services/webhook/deliver.go (Gitea sends
+X-Gitea-*, X-Gogs-* and X-GitHub-* copies) and Forgejo's X-Forgejo-* equivalents.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from forgeflow.domain.ids import InvalidName, RepoRef, ResourceKind, ResourceRef
+
+COMMENT_EVENTS = frozenset({"issue_comment", "pull_request_comment"})
+
+
+class InvalidPayload(ValueError):
+    """A body that is not JSON or lacks a field the normalised event needs."""
+
+    code = "invalid_payload"
+
+
+def _first(headers: Mapping[str, str], *names: str) -> str | None:
+    for name in names:
+        value = headers.get(name)
+        if value:
+            return value.strip()
+    return None
+
+
+def verify_signature(secret: str, body: bytes, headers: Mapping[str, str]) -> bool:
+    """HMAC-SHA256 of the raw body, compared in constant time.
+
+    Gitea and Forgejo send bare hex; GitHub-style ``X-Hub-Signature-256`` carries a
+    ``sha256=`` prefix. Any one valid header is enough.
+    """
+    expected = hmac.new(secret.encode("utf-8"), body, hashlib.sha256).hexdigest()
+    candidates = [
+        _first(headers, "x-gitea-signature"),
+        _first(headers, "x-forgejo-signature"),
+    ]
+    hub = _first(headers, "x-hub-signature-256")
+    if hub is not None:
+        candidates.append(hub.removeprefix("sha256="))
+    valid = False
+    for candidate in candidates:
+        if candidate is not None and hmac.compare_digest(candidate.lower(), expected):
+            valid = True
+    return valid
+
+
+def delivery_id_of(headers: Mapping[str, str]) -> str | None:
+    return _first(
+        headers, "x-gitea-delivery", "x-forgejo-delivery", "x-gogs-delivery", "x-github-delivery"
+    )
+
+
+def event_type_of(headers: Mapping[str, str], payload: Mapping[str, Any] | None = None) -> str:
+    """The normalised event name.
+
+    Gitea sends ``X-Gitea-Event: issue_comment`` for comments on both issues and pull
+    requests and tells them apart in ``X-Gitea-Event-Type`` (``pull_request_comment``);
+    older versions only set ``is_pull`` in the payload.
+    """
+    specific = _first(headers, "x-gitea-event-type", "x-forgejo-event-type", "x-gogs-event-type")
+    generic = _first(headers, "x-gitea-event", "x-forgejo-event", "x-gogs-event", "x-github-event")
+    event = specific or generic or ""
+    if event == "issue_comment" and payload is not None and payload.get("is_pull") is True:
+        return "pull_request_comment"
+    return event
+
+
+@dataclass(frozen=True, slots=True)
+class CommentEvent:
+    """The normalised structure of ARCHITECTURE §6.1."""
+
+    delivery_id: str
+    event_type: str
+    action: str
+    resource: ResourceRef
+    clone_url: str
+    default_branch: str
+    html_url: str
+    comment_id: int
+    comment_body: str
+    comment_created_at: str | None
+    actor_login: str
+    actor_is_bot: bool
+    refs: dict[str, Any] | None
+
+    @property
+    def repo(self) -> RepoRef:
+        return self.resource.repo
+
+
+def parse_json(body: bytes) -> dict[str, Any]:
+    try:
+        payload = json.loads(body)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise InvalidPayload(f"body is not JSON ({type(exc).__name__})") from None
+    if not isinstance(payload, dict):
+        raise InvalidPayload("body must be a JSON object")
+    return payload
+
+
+def _get(payload: Mapping[str, Any], path: str, kind: type | tuple[type, ...]) -> Any:
+    node: Any = payload
+    for part in path.split("."):
+        if not isinstance(node, Mapping) or part not in node:
+            raise InvalidPayload(f"missing field {path}")
+        node = node[part]
+    if not isinstance(node, kind) or (isinstance(node, bool) and kind is int):
+        raise InvalidPayload(f"field {path} has the wrong type")
+    return node
+
+
+def normalise_comment(
+    delivery_id: str, event_type: str, payload: Mapping[str, Any]
+) -> CommentEvent:
+    """Turn an ``issue_comment`` payload into a :class:`CommentEvent` or raise."""
+
+    action = _get(payload, "action", str)
+    owner = _get(payload, "repository.owner.login", str)
+    name = _get(payload, "repository.name", str)
+    number = _get(payload, "issue.number", int)
+    comment_id = _get(payload, "comment.id", int)
+    body = _get(payload, "comment.body", str)
+    login = _get(payload, "comment.user.login", str)
+    if number <= 0 or comment_id <= 0:
+        raise InvalidPayload("issue.number and comment.id must be positive")
+    try:
+        repo = RepoRef(owner, name)
+    except InvalidName as exc:
+        raise InvalidPayload(str(exc)) from None
+    is_pull = event_type == "pull_request_comment" or bool(payload.get("is_pull"))
+    kind = ResourceKind.PULL_REQUEST if is_pull else ResourceKind.ISSUE
+    repository = payload["repository"]
+    refs = None
+    pull = payload.get("pull_request")
+    if is_pull and isinstance(pull, Mapping):
+        refs = {
+            "base": _nested(pull, "base", "ref"),
+            "head": _nested(pull, "head", "ref"),
+            "headSha": _nested(pull, "head", "sha"),
+            "headRepo": _nested(pull, "head", "repo", "full_name"),
+        }
+    user = payload["comment"]["user"]
+    return CommentEvent(
+        delivery_id=delivery_id,
+        event_type="pull_request_comment" if is_pull else "issue_comment",
+        action=action,
+        resource=ResourceRef(repo, kind, number),
+        clone_url=str(repository.get("clone_url") or ""),
+        default_branch=str(repository.get("default_branch") or "main"),
+        html_url=str(payload["comment"].get("html_url") or ""),
+        comment_id=comment_id,
+        comment_body=body,
+        comment_created_at=payload["comment"].get("created_at"),
+        actor_login=login,
+        actor_is_bot=user.get("type") == "Bot" if isinstance(user, Mapping) else False,
+        refs=refs,
+    )
+
+
+def _nested(node: Any, *path: str) -> Any:
+    for part in path:
+        if not isinstance(node, Mapping):
+            return None
+        node = node.get(part)
+    return node
+
+
+def payload_delivery_fallback(event_type: str, payload: Mapping[str, Any]) -> str | None:
+    """A reliable id when no delivery header came (§3): the comment id and action."""
+    try:
+        comment_id = _get(payload, "comment.id", int)
+        action = _get(payload, "action", str)
+    except InvalidPayload:
+        return None
+    return f"payload:{event_type}:{comment_id}:{action}"

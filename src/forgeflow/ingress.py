@@ -1,0 +1,254 @@
+"""The Webhook Adapter of ARCHITECTURE §2/§5.1: verify, dedupe, normalise, enqueue.
+
+It answers from what the store says and never waits on clone, agent or comment work.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+import structlog
+
+from forgeflow.config import Permission, Settings
+from forgeflow.domain.ids import delivery_key, sha256_ref
+from forgeflow.domain.markers import parse_marker
+from forgeflow.domain.mentions import find_mention
+from forgeflow.domain.paths import repo_workspace
+from forgeflow.gitea import webhook
+from forgeflow.gitea.client import GiteaError, PermissionCache
+from forgeflow.store import Store, audit, deliveries
+from forgeflow.store.deliveries import DeliveryRecord
+
+log = structlog.get_logger("forgeflow.ingress")
+
+
+@dataclass(frozen=True, slots=True)
+class Reply:
+    status_code: int
+    body: dict[str, Any]
+    outcome: str  # metrics label: accepted|duplicate|ignored|rejected|invalid|unauthorized|…
+
+
+def _error(status: int, code: str, message: str, outcome: str) -> Reply:
+    return Reply(status, {"error": code, "message": message}, outcome)
+
+
+class WebhookIngress:
+    def __init__(
+        self, settings: Settings, store: Store, permissions: PermissionCache | None
+    ) -> None:
+        self._settings = settings
+        self._store = store
+        self._permissions = permissions
+        self._retention = timedelta(days=settings.delivery_retention_days)
+        self._root = str(settings.resolved_workspace_root)
+
+    async def handle(self, headers: Mapping[str, str], body: bytes) -> Reply:
+        secret = self._settings.webhook_secret
+        if secret is None:
+            return _error(
+                503, "not_configured", "FORGEFLOW_WEBHOOK_SECRET is not set", "not_configured"
+            )
+        if not webhook.verify_signature(secret.get_secret_value(), body, headers):
+            await self._security_alert(headers)
+            return _error(401, "invalid_signature", "signature missing or invalid", "unauthorized")
+        try:
+            payload = webhook.parse_json(body)
+        except webhook.InvalidPayload as exc:
+            return _error(400, "invalid_payload", str(exc), "invalid")
+        event_type = webhook.event_type_of(headers, payload)
+        delivery_id = webhook.delivery_id_of(headers) or webhook.payload_delivery_fallback(
+            event_type, payload
+        )
+        if delivery_id is None:
+            return _error(
+                400,
+                "invalid_payload",
+                "no X-Gitea-Delivery header and no comment id in the payload",
+                "invalid",
+            )
+        key = delivery_key(delivery_id)
+        seen = await self._store.read(lambda c: deliveries.get(c, key))
+        if seen is not None:
+            return self._answer(seen)
+        if event_type not in webhook.COMMENT_EVENTS:
+            return await self._ignore(
+                key,
+                delivery_id,
+                event_type or "unknown",
+                body,
+                "event_not_handled",
+                normalized=False,
+            )
+        try:
+            event = webhook.normalise_comment(delivery_id, event_type, payload)
+        except webhook.InvalidPayload as exc:
+            return _error(400, "invalid_payload", str(exc), "invalid")
+        return await self._comment(key, event, body)
+
+    async def _comment(self, key: str, event: webhook.CommentEvent, body: bytes) -> Reply:
+        s = self._settings
+        reason = None
+        if event.action != "created":
+            reason = f"action_{event.action}"
+        elif event.actor_login.lower() == s.bot_login.lower() or parse_marker(event.comment_body):
+            reason = "bot_comment"
+        mention = None if reason else find_mention(event.comment_body, s.bot_login)
+        if reason is None and mention is None:
+            reason = "no_mention"
+        if reason is not None or mention is None:
+            return await self._ignore(
+                key,
+                event.delivery_id,
+                event.event_type,
+                body,
+                reason or "no_mention",
+                normalized=True,
+                repo_key=event.repo.key,
+            )
+        repo_key = event.repo.key
+        # The acceptance transaction decides about a disabled repository; this read
+        # only spares Gitea a permission lookup for a repository that refuses anyway.
+        disabled = await self._store.read(lambda c: deliveries.repo_status(c, repo_key))
+        permission = Permission.NONE if disabled == "disabled" else await self._permission(event)
+        if isinstance(permission, Reply):
+            return permission
+        permitted = permission.rank >= s.trigger_permission.rank
+        record = await self._store.write(
+            lambda c: deliveries.accept(
+                c,
+                deliveries.Accept(
+                    delivery_key=key,
+                    delivery_id=event.delivery_id,
+                    event_type=event.event_type,
+                    payload_hash=sha256_ref(body),
+                    retention=self._retention,
+                    resource=event.resource,
+                    clone_url=event.clone_url,
+                    default_branch=event.default_branch,
+                    workspace_path=repo_workspace(self._root, event.repo),
+                    comment_id=event.comment_id,
+                    author=event.actor_login,
+                    instruction=mention.instruction,
+                    refs=event.refs,
+                    permitted=permitted,
+                    permission=permission.value,
+                ),
+            )
+        )
+        log.info(
+            "webhook.delivery",
+            delivery_id=event.delivery_id,
+            status=record.status,
+            task_id=record.task_id,
+            repo_key=repo_key,
+            reason=record.reason,
+        )
+        return self._answer(record)
+
+    async def _permission(self, event: webhook.CommentEvent) -> Permission | Reply:
+        s = self._settings
+        if s.trigger_permission is Permission.NONE:
+            return Permission.NONE
+        if self._permissions is None:
+            return _error(
+                503,
+                "not_configured",
+                "FORGEFLOW_GITEA_URL is not set: commenter permission cannot be checked",
+                "not_configured",
+            )
+        try:
+            return await self._permissions.permission(
+                event.repo.owner, event.repo.name, event.actor_login
+            )
+        except GiteaError as exc:
+            log.warning(
+                "webhook.permission_unavailable", delivery_id=event.delivery_id, error=str(exc)
+            )
+            return _error(
+                503,
+                "gitea_unavailable",
+                "commenter permission could not be checked; redeliver later",
+                "unavailable",
+            )
+
+    async def _ignore(
+        self,
+        key: str,
+        delivery_id: str,
+        event_type: str,
+        body: bytes,
+        reason: str,
+        *,
+        normalized: bool,
+        repo_key: str | None = None,
+    ) -> Reply:
+        record = await self._store.write(
+            lambda c: deliveries.record_ignored(
+                c,
+                delivery_key=key,
+                delivery_id=delivery_id,
+                event_type=event_type,
+                payload_hash=sha256_ref(body),
+                retention=self._retention,
+                reason=reason,
+                normalized=normalized,
+                repo_key=repo_key,
+            )
+        )
+        return self._answer(record)
+
+    def _answer(self, r: DeliveryRecord) -> Reply:
+        if r.duplicate:
+            body: dict[str, Any] = {
+                "deliveryId": r.delivery_id,
+                "status": "duplicate",
+                "taskId": r.task_id,
+                "state": r.task_state,
+            }
+            if r.status != "duplicate":
+                body["originalStatus"] = r.status
+            if r.reason:
+                body["reason"] = r.reason
+            return Reply(200, body, "duplicate")
+        if r.status == "accepted":
+            return Reply(
+                202,
+                {"deliveryId": r.delivery_id, "taskId": r.task_id, "state": r.task_state},
+                "accepted",
+            )
+        if r.status == "rejected" and r.response_code == 409:
+            return Reply(
+                409,
+                {
+                    "error": "repository_disabled",
+                    "deliveryId": r.delivery_id,
+                    "message": "the repository is disabled by an administrator",
+                },
+                "rejected",
+            )
+        body = {"deliveryId": r.delivery_id, "status": r.status, "reason": r.reason}
+        if r.task_id:
+            body.update(taskId=r.task_id, state=r.task_state)
+        return Reply(200, body, r.status)
+
+    async def _security_alert(self, headers: Mapping[str, str]) -> None:
+        delivery_id = webhook.delivery_id_of(headers)
+        log.warning("webhook.invalid_signature", delivery_id=delivery_id)
+        try:
+            await self._store.write(
+                lambda c: audit.append(
+                    c,
+                    audit.AuditEvent(
+                        action="webhook.reject",
+                        actor="gitea:unverified",
+                        error_code="invalid_signature",
+                        delivery_id=(delivery_id or "")[:200] or None,
+                    ),
+                )
+            )
+        except Exception:  # the 401 must not depend on the audit write
+            log.exception("webhook.audit_failed")

@@ -1,0 +1,82 @@
+"""The Workflow Store: every table of ARCHITECTURE §4 behind one async facade.
+
+Query modules (``tasks``, ``deliveries``, ``repos``, …) hold the SQL of one table each
+and take a ``Connection``; this facade runs them as units of work on the database's
+threads. Callers never see a driver.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from sqlalchemy import Connection, text
+
+from forgeflow.store import audit, control, deliveries, details, migrate, repos, sessions, tasks
+from forgeflow.store.db import Database, StoreUnavailable
+from forgeflow.store.tasks import StaleStateVersion, TaskNotFound, Transition
+
+T = TypeVar("T")
+
+__all__ = [
+    "Database",
+    "StaleStateVersion",
+    "Store",
+    "StoreUnavailable",
+    "TaskNotFound",
+    "Transition",
+    "audit",
+    "control",
+    "deliveries",
+    "details",
+    "repos",
+    "sessions",
+    "tasks",
+]
+
+
+class Store:
+    def __init__(self, url: str) -> None:
+        self.db = Database(url)
+
+    @property
+    def dialect(self) -> str:
+        return self.db.dialect
+
+    def migrate(self) -> None:
+        migrate.upgrade(self.db.writer)
+
+    def is_current(self) -> bool:
+        return migrate.is_current(self.db.reader)
+
+    def close(self) -> None:
+        self.db.dispose()
+
+    async def write(self, fn: Callable[[Connection], T]) -> T:
+        return await self.db.write(fn)
+
+    async def read(self, fn: Callable[[Connection], T]) -> T:
+        return await self.db.read(fn)
+
+    async def ping(self) -> bool:
+        def _ping(conn: Connection) -> bool:
+            return bool(conn.execute(text("SELECT 1")).scalar_one() == 1)
+
+        return await self.db.read(_ping)
+
+    async def transition(self, t: Transition) -> dict[str, Any]:
+        """Apply one transition; a refused one keeps its audit alert and re-raises."""
+        refused: list[Exception] = []
+
+        def _apply(conn: Connection) -> dict[str, Any] | None:
+            try:
+                return tasks.transition(conn, t)
+            except (StaleStateVersion, tasks.IllegalTransition) as exc:
+                refused.append(exc)
+                return None
+
+        row = await self.db.write(_apply)
+        if refused:
+            raise refused[0]
+        assert row is not None
+        return row

@@ -1,0 +1,108 @@
+"""Queries of the append-only ``audit_events`` table (ARCHITECTURE §4.5, §9.3)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Connection, insert, select
+
+from forgeflow.domain.ids import new_event_id
+from forgeflow.redaction import redact
+from forgeflow.store.schema import audit_events
+from forgeflow.store.types import iso, utcnow
+
+
+@dataclass(frozen=True, slots=True)
+class AuditEvent:
+    action: str
+    actor: str = "system"
+    task_id: str | None = None
+    session_key: str | None = None
+    repo_key: str | None = None
+    from_state: str | None = None
+    to_state: str | None = None
+    state_version: int | None = None
+    delivery_id: str | None = None
+    turn_id: str | None = None
+    comment_id: int | None = None
+    error_code: str | None = None
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+
+def append(conn: Connection, event: AuditEvent) -> str:
+    """Append one event in the caller's transaction; returns its ``eventId``."""
+    event_id = new_event_id()
+    conn.execute(
+        insert(audit_events).values(
+            event_id=event_id,
+            task_id=event.task_id,
+            session_key=event.session_key,
+            repo_key=event.repo_key,
+            actor=event.actor,
+            action=event.action,
+            from_state=event.from_state,
+            to_state=event.to_state,
+            state_version=event.state_version,
+            delivery_id=event.delivery_id,
+            turn_id=event.turn_id,
+            comment_id=event.comment_id,
+            error_code=event.error_code,
+            timestamp=utcnow(),
+            metadata=redact(event.metadata) if event.metadata else None,
+        )
+    )
+    return event_id
+
+
+@dataclass(frozen=True, slots=True)
+class AuditQuery:
+    task_id: str | None = None
+    session_key: str | None = None
+    repo_key: str | None = None
+    action: str | None = None
+    since: datetime | None = None
+    until: datetime | None = None
+    after_seq: int | None = None
+    limit: int = 200
+
+
+def query(conn: Connection, q: AuditQuery) -> list[dict[str, Any]]:
+    stmt = select(audit_events).order_by(audit_events.c.seq).limit(q.limit)
+    if q.task_id is not None:
+        stmt = stmt.where(audit_events.c.task_id == q.task_id)
+    if q.session_key is not None:
+        stmt = stmt.where(audit_events.c.session_key == q.session_key)
+    if q.repo_key is not None:
+        stmt = stmt.where(audit_events.c.repo_key == q.repo_key)
+    if q.action is not None:
+        stmt = stmt.where(audit_events.c.action == q.action)
+    if q.since is not None:
+        stmt = stmt.where(audit_events.c.timestamp >= q.since)
+    if q.until is not None:
+        stmt = stmt.where(audit_events.c.timestamp < q.until)
+    if q.after_seq is not None:
+        stmt = stmt.where(audit_events.c.seq > q.after_seq)
+    return [to_json(row._mapping) for row in conn.execute(stmt)]
+
+
+def to_json(row: Any) -> dict[str, Any]:
+    return {
+        "seq": row["seq"],
+        "eventId": row["event_id"],
+        "taskId": row["task_id"],
+        "sessionKey": row["session_key"],
+        "repoKey": row["repo_key"],
+        "actor": row["actor"],
+        "action": row["action"],
+        "fromState": row["from_state"],
+        "toState": row["to_state"],
+        "stateVersion": row["state_version"],
+        "deliveryId": row["delivery_id"],
+        "turnId": row["turn_id"],
+        "commentId": row["comment_id"],
+        "errorCode": row["error_code"],
+        "timestamp": iso(row["timestamp"]),
+        "metadata": row["metadata"] or {},
+    }

@@ -1,0 +1,96 @@
+"""The ``control`` row (global pause) and idempotent control requests (§6.2)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import Connection, select, update
+
+from forgeflow.store import audit
+from forgeflow.store.schema import control, control_requests
+from forgeflow.store.sql import insert_ignore
+from forgeflow.store.types import iso, utcnow
+
+_ROW_ID = 1
+
+
+def get(conn: Connection) -> dict[str, Any]:
+    row = conn.execute(select(control).where(control.c.id == _ROW_ID)).first()
+    if row is None:
+        insert_ignore(
+            conn,
+            control,
+            {"id": _ROW_ID, "global_paused": False, "updated_at": utcnow(), "version": 1},
+        )
+        row = conn.execute(select(control).where(control.c.id == _ROW_ID)).first()
+    assert row is not None
+    return dict(row._mapping)
+
+
+def set_paused(conn: Connection, paused: bool, actor: str, reason: str | None) -> dict[str, Any]:
+    """Pause or resume with compare-and-swap on ``version``; idempotent."""
+    row = get(conn)
+    if row["global_paused"] != paused:
+        conn.execute(
+            update(control)
+            .where(control.c.id == _ROW_ID)
+            .where(control.c.version == row["version"])
+            .values(
+                global_paused=paused,
+                pause_reason=reason if paused else None,
+                updated_by=actor,
+                updated_at=utcnow(),
+                version=row["version"] + 1,
+            )
+        )
+        audit.append(
+            conn,
+            audit.AuditEvent(
+                action="control.pause" if paused else "control.resume",
+                actor=actor,
+                metadata={"reason": reason},
+            ),
+        )
+    return get(conn)
+
+
+def to_json(row: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "globalPaused": row["global_paused"],
+        "pauseReason": row["pause_reason"],
+        "updatedBy": row["updated_by"],
+        "updatedAt": iso(row["updated_at"]),
+        "version": row["version"],
+    }
+
+
+def find_request(conn: Connection, request_id: str) -> dict[str, Any] | None:
+    row = conn.execute(
+        select(control_requests).where(control_requests.c.request_id == request_id)
+    ).first()
+    return dict(row._mapping) if row else None
+
+
+def save_request(
+    conn: Connection,
+    *,
+    request_id: str,
+    action: str,
+    target: str,
+    operator: str,
+    status_code: int,
+    response: dict[str, Any],
+) -> bool:
+    return insert_ignore(
+        conn,
+        control_requests,
+        {
+            "request_id": request_id,
+            "action": action,
+            "target": target,
+            "operator": operator,
+            "status_code": status_code,
+            "response": response,
+            "created_at": utcnow(),
+        },
+    )

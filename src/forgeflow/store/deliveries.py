@@ -1,0 +1,298 @@
+"""Queries of ``webhook_deliveries`` and the one-transaction acceptance of §5.1."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+from sqlalchemy import Connection, select, update
+
+from forgeflow.domain.ids import ResourceRef, task_id_for
+from forgeflow.domain.states import TaskState
+from forgeflow.store import audit, repos, sessions
+from forgeflow.store import tasks as task_q
+from forgeflow.store.schema import tasks, webhook_deliveries
+from forgeflow.store.sql import insert_ignore
+from forgeflow.store.types import utcnow
+
+
+@dataclass(frozen=True, slots=True)
+class DeliveryRecord:
+    """What happened to a delivery: enough to answer a repeat with the original result."""
+
+    delivery_id: str
+    status: str
+    response_code: int
+    task_id: str | None = None
+    task_state: str | None = None
+    reason: str | None = None
+    duplicate: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Accept:
+    """Everything the acceptance transaction needs, decided before it starts."""
+
+    delivery_key: str
+    delivery_id: str
+    event_type: str
+    payload_hash: str
+    retention: timedelta
+    resource: ResourceRef
+    clone_url: str
+    default_branch: str
+    workspace_path: str
+    comment_id: int
+    author: str
+    instruction: str
+    refs: dict[str, Any] | None
+    permitted: bool
+    permission: str
+
+
+def get(conn: Connection, delivery_key: str) -> DeliveryRecord | None:
+    row = conn.execute(
+        select(webhook_deliveries).where(webhook_deliveries.c.delivery_key == delivery_key)
+    ).first()
+    return _record(conn, dict(row._mapping), duplicate=True) if row else None
+
+
+def _record(conn: Connection, row: dict[str, Any], *, duplicate: bool) -> DeliveryRecord:
+    state = None
+    if row["task_id"]:
+        state = conn.execute(
+            select(tasks.c.state).where(tasks.c.task_id == row["task_id"])
+        ).scalar_one_or_none()
+    return DeliveryRecord(
+        delivery_id=row["delivery_id"],
+        status=row["status"],
+        response_code=row["response_code"],
+        task_id=row["task_id"],
+        task_state=state,
+        reason=row["reason"],
+        duplicate=duplicate,
+    )
+
+
+def _insert(
+    conn: Connection,
+    *,
+    delivery_key: str,
+    delivery_id: str,
+    event_type: str,
+    payload_hash: str,
+    retention: timedelta,
+    normalized: bool,
+    status: str,
+    response_code: int,
+    reason: str | None = None,
+    repo_key: str | None = None,
+    comment_id: int | None = None,
+) -> bool:
+    now = utcnow()
+    return insert_ignore(
+        conn,
+        webhook_deliveries,
+        {
+            "delivery_key": delivery_key,
+            "delivery_id": delivery_id,
+            "event_type": event_type,
+            "received_at": now,
+            "signature_valid": True,
+            "normalized": normalized,
+            "status": status,
+            "reason": reason,
+            "repo_key": repo_key,
+            "comment_id": comment_id,
+            "payload_hash": payload_hash,
+            "response_code": response_code,
+            "expires_at": now + retention,
+        },
+    )
+
+
+def _finish(conn: Connection, delivery_key: str, **values: Any) -> None:
+    conn.execute(
+        update(webhook_deliveries)
+        .where(webhook_deliveries.c.delivery_key == delivery_key)
+        .values(**values)
+    )
+
+
+def record_ignored(
+    conn: Connection,
+    *,
+    delivery_key: str,
+    delivery_id: str,
+    event_type: str,
+    payload_hash: str,
+    retention: timedelta,
+    reason: str,
+    normalized: bool,
+    repo_key: str | None = None,
+) -> DeliveryRecord:
+    """Record a verified delivery that starts nothing (FR-01 ``ignored``)."""
+    inserted = _insert(
+        conn,
+        delivery_key=delivery_key,
+        delivery_id=delivery_id,
+        event_type=event_type,
+        payload_hash=payload_hash,
+        retention=retention,
+        normalized=normalized,
+        status="ignored",
+        response_code=200,
+        reason=reason,
+        repo_key=repo_key,
+    )
+    existing = get(conn, delivery_key)
+    assert existing is not None
+    if not inserted:
+        return existing
+    audit.append(
+        conn,
+        audit.AuditEvent(
+            action="webhook.ignore",
+            delivery_id=delivery_id,
+            repo_key=repo_key,
+            metadata={"reason": reason, "eventType": event_type},
+        ),
+    )
+    return DeliveryRecord(delivery_id, "ignored", 200, reason=reason)
+
+
+def accept(conn: Connection, a: Accept) -> DeliveryRecord:
+    """Register repository, session and task and queue it, all in one transaction."""
+    repo = a.resource.repo
+    if not _insert(
+        conn,
+        delivery_key=a.delivery_key,
+        delivery_id=a.delivery_id,
+        event_type=a.event_type,
+        payload_hash=a.payload_hash,
+        retention=a.retention,
+        normalized=True,
+        status="accepted",
+        response_code=202,
+        repo_key=repo.key,
+        comment_id=a.comment_id,
+    ):
+        existing = get(conn, a.delivery_key)
+        assert existing is not None
+        return existing
+    repo_row = repos.register(
+        conn,
+        repo=repo,
+        clone_url=a.clone_url,
+        default_branch=a.default_branch,
+        workspace_path=a.workspace_path,
+        delivery_id=a.delivery_id,
+    )
+    if repo_row["status"] == "disabled":
+        _finish(
+            conn, a.delivery_key, status="rejected", reason="repository_disabled", response_code=409
+        )
+        audit.append(
+            conn,
+            audit.AuditEvent(
+                action="webhook.reject",
+                delivery_id=a.delivery_id,
+                repo_key=repo.key,
+                error_code="repository_disabled",
+            ),
+        )
+        return DeliveryRecord(a.delivery_id, "rejected", 409, reason="repository_disabled")
+    earlier = conn.execute(
+        select(tasks.c.task_id, tasks.c.state)
+        .where(tasks.c.repo_key == repo.key)
+        .where(tasks.c.comment_id == a.comment_id)
+    ).first()
+    if earlier is not None:
+        # Gitea's replay: the same comment under a new delivery id.
+        _finish(
+            conn,
+            a.delivery_key,
+            status="duplicate",
+            reason="comment_already_accepted",
+            response_code=200,
+            task_id=earlier.task_id,
+        )
+        audit.append(
+            conn,
+            audit.AuditEvent(
+                action="webhook.duplicate",
+                task_id=earlier.task_id,
+                delivery_id=a.delivery_id,
+                repo_key=repo.key,
+                comment_id=a.comment_id,
+                error_code="duplicate_delivery",
+            ),
+        )
+        return DeliveryRecord(
+            a.delivery_id,
+            "duplicate",
+            200,
+            earlier.task_id,
+            earlier.state,
+            "comment_already_accepted",
+            duplicate=True,
+        )
+    sessions.ensure(conn, a.resource)
+    task_id = task_id_for(a.delivery_key)
+    task_q.insert_received(
+        conn,
+        {
+            "task_id": task_id,
+            "delivery_key": a.delivery_key,
+            "repo_key": repo.key,
+            "resource_key": a.resource.key,
+            "session_key": a.resource.session_key,
+            "comment_id": a.comment_id,
+            "author": a.author,
+            "instruction": a.instruction,
+            "refs": a.refs,
+        },
+    )
+    to_state = TaskState.QUEUED if a.permitted else TaskState.REJECTED
+    task_q.transition(
+        conn,
+        task_q.Transition(
+            task_id=task_id,
+            to_state=to_state,
+            expected_version=1,
+            actor=f"gitea:user:{a.author}",
+            action="webhook.accept" if a.permitted else "webhook.reject",
+            error_code=None if a.permitted else "insufficient_permission",
+            metadata={"eventType": a.event_type, "permission": a.permission},
+            delivery_id=a.delivery_id,
+            comment_id=a.comment_id,
+        ),
+    )
+    if a.permitted:
+        _finish(conn, a.delivery_key, task_id=task_id)
+        return DeliveryRecord(a.delivery_id, "accepted", 202, task_id, to_state.value)
+    _finish(
+        conn,
+        a.delivery_key,
+        task_id=task_id,
+        status="rejected",
+        reason="insufficient_permission",
+        response_code=200,
+    )
+    return DeliveryRecord(
+        a.delivery_id, "rejected", 200, task_id, to_state.value, "insufficient_permission"
+    )
+
+
+def repo_status(conn: Connection, repo_key: str) -> str | None:
+    return repos.status(conn, repo_key)
+
+
+def counts_by_status(conn: Connection) -> dict[str, int]:
+    from sqlalchemy import func
+
+    rows = conn.execute(
+        select(webhook_deliveries.c.status, func.count()).group_by(webhook_deliveries.c.status)
+    )
+    return {status: int(n) for status, n in rows}

@@ -1,0 +1,116 @@
+"""Queries of the ``repositories`` table."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import Connection, select, update
+
+from forgeflow.domain.ids import INSTANCE_ID, RepoRef
+from forgeflow.store import audit
+from forgeflow.store.schema import repositories
+from forgeflow.store.sql import insert_ignore
+from forgeflow.store.types import iso, utcnow
+
+ACTIVE = "active"
+DISABLED = "disabled"
+
+
+def register(
+    conn: Connection,
+    *,
+    repo: RepoRef,
+    clone_url: str,
+    default_branch: str,
+    workspace_path: str,
+    delivery_id: str | None = None,
+) -> dict[str, Any]:
+    """Create the repository row once (compare-and-swap on the key); return the row."""
+    now = utcnow()
+    if insert_ignore(
+        conn,
+        repositories,
+        {
+            "repo_key": repo.key,
+            "instance_id": INSTANCE_ID,
+            "owner": repo.owner,
+            "name": repo.name,
+            "clone_url": clone_url,
+            "workspace_path": workspace_path,
+            "default_branch": default_branch,
+            "status": ACTIVE,
+            "registered_at": now,
+            "updated_at": now,
+            "version": 1,
+        },
+    ):
+        audit.append(
+            conn,
+            audit.AuditEvent(
+                action="repository.register",
+                repo_key=repo.key,
+                delivery_id=delivery_id,
+                metadata={"workspacePath": workspace_path},
+            ),
+        )
+    row = get(conn, repo.key)
+    assert row is not None
+    return row
+
+
+def get(conn: Connection, repo_key: str) -> dict[str, Any] | None:
+    row = conn.execute(select(repositories).where(repositories.c.repo_key == repo_key)).first()
+    return dict(row._mapping) if row else None
+
+
+def status(conn: Connection, repo_key: str) -> str | None:
+    value: str | None = conn.execute(
+        select(repositories.c.status).where(repositories.c.repo_key == repo_key)
+    ).scalar_one_or_none()
+    return value
+
+
+def set_status(conn: Connection, repo_key: str, new_status: str, actor: str, reason: str) -> bool:
+    """Enable or disable; True when the status changed. History is kept either way."""
+    row = get(conn, repo_key)
+    if row is None:
+        raise KeyError(repo_key)
+    if row["status"] == new_status:
+        return False
+    conn.execute(
+        update(repositories)
+        .where(repositories.c.repo_key == repo_key)
+        .where(repositories.c.version == row["version"])
+        .values(status=new_status, version=row["version"] + 1, updated_at=utcnow())
+    )
+    audit.append(
+        conn,
+        audit.AuditEvent(
+            action=f"repository.{'disable' if new_status == DISABLED else 'enable'}",
+            actor=actor,
+            repo_key=repo_key,
+            metadata={"reason": reason, "from": row["status"], "to": new_status},
+        ),
+    )
+    return True
+
+
+def list_all(conn: Connection) -> list[dict[str, Any]]:
+    return [dict(r._mapping) for r in conn.execute(select(repositories).order_by("repo_key"))]
+
+
+def to_json(row: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "repoKey": row["repo_key"],
+        "instanceId": row["instance_id"],
+        "owner": row["owner"],
+        "name": row["name"],
+        "cloneUrl": row["clone_url"],
+        "workspacePath": row["workspace_path"],
+        "defaultBranch": row["default_branch"],
+        "status": row["status"],
+        "workerId": row["worker_id"],
+        "registeredAt": iso(row["registered_at"]),
+        "lastFetchAt": iso(row["last_fetch_at"]),
+        "version": row["version"],
+    }

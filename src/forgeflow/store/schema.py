@@ -1,0 +1,216 @@
+"""Tables of ARCHITECTURE §4, as SQLAlchemy Core metadata.
+
+Migrations in ``migrations/versions`` create exactly this; a test compares the two.
+Unique keys live here, in the database, so a bug in Python cannot break them.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import (
+    BigInteger,
+    Boolean,
+    Column,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    Text,
+    text,
+)
+
+from forgeflow.store.types import JSONText, UTCDateTime
+
+metadata = MetaData()
+
+ACTIVE_STATES_SQL = "state IN ('preparing', 'running', 'aborting')"
+
+webhook_deliveries = Table(
+    "webhook_deliveries",
+    metadata,
+    Column("delivery_key", String(200), primary_key=True),
+    Column("delivery_id", String(200), nullable=False),
+    Column("event_type", String(64), nullable=False),
+    Column("received_at", UTCDateTime(), nullable=False),
+    Column("signature_valid", Boolean, nullable=False),
+    Column("normalized", Boolean, nullable=False),
+    Column("task_id", String(64)),
+    Column("status", String(16), nullable=False),
+    Column("reason", String(64)),
+    Column("repo_key", String(220)),
+    Column("comment_id", BigInteger),
+    Column("payload_hash", String(80), nullable=False),
+    Column("response_code", Integer, nullable=False),
+    Column("expires_at", UTCDateTime(), nullable=False),
+    Index("ix_webhook_deliveries_received_at", "received_at"),
+)
+
+repositories = Table(
+    "repositories",
+    metadata,
+    Column("repo_key", String(220), primary_key=True),
+    Column("instance_id", String(32), nullable=False),
+    Column("owner", String(100), nullable=False),
+    Column("name", String(100), nullable=False),
+    Column("clone_url", Text, nullable=False),
+    Column("workspace_path", Text, nullable=False),
+    Column("default_branch", String(255), nullable=False),
+    Column("status", String(16), nullable=False),
+    Column("worker_id", String(200)),
+    Column("registered_at", UTCDateTime(), nullable=False),
+    Column("last_fetch_at", UTCDateTime()),
+    Column("updated_at", UTCDateTime(), nullable=False),
+    Column("version", Integer, nullable=False),
+)
+
+sessions = Table(
+    "sessions",
+    metadata,
+    Column("session_key", String(260), primary_key=True),
+    Column("resource_key", String(260), nullable=False),
+    Column("repo_key", String(220), nullable=False),
+    Column("kind", String(16), nullable=False),
+    Column("number", Integer, nullable=False),
+    Column("thread_id", String(200)),
+    Column("runtime", JSONText, nullable=False),
+    Column("mcp", JSONText, nullable=False),
+    Column("status", String(16), nullable=False),
+    Column("last_task_id", String(64)),
+    Column("last_turn_id", String(200)),
+    Column("created_at", UTCDateTime(), nullable=False),
+    Column("updated_at", UTCDateTime(), nullable=False),
+    Column("version", Integer, nullable=False),
+    Index("ix_sessions_repo_key", "repo_key"),
+)
+
+tasks = Table(
+    "tasks",
+    metadata,
+    Column("task_id", String(64), primary_key=True),
+    Column("delivery_key", String(200), unique=True),
+    Column("repo_key", String(220), nullable=False),
+    Column("resource_key", String(260), nullable=False),
+    Column("session_key", String(260), nullable=False),
+    Column("comment_id", BigInteger),
+    Column("author", String(100), nullable=False),
+    Column("instruction", Text, nullable=False),
+    Column("state", String(32), nullable=False),
+    Column("attempt", Integer, nullable=False),
+    Column("reply_attempt", Integer, nullable=False),
+    Column("thread_id", String(200)),
+    Column("turn_id", String(200)),
+    Column("lease_id", String(64)),
+    Column("next_retry_at", UTCDateTime()),
+    Column("error_code", String(64)),
+    Column("execution_error", Text),
+    Column("reply_error", Text),
+    Column("refs", JSONText),
+    Column("created_at", UTCDateTime(), nullable=False),
+    Column("updated_at", UTCDateTime(), nullable=False),
+    Column("state_version", Integer, nullable=False),
+    # Gitea's replay sends the same comment under a new delivery id.
+    Index("ux_tasks_repo_comment", "repo_key", "comment_id", unique=True),
+    Index("ix_tasks_state_created", "state", "created_at"),
+    Index("ix_tasks_resource", "resource_key", "created_at"),
+    # PRD §6.2 invariant 1, enforced by the database: one active task per repository.
+    Index(
+        "ux_tasks_one_active_per_repo",
+        "repo_key",
+        unique=True,
+        sqlite_where=text(ACTIVE_STATES_SQL),
+        postgresql_where=text(ACTIVE_STATES_SQL),
+    ),
+)
+
+turns = Table(
+    "turns",
+    metadata,
+    Column("turn_key", String(80), primary_key=True),
+    Column("turn_id", String(200), unique=True),
+    Column("task_id", String(64), nullable=False),
+    Column("thread_id", String(200)),
+    Column("kind", String(16), nullable=False),
+    Column("status", String(16), nullable=False),
+    Column("event_seq", Integer, nullable=False),
+    Column("input_tokens", BigInteger, nullable=False, server_default="0"),
+    Column("output_tokens", BigInteger, nullable=False, server_default="0"),
+    Column("started_at", UTCDateTime()),
+    Column("completed_at", UTCDateTime()),
+    Index("ix_turns_task_id", "task_id"),
+)
+
+comments = Table(
+    "comments",
+    metadata,
+    Column("comment_key", String(120), primary_key=True),
+    Column("task_id", String(64), nullable=False),
+    Column("kind", String(16), nullable=False),
+    Column("resource_key", String(260), nullable=False),
+    Column("turn_id", String(200)),
+    Column("turn_key", String(80)),
+    Column("comment_id", BigInteger),
+    Column("body_hash", String(80)),
+    Column("status", String(16), nullable=False),
+    Column("created_at", UTCDateTime(), nullable=False),
+    Column("updated_at", UTCDateTime(), nullable=False),
+    Index("ix_comments_task_id", "task_id"),
+)
+
+audit_events = Table(
+    "audit_events",
+    metadata,
+    Column("seq", Integer, primary_key=True, autoincrement=True),
+    Column("event_id", String(64), nullable=False, unique=True),
+    Column("task_id", String(64)),
+    Column("session_key", String(260)),
+    Column("repo_key", String(220)),
+    Column("actor", String(200), nullable=False),
+    Column("action", String(64), nullable=False),
+    Column("from_state", String(32)),
+    Column("to_state", String(32)),
+    Column("state_version", Integer),
+    Column("delivery_id", String(200)),
+    Column("turn_id", String(200)),
+    Column("comment_id", BigInteger),
+    Column("error_code", String(64)),
+    Column("timestamp", UTCDateTime(), nullable=False),
+    Column("metadata", JSONText),
+    Index("ix_audit_task", "task_id", "seq"),
+    Index("ix_audit_session", "session_key", "seq"),
+    Index("ix_audit_repo", "repo_key", "seq"),
+    Index("ix_audit_timestamp", "timestamp"),
+)
+
+control = Table(
+    "control",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=False),
+    Column("global_paused", Boolean, nullable=False),
+    Column("pause_reason", Text),
+    Column("updated_by", String(200)),
+    Column("updated_at", UTCDateTime(), nullable=False),
+    Column("version", Integer, nullable=False),
+)
+
+control_requests = Table(
+    "control_requests",
+    metadata,
+    Column("request_id", String(200), primary_key=True),
+    Column("action", String(64), nullable=False),
+    Column("target", String(260), nullable=False),
+    Column("operator", String(200), nullable=False),
+    Column("status_code", Integer, nullable=False),
+    Column("response", JSONText, nullable=False),
+    Column("created_at", UTCDateTime(), nullable=False),
+)
+
+repo_leases = Table(
+    "repo_leases",
+    metadata,
+    Column("repo_key", String(220), primary_key=True),
+    Column("lease_id", String(64), nullable=False),
+    Column("owner", String(200), nullable=False),
+    Column("task_id", String(64)),
+    Column("acquired_at", UTCDateTime(), nullable=False),
+    Column("expires_at", UTCDateTime(), nullable=False),
+)

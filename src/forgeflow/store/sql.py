@@ -1,0 +1,21 @@
+"""Small SQL helpers shared by the query modules."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import Connection, Table
+from sqlalchemy.dialects import postgresql, sqlite
+
+
+def insert_ignore(conn: Connection, table: Table, values: dict[str, Any]) -> bool:
+    """Insert unless a unique key already holds the row; True when this call inserted.
+
+    On PostgreSQL a concurrent insert of the same key waits for the other transaction,
+    so the caller's next read sees the winner's row.
+    """
+    if conn.dialect.name == "postgresql":
+        stmt: Any = postgresql.insert(table).values(**values).on_conflict_do_nothing()
+    else:
+        stmt = sqlite.insert(table).values(**values).on_conflict_do_nothing()
+    return bool(conn.execute(stmt).rowcount)

@@ -1,0 +1,231 @@
+"""Queries of the ``tasks`` table, and :func:`transition`: the one writer of task state."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Connection, func, insert, select, update
+
+from forgeflow.domain.states import IllegalTransition, TaskState, is_allowed
+
+__all__ = ["IllegalTransition", "StaleStateVersion", "TaskNotFound", "Transition", "transition"]
+from forgeflow.store import audit
+from forgeflow.store.schema import tasks
+from forgeflow.store.types import iso, utcnow
+
+# Columns a transition may set beside the state; anything else is not a transition's
+# business (and the state itself can only be set through ``to_state``).
+_TRANSITION_FIELDS = frozenset(
+    {
+        "attempt",
+        "reply_attempt",
+        "thread_id",
+        "turn_id",
+        "lease_id",
+        "next_retry_at",
+        "execution_error",
+        "reply_error",
+        "refs",
+    }
+)
+
+
+class StaleStateVersion(Exception):
+    """Another writer moved the task first: the caller's view is out of date."""
+
+    code = "stale_state_version"
+
+    def __init__(self, task_id: str, expected: int, actual: int | None) -> None:
+        super().__init__(f"task {task_id}: expected stateVersion {expected}, found {actual}")
+        self.task_id = task_id
+        self.expected = expected
+        self.actual = actual
+
+
+class TaskNotFound(Exception):
+    code = "task_not_found"
+
+
+@dataclass(frozen=True, slots=True)
+class Transition:
+    """A requested move of one task, with what the audit event should say."""
+
+    task_id: str
+    to_state: TaskState
+    expected_version: int
+    actor: str = "system"
+    action: str = "task.transition"
+    error_code: str | None = None
+    fields: dict[str, Any] | None = None
+    metadata: dict[str, Any] | None = None
+    delivery_id: str | None = None
+    comment_id: int | None = None
+
+
+def transition(conn: Connection, t: Transition) -> dict[str, Any]:
+    """Move a task along the transition table, with compare-and-swap and audit.
+
+    Illegal moves and stale versions write an alert event and raise; the alert is
+    part of the caller's transaction, so callers that want the alert kept commit
+    before re-raising (see ``Store.transition``).
+    """
+    row = conn.execute(select(tasks).where(tasks.c.task_id == t.task_id)).first()
+    if row is None:
+        raise TaskNotFound(t.task_id)
+    current = row._mapping
+    base_event = {
+        "task_id": t.task_id,
+        "session_key": current["session_key"],
+        "repo_key": current["repo_key"],
+        "actor": t.actor,
+        "from_state": current["state"],
+        "to_state": t.to_state.value,
+        "delivery_id": t.delivery_id,
+        "comment_id": t.comment_id,
+    }
+    if not is_allowed(current["state"], t.to_state.value):
+        audit.append(
+            conn,
+            audit.AuditEvent(
+                action="task.transition_refused",
+                error_code="illegal_transition",
+                state_version=current["state_version"],
+                metadata={"requestedBy": t.action},
+                **base_event,
+            ),
+        )
+        raise IllegalTransition(t.task_id, current["state"], t.to_state.value)
+    fields = dict(t.fields or {})
+    unknown = set(fields) - _TRANSITION_FIELDS
+    if unknown:
+        raise ValueError(f"transition cannot set {sorted(unknown)}")
+    new_version = t.expected_version + 1
+    result = conn.execute(
+        update(tasks)
+        .where(tasks.c.task_id == t.task_id)
+        .where(tasks.c.state_version == t.expected_version)
+        .where(tasks.c.state == current["state"])
+        .values(
+            state=t.to_state.value,
+            state_version=new_version,
+            updated_at=utcnow(),
+            error_code=t.error_code,
+            **fields,
+        )
+    )
+    if result.rowcount != 1:
+        audit.append(
+            conn,
+            audit.AuditEvent(
+                action="task.transition_refused",
+                error_code="stale_state_version",
+                state_version=current["state_version"],
+                metadata={"requestedBy": t.action, "expectedVersion": t.expected_version},
+                **base_event,
+            ),
+        )
+        raise StaleStateVersion(t.task_id, t.expected_version, current["state_version"])
+    audit.append(
+        conn,
+        audit.AuditEvent(
+            action=t.action,
+            state_version=new_version,
+            error_code=t.error_code,
+            metadata=t.metadata or {},
+            turn_id=fields.get("turn_id") or current["turn_id"],
+            **base_event,
+        ),
+    )
+    updated = conn.execute(select(tasks).where(tasks.c.task_id == t.task_id)).first()
+    assert updated is not None
+    return dict(updated._mapping)
+
+
+def insert_received(conn: Connection, values: dict[str, Any]) -> None:
+    """Create a task in ``received``; the caller moves it on with :func:`transition`."""
+    now = utcnow()
+    conn.execute(
+        insert(tasks).values(
+            state=TaskState.RECEIVED.value,
+            attempt=0,
+            reply_attempt=0,
+            created_at=now,
+            updated_at=now,
+            state_version=1,
+            **values,
+        )
+    )
+
+
+def get(conn: Connection, task_id: str) -> dict[str, Any] | None:
+    row = conn.execute(select(tasks).where(tasks.c.task_id == task_id)).first()
+    return dict(row._mapping) if row else None
+
+
+@dataclass(frozen=True, slots=True)
+class TaskFilter:
+    repo_key: str | None = None
+    resource_key: str | None = None
+    state: str | None = None
+    limit: int = 50
+    offset: int = 0
+
+
+def list_page(conn: Connection, f: TaskFilter) -> tuple[list[dict[str, Any]], int]:
+    conds = []
+    if f.repo_key is not None:
+        conds.append(tasks.c.repo_key == f.repo_key)
+    if f.resource_key is not None:
+        conds.append(tasks.c.resource_key == f.resource_key)
+    if f.state is not None:
+        conds.append(tasks.c.state == f.state)
+    total = conn.execute(select(func.count()).select_from(tasks).where(*conds)).scalar_one()
+    rows = conn.execute(
+        select(tasks)
+        .where(*conds)
+        .order_by(tasks.c.created_at.desc(), tasks.c.task_id)
+        .limit(f.limit)
+        .offset(f.offset)
+    )
+    return [dict(r._mapping) for r in rows], int(total)
+
+
+def counts_by_state(conn: Connection) -> dict[str, int]:
+    rows = conn.execute(select(tasks.c.state, func.count()).group_by(tasks.c.state))
+    return {state: int(n) for state, n in rows}
+
+
+def oldest_queued_at(conn: Connection) -> datetime | None:
+    value: datetime | None = conn.execute(
+        select(func.min(tasks.c.created_at)).where(tasks.c.state == TaskState.QUEUED.value)
+    ).scalar_one()
+    return value
+
+
+def to_json(row: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "taskId": row["task_id"],
+        "deliveryKey": row["delivery_key"],
+        "repoKey": row["repo_key"],
+        "resourceKey": row["resource_key"],
+        "sessionKey": row["session_key"],
+        "commentId": row["comment_id"],
+        "author": row["author"],
+        "instruction": row["instruction"],
+        "state": row["state"],
+        "attempt": row["attempt"],
+        "replyAttempt": row["reply_attempt"],
+        "threadId": row["thread_id"],
+        "turnId": row["turn_id"],
+        "leaseId": row["lease_id"],
+        "nextRetryAt": iso(row["next_retry_at"]),
+        "errorCode": row["error_code"],
+        "executionError": row["execution_error"],
+        "replyError": row["reply_error"],
+        "refs": row["refs"],
+        "createdAt": iso(row["created_at"]),
+        "updatedAt": iso(row["updated_at"]),
+        "stateVersion": row["state_version"],
+    }
