@@ -1,0 +1,49 @@
+"""A Gitea emulator and a forgeflow wired to it, both on real sockets."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from forgeflow_testkit.gitea_emulator import GiteaEmulator
+from tests.support.forgeflow import WEBHOOK_SECRET, Running, run_forgeflow
+
+BOT = "ccweb-bot"
+
+
+@dataclass
+class World:
+    gitea: GiteaEmulator
+    ff: Running
+    bot_token: str
+    issue: int
+    pull: int
+
+
+@pytest.fixture
+def gitea(tmp_path: Path) -> Iterator[GiteaEmulator]:
+    emu = GiteaEmulator(tmp_path / "gitea-repos")
+    emu.start()
+    try:
+        yield emu
+    finally:
+        emu.stop()
+
+
+@pytest.fixture
+def world(gitea: GiteaEmulator, tmp_path: Path, db_url: str) -> Iterator[World]:
+    bot_token = gitea.add_user(BOT)
+    gitea.add_user("alice")
+    gitea.add_user("mallory")
+    gitea.add_repo("acme", "widget")
+    gitea.set_permission("acme", "widget", "alice", "write")
+    gitea.set_permission("acme", "widget", BOT, "write")
+    issue = gitea.add_issue("acme", "widget", title="Flaky test", author="alice")
+    gitea.push_branch("acme", "widget", "feature", {"f.txt": "x\n"}, base="main")
+    pull = gitea.add_pull("acme", "widget", title="Feature", head="feature", author="alice")
+    with run_forgeflow(tmp_path / "ff", db_url, gitea_url=gitea.url, gitea_token=bot_token) as ff:
+        gitea.add_hook("acme", "widget", url=ff.webhook_url, secret=WEBHOOK_SECRET)
+        yield World(gitea, ff, bot_token, issue, pull)

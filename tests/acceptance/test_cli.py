@@ -1,0 +1,67 @@
+"""The command line as an operator meets it: real processes, real sockets."""
+
+from __future__ import annotations
+
+import stat
+import subprocess
+from pathlib import Path
+
+import httpx
+
+from tests.support.process import FORGEFLOW, clean_env, free_port, start_serve, wait_healthy
+
+
+def test_version() -> None:
+    out = subprocess.run([FORGEFLOW, "version"], capture_output=True, text=True, check=True)
+    assert out.stdout.startswith("forgeflow ")
+
+
+def test_invalid_setting_stops_with_one_line_and_exit_2(tmp_path: Path) -> None:
+    env = clean_env(FORGEFLOW_DATA_DIR=str(tmp_path), FORGEFLOW_TRIGGER_PERMISSION="root")
+    out = subprocess.run([FORGEFLOW, "serve"], env=env, capture_output=True, text=True,
+                         timeout=60)
+    assert out.returncode == 2
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1
+    assert "FORGEFLOW_TRIGGER_PERMISSION" in lines[0]
+
+
+def test_migrate_alone(tmp_path: Path) -> None:
+    env = clean_env(FORGEFLOW_DATA_DIR=str(tmp_path))
+    out = subprocess.run([FORGEFLOW, "migrate"], env=env, capture_output=True, text=True,
+                         timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert (tmp_path / "forgeflow.db").is_file()
+
+
+def test_serve_starts_unconfigured_and_says_what_it_cannot_do(tmp_path: Path) -> None:
+    port = free_port()
+    env = clean_env(FORGEFLOW_DATA_DIR=str(tmp_path / "data"), FORGEFLOW_PORT=str(port))
+    log = tmp_path / "serve.log"
+    proc = start_serve(env, stderr_path=log)
+    try:
+        wait_healthy(f"http://127.0.0.1:{port}", proc)
+        r = httpx.post(f"http://127.0.0.1:{port}/api/gitea/webhook", content=b"{}")
+        assert r.status_code == 503 and r.json()["error"] == "not_configured"
+        assert httpx.get(f"http://127.0.0.1:{port}/readyz").status_code == 200
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+    text = log.read_text()
+    assert "FORGEFLOW_WEBHOOK_SECRET is not set" in text
+    assert "FORGEFLOW_GITEA_URL is not set" in text
+    token_file = tmp_path / "data" / "admin_token"
+    token = token_file.read_text().strip()
+    assert stat.S_IMODE(token_file.stat().st_mode) == 0o600
+    assert text.count(token) == 1
+    # A second start keeps the token and does not print it again.
+    proc = start_serve(env, stderr_path=log)
+    try:
+        wait_healthy(f"http://127.0.0.1:{port}", proc)
+        r = httpx.get(f"http://127.0.0.1:{port}/api/gitea-workflow/overview",
+                      headers={"Authorization": f"Bearer {token}"})
+        assert r.status_code == 200
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+    assert log.read_text().count(token) == 1

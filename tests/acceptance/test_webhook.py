@@ -1,0 +1,200 @@
+"""AC-01, AC-02 and the §8 rows the webhook owns, through Gitea's own delivery path."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+from typing import Any
+
+import httpx
+from conftest import BOT, World
+from sqlalchemy import func, select
+
+from forgeflow.store.schema import audit_events, repositories, tasks, webhook_deliveries
+from tests.support.forgeflow import WEBHOOK_SECRET
+
+
+def _count(world: World, table: Any, *where: Any) -> int:
+    return int(
+        world.ff.services.store.db.read_sync(
+            lambda c: c.execute(select(func.count()).select_from(table).where(*where)).scalar_one()
+        )
+    )
+
+
+def _last(world: World) -> Any:
+    return world.gitea.deliveries[-1]
+
+
+def test_mention_on_issue_creates_a_queued_task(world: World) -> None:  # AC-01
+    world.gitea.post_comment("acme", "widget", world.issue, author="alice",
+                             body="@ccweb-bot please fix the flaky test")
+    d = _last(world)
+    assert d.status_code == 202, d.response
+    answer = json.loads(d.response)
+    assert answer["state"] == "queued"
+    assert answer["deliveryId"] == d.delivery_id
+    task = world.ff.services.store.db.read_sync(
+        lambda c: c.execute(select(tasks).where(tasks.c.task_id == answer["taskId"])).one()
+    )
+    assert task.instruction == "please fix the flaky test"
+    assert task.resource_key == f"default:acme/widget:issue:{world.issue}"
+    assert task.author == "alice"
+    assert task.state_version == 2
+    # Only the hash of the raw body is kept.
+    row = world.ff.services.store.db.read_sync(
+        lambda c: c.execute(select(webhook_deliveries)).one()
+    )
+    assert row.payload_hash == "sha256:" + hashlib.sha256(d.body).hexdigest()
+
+
+def test_mention_on_pull_request_records_refs(world: World) -> None:
+    world.gitea.post_comment("acme", "widget", world.pull, author="alice",
+                             body="@ccweb-bot review this")
+    d = _last(world)
+    assert d.status_code == 202, d.response
+    task_id = json.loads(d.response)["taskId"]
+    task = world.ff.services.store.db.read_sync(
+        lambda c: c.execute(select(tasks).where(tasks.c.task_id == task_id)).one()
+    )
+    assert task.resource_key == f"default:acme/widget:pull_request:{world.pull}"
+    assert task.refs["head"] == "feature" and task.refs["base"] == "main"
+
+
+def test_comments_that_must_not_trigger(world: World) -> None:  # AC-01
+    g = world.gitea
+    g.post_comment("acme", "widget", world.issue, author="alice", body="no mention at all")
+    g.post_comment("acme", "widget", world.issue, author="alice",
+                   body="`@ccweb-bot` in code and me@ccweb-bot.example")
+    g.post_comment("acme", "widget", world.issue, author=BOT,
+                   body="@ccweb-bot talking to myself")
+    c = g.post_comment("acme", "widget", world.issue, author="alice", body="plain")
+    g.edit_comment("acme", "widget", c["id"], body="@ccweb-bot edited in later")
+    statuses = [(d.status_code, json.loads(d.response)) for d in g.deliveries]
+    assert [s for s, _ in statuses] == [200] * 5
+    assert [b["reason"] for _, b in statuses] == [
+        "no_mention", "no_mention", "bot_comment", "no_mention", "action_edited"]
+    assert _count(world, tasks) == 0
+
+
+def test_bad_signature_is_401_with_no_business_row(world: World) -> None:  # AC-02, §8
+    comment = world.gitea.post_comment("acme", "widget", world.issue, author="alice", body="hi")
+    payload = world.gitea.comment_payload("acme", "widget", world.issue, comment, sender="alice")
+    payload["comment"]["body"] = "@ccweb-bot forged"
+    headers, body = world.gitea.build_delivery("acme", "widget", "issue_comment", payload,
+                                               secret="wrong-secret")
+    before = _count(world, webhook_deliveries)
+    r = httpx.post(world.ff.webhook_url, content=body, headers=headers)
+    assert r.status_code == 401
+    assert r.json()["error"] == "invalid_signature"
+    stripped = {k: v for k, v in headers.items() if "signature" not in k.lower()}
+    assert httpx.post(world.ff.webhook_url, content=body, headers=stripped).status_code == 401
+    assert _count(world, webhook_deliveries) == before
+    assert _count(world, tasks) == 0
+    assert _count(world, audit_events, audit_events.c.error_code == "invalid_signature") == 2
+
+
+def test_each_signature_header_is_accepted(world: World) -> None:
+    comment = world.gitea.post_comment("acme", "widget", world.issue, author="alice", body="hi")
+    for i, flavour in enumerate(["gitea", "forgejo", "hub"]):
+        payload = world.gitea.comment_payload("acme", "widget", world.issue,
+                                              {**comment, "id": comment["id"] * 1000 + i},
+                                              sender="alice")
+        payload["comment"]["body"] = f"@ccweb-bot try {flavour}"
+        headers, body = world.gitea.build_delivery(
+            "acme", "widget", "issue_comment", payload, secret=WEBHOOK_SECRET,
+            flavour="forgejo" if flavour == "forgejo" else "gitea")
+        if flavour == "hub":
+            headers = {k: v for k, v in headers.items()
+                       if k.lower() not in ("x-gitea-signature", "x-gogs-signature")}
+            headers["X-Hub-Signature-256"] = "sha256=" + hmac.new(
+                WEBHOOK_SECRET.encode(), body, hashlib.sha256).hexdigest()
+        r = httpx.post(world.ff.webhook_url, content=body, headers=headers)
+        assert r.status_code == 202, (flavour, r.text)
+
+
+def test_same_delivery_twice_returns_the_original(world: World) -> None:  # AC-02, §8
+    world.gitea.post_comment("acme", "widget", world.issue, author="alice", body="@ccweb-bot go")
+    first = _last(world)
+    again = httpx.post(world.ff.webhook_url, content=first.body, headers=first.headers)
+    assert again.status_code == 200
+    body = again.json()
+    assert body["status"] == "duplicate"
+    assert body["taskId"] == json.loads(first.response)["taskId"]
+    assert body["state"] == "queued"
+    assert _count(world, tasks) == 1
+
+
+def test_replay_with_a_new_delivery_id_creates_nothing(world: World) -> None:
+    world.gitea.post_comment("acme", "widget", world.issue, author="alice", body="@ccweb-bot go")
+    first = _last(world)
+    replay = world.gitea.redeliver(first)
+    assert replay.delivery_id != first.delivery_id
+    assert replay.status_code == 200
+    assert json.loads(replay.response)["taskId"] == json.loads(first.response)["taskId"]
+    assert _count(world, tasks) == 1
+    assert _count(world, webhook_deliveries, webhook_deliveries.c.status == "duplicate") == 1
+
+
+def test_incomplete_payload_is_400(world: World) -> None:  # §8
+    comment = world.gitea.post_comment("acme", "widget", world.issue, author="alice", body="x")
+    payload = world.gitea.comment_payload("acme", "widget", world.issue, comment, sender="alice")
+    del payload["issue"]
+    headers, body = world.gitea.build_delivery("acme", "widget", "issue_comment", payload,
+                                               secret=WEBHOOK_SECRET)
+    r = httpx.post(world.ff.webhook_url, content=body, headers=headers)
+    assert r.status_code == 400
+    assert r.json() == {"error": "invalid_payload", "message": "missing field issue.number"}
+    headers, body = world.gitea.build_delivery("acme", "widget", "issue_comment", payload,
+                                               secret=WEBHOOK_SECRET)
+    garbage = b"{not json"
+    headers["X-Gitea-Signature"] = hmac.new(WEBHOOK_SECRET.encode(), garbage,
+                                            hashlib.sha256).hexdigest()
+    headers.pop("X-Hub-Signature-256", None)
+    r = httpx.post(world.ff.webhook_url, content=garbage, headers=headers)
+    assert r.status_code == 400 and r.json()["error"] == "invalid_payload"
+    assert _count(world, tasks) == 0
+
+
+def test_commenter_without_write_is_rejected(world: World) -> None:
+    world.gitea.post_comment("acme", "widget", world.issue, author="mallory",
+                             body="@ccweb-bot delete everything")
+    d = _last(world)
+    assert d.status_code == 200
+    answer = json.loads(d.response)
+    assert answer["status"] == "rejected" and answer["reason"] == "insufficient_permission"
+    assert _count(world, tasks, tasks.c.state == "rejected") == 1
+    assert _count(world, tasks, tasks.c.state == "queued") == 0
+    assert _count(world, audit_events, audit_events.c.error_code == "insufficient_permission") == 1
+
+
+def test_first_mention_registers_the_repository_once(world: World) -> None:
+    for n in range(3):
+        world.gitea.post_comment("acme", "widget", world.issue, author="alice",
+                                 body=f"@ccweb-bot task {n}")
+    assert _count(world, repositories) == 1
+    assert _count(world, audit_events, audit_events.c.action == "repository.register") == 1
+    assert _count(world, tasks, tasks.c.state == "queued") == 3
+
+
+def test_disabled_repository_is_409(world: World) -> None:  # §8, AC-10
+    world.gitea.post_comment("acme", "widget", world.issue, author="alice", body="@ccweb-bot one")
+    with world.ff.admin() as admin:
+        r = admin.post("/api/gitea-workflow/repos/default:acme/widget/disable",
+                       json={"requestId": "r1", "reason": "maintenance"})
+        assert r.status_code == 200 and r.json()["status"] == "disabled"
+    world.gitea.post_comment("acme", "widget", world.issue, author="alice", body="@ccweb-bot two")
+    d = _last(world)
+    assert d.status_code == 409
+    assert json.loads(d.response)["error"] == "repository_disabled"
+    assert _count(world, tasks) == 1
+
+
+def test_unconfigured_secret_is_503(gitea: Any, tmp_path: Any, sqlite_url: str) -> None:
+    from tests.support.forgeflow import run_forgeflow
+
+    with run_forgeflow(tmp_path / "ff", sqlite_url, webhook_secret=None) as ff:
+        r = httpx.post(ff.webhook_url, content=b"{}", headers={"X-Gitea-Event": "issue_comment"})
+        assert r.status_code == 503
+        assert r.json()["error"] == "not_configured"

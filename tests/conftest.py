@@ -1,0 +1,68 @@
+"""Fixtures shared by every kind of test: real databases and real servers."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from forgeflow.store import Store
+
+PG_ADMIN_DSN = os.environ.get("FORGEFLOW_TEST_PG", "postgresql://postgres@127.0.0.1:5432/postgres")
+
+
+def _pg_admin(sql: str) -> None:
+    with psycopg.connect(PG_ADMIN_DSN, autocommit=True) as conn:
+        conn.execute(sql)  # type: ignore[arg-type]
+
+
+def _pg_url(name: str) -> str:
+    base = PG_ADMIN_DSN.rsplit("/", 1)[0]
+    return base.replace("postgresql://", "postgresql+psycopg://", 1) + "/" + name
+
+
+@pytest.fixture(scope="session")
+def pg_template() -> Iterator[str]:
+    """A migrated template database, built once; tests copy it (procrastinate's trick)."""
+    name = f"ff_tpl_{uuid.uuid4().hex[:10]}"
+    _pg_admin(f'CREATE DATABASE "{name}"')
+    store = Store(_pg_url(name))
+    try:
+        store.migrate()
+    finally:
+        store.close()
+    yield name
+    _pg_admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture
+def pg_url(pg_template: str) -> Iterator[str]:
+    name = f"ff_t_{uuid.uuid4().hex[:12]}"
+    _pg_admin(f'CREATE DATABASE "{name}" TEMPLATE "{pg_template}"')
+    yield _pg_url(name)
+    _pg_admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture
+def sqlite_url(tmp_path: Path) -> str:
+    return f"sqlite:///{tmp_path / 'forgeflow.db'}"
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def db_url(request: pytest.FixtureRequest) -> str:
+    """Each test that takes this runs on both drivers."""
+    if request.param == "sqlite":
+        return str(request.getfixturevalue("sqlite_url"))
+    return str(request.getfixturevalue("pg_url"))
+
+
+@pytest.fixture
+def store(db_url: str) -> Iterator[Store]:
+    s = Store(db_url)
+    s.migrate()
+    yield s
+    s.close()

@@ -1,0 +1,51 @@
+"""Store behaviour the rest of forgeflow relies on, on SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from sqlalchemy import update
+from sqlalchemy.exc import IntegrityError
+
+from forgeflow.domain.states import IllegalTransition, TaskState
+from forgeflow.store import StaleStateVersion, Store, Transition, audit, tasks
+from forgeflow.store.schema import tasks as tasks_table
+
+
+def _task(store: Store, n: int, repo: str = "default:a/b") -> str:
+    task_id = f"gitea-task-{n}"
+    store.db.write_sync(lambda c: tasks.insert_received(c, {
+        "task_id": task_id, "delivery_key": f"default:d{n}", "repo_key": repo,
+        "resource_key": f"{repo}:issue:{n}", "session_key": f"{repo}:issue:{n}",
+        "comment_id": n, "author": "alice", "instruction": "x"}))
+    return task_id
+
+
+def test_database_refuses_two_active_tasks_on_one_repository(store: Store) -> None:
+    a, b, other = _task(store, 1), _task(store, 2), _task(store, 3, repo="default:a/c")
+
+    def force(task_id: str) -> None:
+        store.db.write_sync(lambda c: c.execute(
+            update(tasks_table).where(tasks_table.c.task_id == task_id).values(state="running")))
+
+    force(a)
+    force(other)  # another repository is free to run in parallel
+    with pytest.raises(IntegrityError):
+        force(b)
+
+
+def test_refused_transition_keeps_its_alert(store: Store) -> None:
+    task_id = _task(store, 1)
+    with pytest.raises(IllegalTransition):
+        asyncio.run(store.transition(Transition(task_id, TaskState.SUCCEEDED, 1)))
+    with pytest.raises(StaleStateVersion):
+        asyncio.run(store.transition(Transition(task_id, TaskState.QUEUED, 7)))
+    row = asyncio.run(store.transition(Transition(task_id, TaskState.QUEUED, 1)))
+    assert row["state"] == "queued" and row["state_version"] == 2
+    events = store.db.read_sync(lambda c: audit.query(c, audit.AuditQuery(task_id=task_id)))
+    assert [(e["action"], e["errorCode"]) for e in events] == [
+        ("task.transition_refused", "illegal_transition"),
+        ("task.transition_refused", "stale_state_version"),
+        ("task.transition", None),
+    ]

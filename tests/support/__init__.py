@@ -1,0 +1,1 @@
+"""Helpers for tests: running forgeflow on a real socket, signing deliveries."""

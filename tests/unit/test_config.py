@@ -1,0 +1,68 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from forgeflow.config import ConfigError, Permission, capability_warnings, load_settings
+
+
+def test_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
+    for var in ("FORGEFLOW_DATA_DIR", "FORGEFLOW_DATABASE_URL", "FORGEFLOW_PORT"):
+        monkeypatch.delenv(var, raising=False)
+    s = load_settings()
+    assert s.port == 8080 and s.host == "127.0.0.1"
+    assert s.bot_login == "ccweb-bot"
+    assert s.trigger_permission is Permission.WRITE
+    assert s.resolved_database_url.startswith("sqlite:///")
+    assert s.resolved_workspace_root == (Path(".forgeflow") / "workspaces").resolve()
+
+
+def test_environment_wins_over_toml(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    cfg = tmp_path / "forgeflow.toml"
+    cfg.write_text('port = 9000\nbot_login = "file-bot"\n[ignored]\nx = 1\n')
+    monkeypatch.setenv("FORGEFLOW_PORT", "9100")
+    s = load_settings(cfg)
+    assert s.port == 9100
+    assert s.bot_login == "file-bot"
+
+
+@pytest.mark.parametrize(
+    ("var", "value", "named"),
+    [
+        ("FORGEFLOW_PORT", "eighty", "FORGEFLOW_PORT"),
+        ("FORGEFLOW_PORT", "70000", "FORGEFLOW_PORT"),
+        ("FORGEFLOW_TRIGGER_PERMISSION", "root", "FORGEFLOW_TRIGGER_PERMISSION"),
+        ("FORGEFLOW_GITEA_URL", "gitea.local", "FORGEFLOW_GITEA_URL"),
+        ("FORGEFLOW_DATABASE_URL", "mysql://x", "FORGEFLOW_DATABASE_URL"),
+        ("FORGEFLOW_BOT_LOGIN", "@bot", "FORGEFLOW_BOT_LOGIN"),
+        ("FORGEFLOW_CODEX_COMMAND", "codex 'unterminated", "FORGEFLOW_CODEX_COMMAND"),
+    ],
+)
+def test_invalid_setting_names_the_variable(
+    monkeypatch: pytest.MonkeyPatch, var: str, value: str, named: str
+) -> None:
+    monkeypatch.setenv(var, value)
+    with pytest.raises(ConfigError) as info:
+        load_settings()
+    message = str(info.value)
+    assert message.startswith(named + ":")
+    assert "\n" not in message
+
+
+def test_bad_toml_is_a_config_error(tmp_path: Path) -> None:
+    cfg = tmp_path / "bad.toml"
+    cfg.write_text("port = = 1")
+    with pytest.raises(ConfigError, match="--config"):
+        load_settings(cfg)
+    with pytest.raises(ConfigError, match="does not exist"):
+        load_settings(tmp_path / "missing.toml")
+
+
+def test_missing_gitea_settings_are_warnings_not_errors(monkeypatch: pytest.MonkeyPatch) -> None:
+    for var in ("FORGEFLOW_GITEA_URL", "FORGEFLOW_GITEA_TOKEN", "FORGEFLOW_WEBHOOK_SECRET"):
+        monkeypatch.delenv(var, raising=False)
+    lines = capability_warnings(load_settings())
+    assert any(line.startswith("FORGEFLOW_WEBHOOK_SECRET") and "503 not_configured" in line
+               for line in lines)
+    assert len(lines) == 3
