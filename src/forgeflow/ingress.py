@@ -18,7 +18,7 @@ from forgeflow.domain.markers import parse_marker
 from forgeflow.domain.mentions import find_mention
 from forgeflow.domain.paths import repo_workspace
 from forgeflow.gitea import webhook
-from forgeflow.gitea.client import GiteaError, PermissionCache
+from forgeflow.gitea.client import GiteaError, GiteaPermissionDenied, PermissionCache
 from forgeflow.store import Store, audit, deliveries
 from forgeflow.store.deliveries import DeliveryRecord
 
@@ -166,8 +166,13 @@ class WebhookIngress:
             )
         except GiteaError as exc:
             log.warning(
-                "webhook.permission_unavailable", delivery_id=event.delivery_id, error=str(exc)
+                "webhook.permission_unavailable",
+                delivery_id=event.delivery_id,
+                error=str(exc),
+                code=exc.code,
             )
+            if isinstance(exc, GiteaPermissionDenied):
+                return _error(503, exc.code, str(exc), "unavailable")
             return _error(
                 503,
                 "gitea_unavailable",

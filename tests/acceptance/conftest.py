@@ -3,24 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 from forgeflow_testkit.gitea_emulator import GiteaEmulator
-from tests.support.forgeflow import WEBHOOK_SECRET, Running, run_forgeflow
-
-BOT = "ccweb-bot"
-
-
-@dataclass
-class World:
-    gitea: GiteaEmulator
-    ff: Running
-    bot_token: str
-    issue: int
-    pull: int
+from tests.support.forgeflow import WEBHOOK_SECRET, run_forgeflow
+from tests.support.world import BOT, World
 
 
 @pytest.fixture
@@ -40,7 +29,8 @@ def world(gitea: GiteaEmulator, tmp_path: Path, db_url: str) -> Iterator[World]:
     gitea.add_user("mallory")
     gitea.add_repo("acme", "widget")
     gitea.set_permission("acme", "widget", "alice", "write")
-    gitea.set_permission("acme", "widget", BOT, "write")
+    gitea.set_permission("acme", "widget", "mallory", "read")
+    gitea.set_permission("acme", "widget", BOT, "admin")
     issue = gitea.add_issue("acme", "widget", title="Flaky test", author="alice")
     gitea.push_branch("acme", "widget", "feature", {"f.txt": "x\n"}, base="main")
     pull = gitea.add_pull("acme", "widget", title="Feature", head="feature", author="alice")

@@ -18,8 +18,7 @@ def test_version() -> None:
 
 def test_invalid_setting_stops_with_one_line_and_exit_2(tmp_path: Path) -> None:
     env = clean_env(FORGEFLOW_DATA_DIR=str(tmp_path), FORGEFLOW_TRIGGER_PERMISSION="root")
-    out = subprocess.run([FORGEFLOW, "serve"], env=env, capture_output=True, text=True,
-                         timeout=60)
+    out = subprocess.run([FORGEFLOW, "serve"], env=env, capture_output=True, text=True, timeout=60)
     assert out.returncode == 2
     lines = out.stderr.strip().splitlines()
     assert len(lines) == 1
@@ -28,8 +27,9 @@ def test_invalid_setting_stops_with_one_line_and_exit_2(tmp_path: Path) -> None:
 
 def test_migrate_alone(tmp_path: Path) -> None:
     env = clean_env(FORGEFLOW_DATA_DIR=str(tmp_path))
-    out = subprocess.run([FORGEFLOW, "migrate"], env=env, capture_output=True, text=True,
-                         timeout=60)
+    out = subprocess.run(
+        [FORGEFLOW, "migrate"], env=env, capture_output=True, text=True, timeout=60
+    )
     assert out.returncode == 0, out.stderr
     assert (tmp_path / "forgeflow.db").is_file()
 
@@ -58,8 +58,10 @@ def test_serve_starts_unconfigured_and_says_what_it_cannot_do(tmp_path: Path) ->
     proc = start_serve(env, stderr_path=log)
     try:
         wait_healthy(f"http://127.0.0.1:{port}", proc)
-        r = httpx.get(f"http://127.0.0.1:{port}/api/gitea-workflow/overview",
-                      headers={"Authorization": f"Bearer {token}"})
+        r = httpx.get(
+            f"http://127.0.0.1:{port}/api/gitea-workflow/overview",
+            headers={"Authorization": f"Bearer {token}"},
+        )
         assert r.status_code == 200
     finally:
         proc.terminate()

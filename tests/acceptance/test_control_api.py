@@ -5,7 +5,8 @@ from __future__ import annotations
 import json
 
 import httpx
-from conftest import World
+
+from tests.support.world import World
 
 
 def _mention(world: World, text: str = "@ccweb-bot go", index: int | None = None) -> str:
@@ -18,8 +19,13 @@ def _mention(world: World, text: str = "@ccweb-bot go", index: int | None = None
 
 def test_every_control_route_needs_the_token(world: World) -> None:
     url = world.ff.url + "/api/gitea-workflow"
-    for method, path in [("GET", "/overview"), ("GET", "/tasks"), ("GET", "/audit"),
-                         ("POST", "/control/pause"), ("POST", "/tasks/x/cancel")]:
+    for method, path in [
+        ("GET", "/overview"),
+        ("GET", "/tasks"),
+        ("GET", "/audit"),
+        ("POST", "/control/pause"),
+        ("POST", "/tasks/x/cancel"),
+    ]:
         for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": "Basic x"}):
             r = httpx.request(method, url + path, headers=headers, json={"requestId": "a"})
             assert r.status_code == 401, (method, path, headers)
@@ -28,12 +34,16 @@ def test_every_control_route_needs_the_token(world: World) -> None:
 
 def test_pause_resume_is_idempotent_and_records_the_operator(world: World) -> None:
     with world.ff.admin() as admin:
-        r = admin.post("/api/gitea-workflow/control/pause",
-                       json={"requestId": "p-1", "reason": "upgrade", "operator": "alice"})
+        r = admin.post(
+            "/api/gitea-workflow/control/pause",
+            json={"requestId": "p-1", "reason": "upgrade", "operator": "alice"},
+        )
         assert r.status_code == 200
         assert r.json()["globalPaused"] is True and r.json()["operator"] == "admin:alice"
-        again = admin.post("/api/gitea-workflow/control/pause",
-                           json={"requestId": "p-1", "reason": "upgrade", "operator": "alice"})
+        again = admin.post(
+            "/api/gitea-workflow/control/pause",
+            json={"requestId": "p-1", "reason": "upgrade", "operator": "alice"},
+        )
         assert again.status_code == 200 and again.json()["replayed"] is True
         assert again.json()["version"] == r.json()["version"]
         ov = admin.get("/api/gitea-workflow/overview").json()
@@ -58,15 +68,15 @@ def test_control_body_is_validated(world: World) -> None:
 def test_cancel_queued_then_409_for_terminal(world: World) -> None:
     task_id = _mention(world)
     with world.ff.admin() as admin:
-        r = admin.post(f"/api/gitea-workflow/tasks/{task_id}/cancel",
-                       json={"requestId": "c-1", "reason": "not needed"})
+        r = admin.post(
+            f"/api/gitea-workflow/tasks/{task_id}/cancel",
+            json={"requestId": "c-1", "reason": "not needed"},
+        )
         assert r.status_code == 200
         assert r.json()["state"] == "cancelled" and r.json()["changed"] is True
-        again = admin.post(f"/api/gitea-workflow/tasks/{task_id}/cancel",
-                           json={"requestId": "c-2"})
+        again = admin.post(f"/api/gitea-workflow/tasks/{task_id}/cancel", json={"requestId": "c-2"})
         assert again.status_code == 200 and again.json()["changed"] is False
-        abort = admin.post(f"/api/gitea-workflow/tasks/{task_id}/abort",
-                           json={"requestId": "a-1"})
+        abort = admin.post(f"/api/gitea-workflow/tasks/{task_id}/abort", json={"requestId": "a-1"})
         assert abort.status_code == 409
         assert abort.json()["error"] == "invalid_state" and abort.json()["state"] == "cancelled"
         missing = admin.post("/api/gitea-workflow/tasks/nope/cancel", json={"requestId": "c-3"})
@@ -90,11 +100,15 @@ def test_task_list_filters_and_pages(world: World) -> None:
         assert rest["nextOffset"] is None
         seen = {t["taskId"] for t in page["items"] + rest["items"]}
         assert seen == {*ids, pr_task}
-        by_resource = admin.get("/api/gitea-workflow/tasks", params={
-            "resourceKey": f"default:acme/widget:pull_request:{world.pull}"}).json()
+        by_resource = admin.get(
+            "/api/gitea-workflow/tasks",
+            params={"resourceKey": f"default:acme/widget:pull_request:{world.pull}"},
+        ).json()
         assert [t["taskId"] for t in by_resource["items"]] == [pr_task]
-        by_repo = admin.get("/api/gitea-workflow/tasks",
-                            params={"repoKey": "default:acme/widget", "state": "queued"}).json()
+        by_repo = admin.get(
+            "/api/gitea-workflow/tasks",
+            params={"repoKey": "default:acme/widget", "state": "queued"},
+        ).json()
         assert by_repo["total"] == 4
 
 
@@ -108,26 +122,45 @@ def test_task_detail_and_audit_chain(world: World) -> None:  # AC-11
         accept = [e for e in detail["audit"] if e["action"] == "webhook.accept"]
         assert len(accept) == 1
         e = accept[0]
-        assert (e["fromState"], e["toState"], e["deliveryId"]) == ("received", "queued",
-                                                                   delivery_id)
+        assert (e["fromState"], e["toState"], e["deliveryId"]) == (
+            "received",
+            "queued",
+            delivery_id,
+        )
         assert e["actor"] == "gitea:user:alice" and e["commentId"] is not None
-        for key in ("eventId", "taskId", "sessionKey", "actor", "action", "fromState",
-                    "toState", "deliveryId", "turnId", "commentId", "errorCode", "timestamp"):
+        for key in (
+            "eventId",
+            "taskId",
+            "sessionKey",
+            "actor",
+            "action",
+            "fromState",
+            "toState",
+            "deliveryId",
+            "turnId",
+            "commentId",
+            "errorCode",
+            "timestamp",
+        ):
             assert key in e
         session = detail["task"]["sessionKey"]
         by_session = admin.get("/api/gitea-workflow/audit", params={"sessionKey": session}).json()
         assert {x["eventId"] for x in by_session["items"]} >= {e["eventId"]}
-        by_repo = admin.get("/api/gitea-workflow/audit",
-                            params={"repoKey": "default:acme/widget"}).json()
+        by_repo = admin.get(
+            "/api/gitea-workflow/audit", params={"repoKey": "default:acme/widget"}
+        ).json()
         assert any(x["action"] == "repository.register" for x in by_repo["items"])
-        future = admin.get("/api/gitea-workflow/audit",
-                           params={"taskId": task_id, "since": "2999-01-01T00:00:00Z"}).json()
+        future = admin.get(
+            "/api/gitea-workflow/audit", params={"taskId": task_id, "since": "2999-01-01T00:00:00Z"}
+        ).json()
         assert future["items"] == []
-        past = admin.get("/api/gitea-workflow/audit",
-                         params={"taskId": task_id, "until": "2000-01-01T00:00:00Z"}).json()
+        past = admin.get(
+            "/api/gitea-workflow/audit", params={"taskId": task_id, "until": "2000-01-01T00:00:00Z"}
+        ).json()
         assert past["items"] == []
-        jsonl = admin.get("/api/gitea-workflow/audit", params={"taskId": task_id,
-                                                               "format": "jsonl"})
+        jsonl = admin.get(
+            "/api/gitea-workflow/audit", params={"taskId": task_id, "format": "jsonl"}
+        )
         lines = [json.loads(x) for x in jsonl.text.splitlines()]
         assert [x["eventId"] for x in lines] == [x["eventId"] for x in detail["audit"]]
         bad = admin.get("/api/gitea-workflow/audit", params={"since": "yesterday"})

@@ -8,11 +8,11 @@ import json
 from typing import Any
 
 import httpx
-from conftest import BOT, World
 from sqlalchemy import func, select
 
 from forgeflow.store.schema import audit_events, repositories, tasks, webhook_deliveries
 from tests.support.forgeflow import WEBHOOK_SECRET
+from tests.support.world import BOT, World
 
 
 def _count(world: World, table: Any, *where: Any) -> int:
@@ -28,8 +28,9 @@ def _last(world: World) -> Any:
 
 
 def test_mention_on_issue_creates_a_queued_task(world: World) -> None:  # AC-01
-    world.gitea.post_comment("acme", "widget", world.issue, author="alice",
-                             body="@ccweb-bot please fix the flaky test")
+    world.gitea.post_comment(
+        "acme", "widget", world.issue, author="alice", body="@ccweb-bot please fix the flaky test"
+    )
     d = _last(world)
     assert d.status_code == 202, d.response
     answer = json.loads(d.response)
@@ -49,9 +50,10 @@ def test_mention_on_issue_creates_a_queued_task(world: World) -> None:  # AC-01
     assert row.payload_hash == "sha256:" + hashlib.sha256(d.body).hexdigest()
 
 
-def test_mention_on_pull_request_records_refs(world: World) -> None:
-    world.gitea.post_comment("acme", "widget", world.pull, author="alice",
-                             body="@ccweb-bot review this")
+def test_mention_on_pull_request_is_a_pull_request_task(world: World) -> None:
+    world.gitea.post_comment(
+        "acme", "widget", world.pull, author="alice", body="@ccweb-bot review this"
+    )
     d = _last(world)
     assert d.status_code == 202, d.response
     task_id = json.loads(d.response)["taskId"]
@@ -59,22 +61,32 @@ def test_mention_on_pull_request_records_refs(world: World) -> None:
         lambda c: c.execute(select(tasks).where(tasks.c.task_id == task_id)).one()
     )
     assert task.resource_key == f"default:acme/widget:pull_request:{world.pull}"
-    assert task.refs["head"] == "feature" and task.refs["base"] == "main"
+    # Gitea's comment payload carries no head/base; the worker reads them from the API.
+    assert task.refs is None
 
 
 def test_comments_that_must_not_trigger(world: World) -> None:  # AC-01
     g = world.gitea
     g.post_comment("acme", "widget", world.issue, author="alice", body="no mention at all")
-    g.post_comment("acme", "widget", world.issue, author="alice",
-                   body="`@ccweb-bot` in code and me@ccweb-bot.example")
-    g.post_comment("acme", "widget", world.issue, author=BOT,
-                   body="@ccweb-bot talking to myself")
+    g.post_comment(
+        "acme",
+        "widget",
+        world.issue,
+        author="alice",
+        body="`@ccweb-bot` in code and me@ccweb-bot.example",
+    )
+    g.post_comment("acme", "widget", world.issue, author=BOT, body="@ccweb-bot talking to myself")
     c = g.post_comment("acme", "widget", world.issue, author="alice", body="plain")
     g.edit_comment("acme", "widget", c["id"], body="@ccweb-bot edited in later")
     statuses = [(d.status_code, json.loads(d.response)) for d in g.deliveries]
     assert [s for s, _ in statuses] == [200] * 5
     assert [b["reason"] for _, b in statuses] == [
-        "no_mention", "no_mention", "bot_comment", "no_mention", "action_edited"]
+        "no_mention",
+        "no_mention",
+        "bot_comment",
+        "no_mention",
+        "action_edited",
+    ]
     assert _count(world, tasks) == 0
 
 
@@ -82,8 +94,9 @@ def test_bad_signature_is_401_with_no_business_row(world: World) -> None:  # AC-
     comment = world.gitea.post_comment("acme", "widget", world.issue, author="alice", body="hi")
     payload = world.gitea.comment_payload("acme", "widget", world.issue, comment, sender="alice")
     payload["comment"]["body"] = "@ccweb-bot forged"
-    headers, body = world.gitea.build_delivery("acme", "widget", "issue_comment", payload,
-                                               secret="wrong-secret")
+    headers, body = world.gitea.build_delivery(
+        "acme", "widget", "issue_comment", payload, secret="wrong-secret"
+    )
     before = _count(world, webhook_deliveries)
     r = httpx.post(world.ff.webhook_url, content=body, headers=headers)
     assert r.status_code == 401
@@ -98,18 +111,31 @@ def test_bad_signature_is_401_with_no_business_row(world: World) -> None:  # AC-
 def test_each_signature_header_is_accepted(world: World) -> None:
     comment = world.gitea.post_comment("acme", "widget", world.issue, author="alice", body="hi")
     for i, flavour in enumerate(["gitea", "forgejo", "hub"]):
-        payload = world.gitea.comment_payload("acme", "widget", world.issue,
-                                              {**comment, "id": comment["id"] * 1000 + i},
-                                              sender="alice")
+        payload = world.gitea.comment_payload(
+            "acme",
+            "widget",
+            world.issue,
+            {**comment, "id": comment["id"] * 1000 + i},
+            sender="alice",
+        )
         payload["comment"]["body"] = f"@ccweb-bot try {flavour}"
         headers, body = world.gitea.build_delivery(
-            "acme", "widget", "issue_comment", payload, secret=WEBHOOK_SECRET,
-            flavour="forgejo" if flavour == "forgejo" else "gitea")
+            "acme",
+            "widget",
+            "issue_comment",
+            payload,
+            secret=WEBHOOK_SECRET,
+            flavour="forgejo" if flavour == "forgejo" else "gitea",
+        )
         if flavour == "hub":
-            headers = {k: v for k, v in headers.items()
-                       if k.lower() not in ("x-gitea-signature", "x-gogs-signature")}
-            headers["X-Hub-Signature-256"] = "sha256=" + hmac.new(
-                WEBHOOK_SECRET.encode(), body, hashlib.sha256).hexdigest()
+            headers = {
+                k: v
+                for k, v in headers.items()
+                if k.lower() not in ("x-gitea-signature", "x-gogs-signature")
+            }
+            headers["X-Hub-Signature-256"] = (
+                "sha256=" + hmac.new(WEBHOOK_SECRET.encode(), body, hashlib.sha256).hexdigest()
+            )
         r = httpx.post(world.ff.webhook_url, content=body, headers=headers)
         assert r.status_code == 202, (flavour, r.text)
 
@@ -141,16 +167,19 @@ def test_incomplete_payload_is_400(world: World) -> None:  # §8
     comment = world.gitea.post_comment("acme", "widget", world.issue, author="alice", body="x")
     payload = world.gitea.comment_payload("acme", "widget", world.issue, comment, sender="alice")
     del payload["issue"]
-    headers, body = world.gitea.build_delivery("acme", "widget", "issue_comment", payload,
-                                               secret=WEBHOOK_SECRET)
+    headers, body = world.gitea.build_delivery(
+        "acme", "widget", "issue_comment", payload, secret=WEBHOOK_SECRET
+    )
     r = httpx.post(world.ff.webhook_url, content=body, headers=headers)
     assert r.status_code == 400
     assert r.json() == {"error": "invalid_payload", "message": "missing field issue.number"}
-    headers, body = world.gitea.build_delivery("acme", "widget", "issue_comment", payload,
-                                               secret=WEBHOOK_SECRET)
+    headers, body = world.gitea.build_delivery(
+        "acme", "widget", "issue_comment", payload, secret=WEBHOOK_SECRET
+    )
     garbage = b"{not json"
-    headers["X-Gitea-Signature"] = hmac.new(WEBHOOK_SECRET.encode(), garbage,
-                                            hashlib.sha256).hexdigest()
+    headers["X-Gitea-Signature"] = hmac.new(
+        WEBHOOK_SECRET.encode(), garbage, hashlib.sha256
+    ).hexdigest()
     headers.pop("X-Hub-Signature-256", None)
     r = httpx.post(world.ff.webhook_url, content=garbage, headers=headers)
     assert r.status_code == 400 and r.json()["error"] == "invalid_payload"
@@ -158,8 +187,9 @@ def test_incomplete_payload_is_400(world: World) -> None:  # §8
 
 
 def test_commenter_without_write_is_rejected(world: World) -> None:
-    world.gitea.post_comment("acme", "widget", world.issue, author="mallory",
-                             body="@ccweb-bot delete everything")
+    world.gitea.post_comment(
+        "acme", "widget", world.issue, author="mallory", body="@ccweb-bot delete everything"
+    )
     d = _last(world)
     assert d.status_code == 200
     answer = json.loads(d.response)
@@ -171,8 +201,9 @@ def test_commenter_without_write_is_rejected(world: World) -> None:
 
 def test_first_mention_registers_the_repository_once(world: World) -> None:
     for n in range(3):
-        world.gitea.post_comment("acme", "widget", world.issue, author="alice",
-                                 body=f"@ccweb-bot task {n}")
+        world.gitea.post_comment(
+            "acme", "widget", world.issue, author="alice", body=f"@ccweb-bot task {n}"
+        )
     assert _count(world, repositories) == 1
     assert _count(world, audit_events, audit_events.c.action == "repository.register") == 1
     assert _count(world, tasks, tasks.c.state == "queued") == 3
@@ -181,8 +212,10 @@ def test_first_mention_registers_the_repository_once(world: World) -> None:
 def test_disabled_repository_is_409(world: World) -> None:  # §8, AC-10
     world.gitea.post_comment("acme", "widget", world.issue, author="alice", body="@ccweb-bot one")
     with world.ff.admin() as admin:
-        r = admin.post("/api/gitea-workflow/repos/default:acme/widget/disable",
-                       json={"requestId": "r1", "reason": "maintenance"})
+        r = admin.post(
+            "/api/gitea-workflow/repos/default:acme/widget/disable",
+            json={"requestId": "r1", "reason": "maintenance"},
+        )
         assert r.status_code == 200 and r.json()["status"] == "disabled"
     world.gitea.post_comment("acme", "widget", world.issue, author="alice", body="@ccweb-bot two")
     d = _last(world)
@@ -198,3 +231,28 @@ def test_unconfigured_secret_is_503(gitea: Any, tmp_path: Any, sqlite_url: str) 
         r = httpx.post(ff.webhook_url, content=b"{}", headers={"X-Gitea-Event": "issue_comment"})
         assert r.status_code == 503
         assert r.json()["error"] == "not_configured"
+
+
+def test_bot_that_cannot_read_permissions_is_a_clear_503(world: World) -> None:
+    world.gitea.set_permission("acme", "widget", BOT, "write")
+    world.gitea.post_comment("acme", "widget", world.issue, author="alice", body="@ccweb-bot go")
+    d = _last(world)
+    assert d.status_code == 503
+    answer = json.loads(d.response)
+    assert answer["error"] == "permission_check_forbidden"
+    assert "admin" in answer["message"]
+    assert _count(world, tasks) == 0 and _count(world, webhook_deliveries) == 0
+
+
+def test_permission_is_not_needed_when_configured_so(
+    gitea: Any, tmp_path: Any, sqlite_url: str
+) -> None:
+    from tests.support.forgeflow import run_forgeflow
+
+    gitea.add_user("bob")
+    gitea.add_repo("acme", "open", private=False)
+    issue = gitea.add_issue("acme", "open", title="t", author="bob")
+    with run_forgeflow(tmp_path / "ff", sqlite_url, trigger_permission="none") as ff:
+        gitea.add_hook("acme", "open", url=ff.webhook_url, secret=WEBHOOK_SECRET)
+        gitea.post_comment("acme", "open", issue, author="bob", body="@ccweb-bot hi")
+        assert gitea.deliveries[-1].status_code == 202

@@ -15,10 +15,21 @@ from forgeflow.store.schema import tasks as tasks_table
 
 def _task(store: Store, n: int, repo: str = "default:a/b") -> str:
     task_id = f"gitea-task-{n}"
-    store.db.write_sync(lambda c: tasks.insert_received(c, {
-        "task_id": task_id, "delivery_key": f"default:d{n}", "repo_key": repo,
-        "resource_key": f"{repo}:issue:{n}", "session_key": f"{repo}:issue:{n}",
-        "comment_id": n, "author": "alice", "instruction": "x"}))
+    store.db.write_sync(
+        lambda c: tasks.insert_received(
+            c,
+            {
+                "task_id": task_id,
+                "delivery_key": f"default:d{n}",
+                "repo_key": repo,
+                "resource_key": f"{repo}:issue:{n}",
+                "session_key": f"{repo}:issue:{n}",
+                "comment_id": n,
+                "author": "alice",
+                "instruction": "x",
+            },
+        )
+    )
     return task_id
 
 
@@ -26,8 +37,11 @@ def test_database_refuses_two_active_tasks_on_one_repository(store: Store) -> No
     a, b, other = _task(store, 1), _task(store, 2), _task(store, 3, repo="default:a/c")
 
     def force(task_id: str) -> None:
-        store.db.write_sync(lambda c: c.execute(
-            update(tasks_table).where(tasks_table.c.task_id == task_id).values(state="running")))
+        store.db.write_sync(
+            lambda c: c.execute(
+                update(tasks_table).where(tasks_table.c.task_id == task_id).values(state="running")
+            )
+        )
 
     force(a)
     force(other)  # another repository is free to run in parallel

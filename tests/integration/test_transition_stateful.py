@@ -99,6 +99,7 @@ class TransitionMachine(RuleBasedStateMachine):
         assert [e["stateVersion"] for e in events] == list(range(2, self.version + 1))
 
 
-TransitionMachine.TestCase.settings = settings(max_examples=40, stateful_step_count=25,
-                                               deadline=None)
+TransitionMachine.TestCase.settings = settings(
+    max_examples=40, stateful_step_count=25, deadline=None
+)
 TestTransitions = TransitionMachine.TestCase

@@ -30,8 +30,9 @@ class Running:
         return self.url + "/api/gitea/webhook"
 
     def admin(self) -> httpx.Client:
-        return httpx.Client(base_url=self.url,
-                            headers={"Authorization": f"Bearer {ADMIN_TOKEN}"}, timeout=30)
+        return httpx.Client(
+            base_url=self.url, headers={"Authorization": f"Bearer {ADMIN_TOKEN}"}, timeout=30
+        )
 
 
 @contextmanager

@@ -29,8 +29,9 @@ def clean_env(**extra: str) -> dict[str, str]:
 
 def start_serve(env: dict[str, str], *args: str, stderr_path: Path) -> subprocess.Popen[bytes]:
     with stderr_path.open("ab") as err:
-        return subprocess.Popen([FORGEFLOW, "serve", *args], env=env,
-                                stdout=subprocess.DEVNULL, stderr=err)
+        return subprocess.Popen(
+            [FORGEFLOW, "serve", *args], env=env, stdout=subprocess.DEVNULL, stderr=err
+        )
 
 
 def wait_healthy(url: str, proc: subprocess.Popen[bytes], timeout: float = 30) -> None:

@@ -63,6 +63,8 @@ def test_missing_gitea_settings_are_warnings_not_errors(monkeypatch: pytest.Monk
     for var in ("FORGEFLOW_GITEA_URL", "FORGEFLOW_GITEA_TOKEN", "FORGEFLOW_WEBHOOK_SECRET"):
         monkeypatch.delenv(var, raising=False)
     lines = capability_warnings(load_settings())
-    assert any(line.startswith("FORGEFLOW_WEBHOOK_SECRET") and "503 not_configured" in line
-               for line in lines)
+    assert any(
+        line.startswith("FORGEFLOW_WEBHOOK_SECRET") and "503 not_configured" in line
+        for line in lines
+    )
     assert len(lines) == 3

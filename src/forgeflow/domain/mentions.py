@@ -77,7 +77,7 @@ def find_mention(text: str, bot_login: str) -> Mention | None:
     if match is None:
         return None
     instruction = text[match.end() :].strip()
-    instruction = instruction.lstrip(",:;").strip()
+    instruction = instruction.lstrip(",:;.!?)").strip()
     return Mention(instruction=instruction, command=_command(instruction))
 
 

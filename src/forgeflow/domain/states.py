@@ -7,7 +7,6 @@ it asks this module first.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from enum import StrEnum
 
 
@@ -65,17 +64,16 @@ ACTIVE_STATES: frozenset[TaskState] = frozenset({S.PREPARING, S.RUNNING, S.ABORT
 _FALLBACK_ENTRY: frozenset[TaskState] = frozenset({S.VERIFYING_REPLY})
 
 
-@dataclass(frozen=True, slots=True)
 class IllegalTransition(Exception):
     """A move that the transition table does not allow."""
 
-    task_id: str
-    from_state: str
-    to_state: str
-    code: str = "illegal_transition"
+    code = "illegal_transition"
 
-    def __str__(self) -> str:
-        return f"task {self.task_id}: {self.from_state} -> {self.to_state} is not allowed"
+    def __init__(self, task_id: str, from_state: str, to_state: str) -> None:
+        super().__init__(f"task {task_id}: {from_state} -> {to_state} is not allowed")
+        self.task_id = task_id
+        self.from_state = from_state
+        self.to_state = to_state
 
 
 def allowed_next(state: TaskState) -> frozenset[TaskState]:

@@ -28,6 +28,10 @@ class GiteaUnavailable(GiteaError):
     code = "gitea_unavailable"
 
 
+class GiteaPermissionDenied(GiteaError):
+    code = "permission_check_forbidden"
+
+
 # Gitea's GetRepoPermissions answers "owner" for the owner; we rank it like admin.
 _PERMISSIONS = {
     "none": Permission.NONE,
@@ -68,9 +72,15 @@ class GiteaClient:
             f"/collaborators/{quote(login, safe='')}/permission"
         )
         response = await self._request("GET", path)
-        if response.status_code in (403, 404):
-            # Not a collaborator of a repository the bot can see, or no such user.
+        if response.status_code == 404:
+            # Gitea answers 404 for a login that does not exist.
             return Permission.NONE
+        if response.status_code == 403:
+            # Gitea lets only site admins and repository admins read others' permissions.
+            raise GiteaPermissionDenied(
+                f"the bot may not read collaborator permissions of {owner}/{repo}; "
+                "give it admin access to the repository"
+            )
         if response.status_code != 200:
             raise GiteaError(f"GET {path}: HTTP {response.status_code}", response.status_code)
         value = str(response.json().get("permission", "none")).lower()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import Connection, Table
+from sqlalchemy import Connection, Table, literal_column
 from sqlalchemy.dialects import postgresql, sqlite
 
 
@@ -18,4 +18,5 @@ def insert_ignore(conn: Connection, table: Table, values: dict[str, Any]) -> boo
         stmt: Any = postgresql.insert(table).values(**values).on_conflict_do_nothing()
     else:
         stmt = sqlite.insert(table).values(**values).on_conflict_do_nothing()
-    return bool(conn.execute(stmt).rowcount)
+    # RETURNING tells reliably whether a row went in; rowcount does not on every driver.
+    return conn.execute(stmt.returning(literal_column("1"))).first() is not None

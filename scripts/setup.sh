@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Installs what forgeflow needs on a fresh machine, idempotently:
+#   scripts/setup.sh runtime   virtual environment, forgeflow, pinned Codex CLI
+#   scripts/setup.sh test      the same plus test tools (pytest, ruff, mypy, gitea-mcp)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+kind="${1:-runtime}"
+
+python="${PYTHON:-}"
+if [ -z "$python" ]; then
+  for candidate in python3.12 python3.11 python3; do
+    if command -v "$candidate" >/dev/null 2>&1 &&
+       "$candidate" -c 'import sys; sys.exit(sys.version_info < (3, 11))'; then
+      python="$candidate"; break
+    fi
+  done
+fi
+[ -n "$python" ] || { echo "setup: Python >= 3.11 is required" >&2; exit 1; }
+
+if [ ! -x .venv/bin/python ]; then
+  "$python" -m venv .venv
+fi
+pip_quiet=(--quiet --disable-pip-version-check)
+if [ "$kind" = "test" ]; then
+  .venv/bin/pip install "${pip_quiet[@]}" -e '.[test]'
+else
+  .venv/bin/pip install "${pip_quiet[@]}" -e .
+fi
+
+# The Codex app-server, pinned in tools/node/package-lock.json.
+if ! command -v npm >/dev/null 2>&1; then
+  echo "setup: npm is missing; installing Debian's nodejs and npm" >&2
+  apt-get update -qq && apt-get install -y -qq nodejs npm >/dev/null
+fi
+if [ ! -x tools/node/node_modules/.bin/codex ]; then
+  (cd tools/node && npm ci --no-audit --no-fund --loglevel=error)
+fi
