@@ -74,7 +74,9 @@ def serve(
             f"{Path(settings.data_dir) / 'admin_token'}, shown only this once):\n    {token}",
             err=True,
         )
-    services = build_services(settings)
+    services = build_services(settings, role=role)
+    for line in services.worker_blockers():
+        typer.echo(f"forgeflow: {line}", err=True)
     typer.echo(
         f"forgeflow: serving on http://{settings.host}:{settings.port} "
         f"(role {role.value}, database {services.store.dialect})",

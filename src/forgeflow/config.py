@@ -79,6 +79,13 @@ class Settings(BaseSettings):
     permission_cache_seconds: float = Field(default=60.0, ge=0)
     delivery_retention_days: int = Field(default=30, ge=1)
     log_level: str = "info"
+    agent_runtime: str = "codex"
+    worker_id: str | None = None
+    lease_ttl_seconds: float = Field(default=30.0, gt=0)
+    poll_seconds: float = Field(default=5.0, gt=0)
+    retry_base_seconds: float = Field(default=5.0, ge=0)
+    max_retries: int = Field(default=1, ge=0, le=10)
+    abort_timeout_seconds: float = Field(default=30.0, gt=0)
 
     @field_validator("gitea_url")
     @classmethod

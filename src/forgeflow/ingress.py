@@ -5,7 +5,7 @@ It answers from what the store says and never waits on clone, agent or comment w
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -38,8 +38,13 @@ def _error(status: int, code: str, message: str, outcome: str) -> Reply:
 
 class WebhookIngress:
     def __init__(
-        self, settings: Settings, store: Store, permissions: PermissionCache | None
+        self,
+        settings: Settings,
+        store: Store,
+        permissions: PermissionCache | None,
+        on_accept: Callable[[], None] | None = None,
     ) -> None:
+        self.on_accept = on_accept
         self._settings = settings
         self._store = store
         self._permissions = permissions
@@ -139,6 +144,8 @@ class WebhookIngress:
                 ),
             )
         )
+        if record.status == "accepted" and not record.duplicate and self.on_accept is not None:
+            self.on_accept()
         log.info(
             "webhook.delivery",
             delivery_id=event.delivery_id,

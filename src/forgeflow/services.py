@@ -1,15 +1,22 @@
-"""The objects one forgeflow process shares: settings, store, Gitea client, metrics."""
+"""The objects one forgeflow process shares: settings, store, Gitea client, workers."""
 
 from __future__ import annotations
 
+import hashlib
 import os
 import secrets
-from dataclasses import dataclass
+import socket
+import uuid
+from dataclasses import dataclass, field
+from datetime import timedelta
 from pathlib import Path
 
+import structlog
 from pydantic import SecretStr
 
-from forgeflow.config import Settings
+from forgeflow.agent.port import AgentRuntime
+from forgeflow.config import Role, Settings
+from forgeflow.domain.retry import RetryPolicy
 from forgeflow.gitea.client import GiteaClient, PermissionCache
 from forgeflow.ingress import WebhookIngress
 from forgeflow.metrics import Metrics
@@ -17,6 +24,7 @@ from forgeflow.redaction import register_secrets
 from forgeflow.store import Store
 
 ADMIN_TOKEN_FILE = "admin_token"  # noqa: S105 - a file name, not a secret
+log = structlog.get_logger("forgeflow.services")
 
 
 @dataclass
@@ -27,8 +35,88 @@ class Services:
     ingress: WebhookIngress
     gitea: GiteaClient | None
     admin_token: str
+    role: Role = Role.ALL
+    worker_id: str = ""
+    owner: str = ""
+    runtime: AgentRuntime | None = None
+    scheduler: object | None = field(default=None)
+
+    @property
+    def retry(self) -> RetryPolicy:
+        s = self.settings
+        return RetryPolicy(max_retries=s.max_retries, base_seconds=s.retry_base_seconds)
+
+    def worker_blockers(self) -> list[str]:
+        """Why this process cannot run tasks, one line each (empty when it can)."""
+        lines = []
+        if self.role is Role.INGRESS:
+            lines.append("role ingress: this process does not run tasks")
+        if self.gitea is None or self.settings.gitea_token is None:
+            lines.append(
+                "tasks wait in the queue until FORGEFLOW_GITEA_URL and "
+                "FORGEFLOW_GITEA_TOKEN are set"
+            )
+        return lines
+
+    async def start(self) -> None:
+        """Start the scheduler when this process runs tasks and can."""
+        if self.worker_blockers():
+            return
+        from forgeflow.agent.factory import RuntimeUnavailable, create_runtime
+        from forgeflow.execution import Execution, ExecutionConfig
+        from forgeflow.replies import Replies
+        from forgeflow.scheduler import Scheduler
+        from forgeflow.workspace import WorkspaceManager
+
+        assert self.gitea is not None and self.settings.gitea_token is not None
+        s = self.settings
+        try:
+            self.runtime = create_runtime(s)
+        except RuntimeUnavailable as exc:
+            log.warning("worker.unavailable", reason=str(exc))
+            return
+        replies = Replies(self.store, self.gitea, s.bot_login)
+        assert s.gitea_token is not None
+        workspace = WorkspaceManager(
+            s.resolved_workspace_root, token=s.gitea_token.get_secret_value()
+        )
+        ttl = timedelta(seconds=s.lease_ttl_seconds)
+        execution = Execution(
+            ExecutionConfig(
+                owner=self.owner,
+                workspace_root=str(s.resolved_workspace_root),
+                bot_login=s.bot_login,
+                lease_ttl=ttl,
+                retry=self.retry,
+                abort_timeout=s.abort_timeout_seconds,
+            ),
+            self.store,
+            workspace,
+            self.gitea,
+            replies,
+            self.runtime,
+        )
+        scheduler = Scheduler(
+            self.store,
+            execution,
+            replies,
+            owner=self.owner,
+            node_prefix=f"{self.worker_id}/",
+            lease_ttl=ttl,
+            retry=self.retry,
+            poll_seconds=s.poll_seconds,
+        )
+        self.ingress.on_accept = scheduler.wake
+        self.scheduler = scheduler
+        await scheduler.start()
 
     async def aclose(self) -> None:
+        from forgeflow.scheduler import Scheduler
+
+        if isinstance(self.scheduler, Scheduler):
+            await self.scheduler.stop()
+        if self.runtime is not None:
+            await self.runtime.aclose()
         if self.gitea is not None:
             await self.gitea.aclose()
         self.store.close()
@@ -52,7 +140,16 @@ def ensure_admin_token(settings: Settings) -> tuple[str, bool]:
     return token, True
 
 
-def build_services(settings: Settings, *, migrate: bool = True) -> Services:
+def default_worker_id(settings: Settings) -> str:
+    """Stable across restarts of the same installation, so a restart can tell its own
+    predecessor's leases apart from another live worker's."""
+    if settings.worker_id:
+        return settings.worker_id
+    where = str(Path(settings.data_dir).resolve())
+    return f"{socket.gethostname()}-{hashlib.sha256(where.encode()).hexdigest()[:8]}"
+
+
+def build_services(settings: Settings, *, migrate: bool = True, role: Role = Role.ALL) -> Services:
     admin_token, _ = ensure_admin_token(settings)
     settings.admin_token = SecretStr(admin_token)
     register_secrets(settings.secret_values())
@@ -65,6 +162,7 @@ def build_services(settings: Settings, *, migrate: bool = True) -> Services:
         token = settings.gitea_token.get_secret_value() if settings.gitea_token else None
         gitea = GiteaClient(settings.gitea_url, token)
         permissions = PermissionCache(gitea, settings.permission_cache_seconds)
+    worker_id = default_worker_id(settings)
     return Services(
         settings=settings,
         store=store,
@@ -72,4 +170,7 @@ def build_services(settings: Settings, *, migrate: bool = True) -> Services:
         ingress=WebhookIngress(settings, store, permissions),
         gitea=gitea,
         admin_token=admin_token,
+        role=role,
+        worker_id=worker_id,
+        owner=f"{worker_id}/{uuid.uuid4().hex[:12]}",
     )

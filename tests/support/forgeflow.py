@@ -11,7 +11,7 @@ from typing import Any
 import httpx
 
 from forgeflow.api import create_app
-from forgeflow.config import Settings, load_settings
+from forgeflow.config import Role, Settings, load_settings
 from forgeflow.services import Services, build_services
 from tests.support.server import serve_app
 
@@ -36,7 +36,10 @@ class Running:
 
 
 @contextmanager
-def run_forgeflow(data_dir: Path, db_url: str, **overrides: Any) -> Iterator[Running]:
+def run_forgeflow(
+    data_dir: Path, db_url: str, *, role: Role = Role.INGRESS, **overrides: Any
+) -> Iterator[Running]:
+    """forgeflow on a loopback socket; ``role=Role.ALL`` also runs its scheduler."""
     values: dict[str, Any] = {
         "data_dir": data_dir,
         "database_url": db_url,
@@ -45,6 +48,6 @@ def run_forgeflow(data_dir: Path, db_url: str, **overrides: Any) -> Iterator[Run
     }
     values.update(overrides)
     settings = load_settings(**{k: v for k, v in values.items() if v is not None})
-    services = build_services(settings)
+    services = build_services(settings, role=role)
     with serve_app(create_app(services)) as url:
         yield Running(url, services, settings)

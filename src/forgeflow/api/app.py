@@ -50,6 +50,7 @@ class _LatencyMiddleware:
 def create_app(services: Services, *, close_on_shutdown: bool = True) -> FastAPI:
     @asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
+        await services.start()
         yield
         if close_on_shutdown:
             await services.aclose()

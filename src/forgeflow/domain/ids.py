@@ -115,3 +115,14 @@ def new_event_id() -> str:
 
 def sha256_ref(data: bytes) -> str:
     return "sha256:" + hashlib.sha256(data).hexdigest()
+
+
+def parse_resource_key(key: str) -> ResourceRef:
+    """Inverse of :func:`resource_key`."""
+    repo_part, _, rest = key.rpartition(":")
+    repo_key_, _, kind = repo_part.rpartition(":")
+    try:
+        number = int(rest)
+        return ResourceRef(parse_repo_key(repo_key_), ResourceKind(kind), number)
+    except ValueError:
+        raise InvalidName(f"resourceKey {key!r} is not of the form <repoKey>:<kind>:<n>") from None

@@ -6,6 +6,7 @@ The token travels only in the ``Authorization`` header; errors never include it.
 from __future__ import annotations
 
 import time
+from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import quote
 
@@ -85,6 +86,56 @@ class GiteaClient:
             raise GiteaError(f"GET {path}: HTTP {response.status_code}", response.status_code)
         value = str(response.json().get("permission", "none")).lower()
         return _PERMISSIONS.get(value, Permission.NONE)
+
+    def _repo_path(self, owner: str, repo: str) -> str:
+        return f"/repos/{quote(owner, safe='')}/{quote(repo, safe='')}"
+
+    async def _json(self, method: str, path: str, ok: tuple[int, ...], **kwargs: Any) -> Any:
+        response = await self._request(method, path, **kwargs)
+        if response.status_code not in ok:
+            raise GiteaError(f"{method} {path}: HTTP {response.status_code}", response.status_code)
+        try:
+            return response.json()
+        except ValueError:
+            raise GiteaError(f"{method} {path}: answer is not JSON", response.status_code) from None
+
+    async def get_pull(self, owner: str, repo: str, index: int) -> dict[str, Any]:
+        pull: dict[str, Any] = await self._json(
+            "GET", f"{self._repo_path(owner, repo)}/pulls/{int(index)}", (200,)
+        )
+        return pull
+
+    async def get_issue(self, owner: str, repo: str, index: int) -> dict[str, Any]:
+        issue: dict[str, Any] = await self._json(
+            "GET", f"{self._repo_path(owner, repo)}/issues/{int(index)}", (200,)
+        )
+        return issue
+
+    async def list_comments(
+        self, owner: str, repo: str, index: int, *, since: datetime | None = None
+    ) -> list[dict[str, Any]]:
+        """Comments of an issue or pull request, oldest first (Gitea's order)."""
+        params = {}
+        if since is not None:
+            params["since"] = since.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        comments = await self._json(
+            "GET",
+            f"{self._repo_path(owner, repo)}/issues/{int(index)}/comments",
+            (200,),
+            params=params,
+        )
+        if not isinstance(comments, list):
+            raise GiteaError("comment list is not a JSON array")
+        return comments
+
+    async def create_comment(self, owner: str, repo: str, index: int, body: str) -> dict[str, Any]:
+        comment: dict[str, Any] = await self._json(
+            "POST",
+            f"{self._repo_path(owner, repo)}/issues/{int(index)}/comments",
+            (201,),
+            json={"body": body},
+        )
+        return comment
 
 
 class PermissionCache:

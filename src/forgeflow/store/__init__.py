@@ -12,7 +12,17 @@ from typing import Any, TypeVar
 
 from sqlalchemy import Connection, text
 
-from forgeflow.store import audit, control, deliveries, details, migrate, repos, sessions, tasks
+from forgeflow.store import (
+    audit,
+    control,
+    deliveries,
+    details,
+    leases,
+    migrate,
+    repos,
+    sessions,
+    tasks,
+)
 from forgeflow.store.db import Database, StoreUnavailable
 from forgeflow.store.tasks import StaleStateVersion, TaskNotFound, Transition
 
@@ -64,16 +74,25 @@ class Store:
 
         return await self.db.read(_ping)
 
-    async def transition(self, t: Transition) -> dict[str, Any]:
-        """Apply one transition; a refused one keeps its audit alert and re-raises."""
+    async def transition(
+        self, t: Transition, *, release: tuple[str, str] | None = None
+    ) -> dict[str, Any]:
+        """Apply one transition; a refused one keeps its audit alert and re-raises.
+
+        ``release`` = (repoKey, leaseId) gives the lease back in the same transaction,
+        so a task never leaves its active state while still holding the repository.
+        """
         refused: list[Exception] = []
 
         def _apply(conn: Connection) -> dict[str, Any] | None:
             try:
-                return tasks.transition(conn, t)
+                row = tasks.transition(conn, t)
             except (StaleStateVersion, tasks.IllegalTransition) as exc:
                 refused.append(exc)
                 return None
+            if release is not None:
+                leases.release(conn, *release)
+            return row
 
         row = await self.db.write(_apply)
         if refused:

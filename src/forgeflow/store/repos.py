@@ -95,6 +95,14 @@ def set_status(conn: Connection, repo_key: str, new_status: str, actor: str, rea
     return True
 
 
+def mark_fetched(conn: Connection, repo_key: str) -> None:
+    conn.execute(
+        update(repositories)
+        .where(repositories.c.repo_key == repo_key)
+        .values(last_fetch_at=utcnow(), updated_at=utcnow())
+    )
+
+
 def list_all(conn: Connection) -> list[dict[str, Any]]:
     return [dict(r._mapping) for r in conn.execute(select(repositories).order_by("repo_key"))]
 

@@ -28,6 +28,9 @@ _TRANSITION_FIELDS = frozenset(
         "execution_error",
         "reply_error",
         "refs",
+        "retry_step",
+        "turn_count",
+        "claimed_by",
     }
 )
 
@@ -159,6 +162,13 @@ def insert_received(conn: Connection, values: dict[str, Any]) -> None:
     )
 
 
+def set_fields(conn: Connection, task_id: str, **values: Any) -> None:
+    """Update bookkeeping columns that are not the state (turn id, token counts)."""
+    if "state" in values or "state_version" in values:
+        raise ValueError("the state changes only through transition()")
+    conn.execute(update(tasks).where(tasks.c.task_id == task_id).values(**values))
+
+
 def get(conn: Connection, task_id: str) -> dict[str, Any] | None:
     row = conn.execute(select(tasks).where(tasks.c.task_id == task_id)).first()
     return dict(row._mapping) if row else None
@@ -225,6 +235,11 @@ def to_json(row: dict[str, Any]) -> dict[str, Any]:
         "executionError": row["execution_error"],
         "replyError": row["reply_error"],
         "refs": row["refs"],
+        "retryStep": row["retry_step"],
+        "turnCount": row["turn_count"],
+        "claimedBy": row["claimed_by"],
+        "inputTokens": row["input_tokens"],
+        "outputTokens": row["output_tokens"],
         "createdAt": iso(row["created_at"]),
         "updatedAt": iso(row["updated_at"]),
         "stateVersion": row["state_version"],

@@ -1,0 +1,150 @@
+"""Start, stop and audit the two servers of bench/ingest.py as real child processes."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import sqlite3
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+BENCH = Path(__file__).resolve().parent
+VENV_BIN = Path(sys.executable).parent
+FORGEFLOW = str(VENV_BIN / "forgeflow")
+
+
+@dataclass
+class Server:
+    name: str
+    proc: subprocess.Popen[bytes]
+    port: int
+    db_path: Path
+    log_path: Path
+    env: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def _clean_env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FORGEFLOW_")}
+    env.update(extra)
+    return env
+
+
+def start_forgeflow(run_dir: Path, *, secret: str, gitea_url: str, gitea_token: str) -> Server:
+    data_dir = run_dir / "data"
+    port = free_port()
+    env = _clean_env(
+        FORGEFLOW_DATA_DIR=str(data_dir),
+        FORGEFLOW_WEBHOOK_SECRET=secret,
+        FORGEFLOW_GITEA_URL=gitea_url,
+        FORGEFLOW_GITEA_TOKEN=gitea_token,
+        FORGEFLOW_ADMIN_TOKEN="bench-admin-token-0123456789",
+    )
+    log = run_dir / "forgeflow.stderr"
+    with log.open("ab") as err:
+        proc = subprocess.Popen(
+            [FORGEFLOW, "serve", "--host", "127.0.0.1", "--port", str(port)],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=err,
+        )
+    server = Server("forgeflow", proc, port, data_dir / "forgeflow.db", log, env)
+    _wait_healthy(server)
+    return server
+
+
+def start_baseline(run_dir: Path) -> Server:
+    port = free_port()
+    db = run_dir / "baseline.db"
+    log = run_dir / "baseline.stderr"
+    with log.open("ab") as err:
+        proc = subprocess.Popen(
+            [sys.executable, str(BENCH / "baseline_app.py"), "--port", str(port), "--db", str(db)],
+            env=_clean_env(),
+            stdout=subprocess.DEVNULL,
+            stderr=err,
+        )
+    server = Server("baseline", proc, port, db, log)
+    _wait_healthy(server)
+    return server
+
+
+def _wait_healthy(server: Server, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if server.proc.poll() is not None:
+            raise RuntimeError(
+                f"{server.name} exited with {server.proc.returncode}; see {server.log_path}"
+            )
+        try:
+            if httpx.get(server.url + "/healthz", timeout=1).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.05)
+    stop(server)
+    raise RuntimeError(f"{server.name} did not become healthy within {timeout:.0f} s")
+
+
+def stop(server: Server, timeout: float = 30.0) -> int | None:
+    """SIGTERM (uvicorn shuts down gracefully and forgeflow closes its store), then kill."""
+    if server.proc.poll() is None:
+        server.proc.send_signal(signal.SIGTERM)
+        try:
+            server.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            server.proc.kill()
+            server.proc.wait(10)
+    return server.proc.returncode
+
+
+def _scalar(conn: sqlite3.Connection, sql: str) -> int:
+    return int(conn.execute(sql).fetchone()[0])
+
+
+def audit_forgeflow(db_path: Path, accepted: int) -> dict[str, Any]:
+    """Every 202 must have left exactly one queued task behind (and nothing more)."""
+    conn = sqlite3.connect(f"file:{db_path}?mode=ro", uri=True)
+    try:
+        tasks = _scalar(conn, "SELECT count(*) FROM tasks")
+        queued = _scalar(conn, "SELECT count(*) FROM tasks WHERE state = 'queued'")
+        statuses = dict(
+            conn.execute("SELECT status, count(*) FROM webhook_deliveries GROUP BY status")
+        )
+        audits = _scalar(conn, "SELECT count(*) FROM audit_events")
+    finally:
+        conn.close()
+    return {
+        "answers_202": accepted,
+        "tasks": tasks,
+        "tasks_queued": queued,
+        "deliveries_by_status": statuses,
+        "audit_events": audits,
+        "ok": tasks == queued == accepted == statuses.get("accepted", 0),
+    }
+
+
+def audit_baseline(db_path: Path, accepted: int) -> dict[str, Any]:
+    conn = sqlite3.connect(f"file:{db_path}?mode=ro", uri=True)
+    try:
+        rows = _scalar(conn, "SELECT count(*) FROM deliveries")
+    finally:
+        conn.close()
+    return {"answers_202": accepted, "rows": rows, "ok": rows == accepted}

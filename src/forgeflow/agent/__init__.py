@@ -1,0 +1,1 @@
+"""The agent side: the runtime port and its Codex app-server adapter."""

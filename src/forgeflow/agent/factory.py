@@ -1,0 +1,35 @@
+"""Choose the agent runtime named by ``FORGEFLOW_AGENT_RUNTIME``.
+
+``codex`` (the default) is the Codex app-server adapter. ``module:attribute`` names a
+factory ``(settings) -> AgentRuntime``; the test suite and benchmarks use it for
+runtimes that exercise the scheduler without a model.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any, cast
+
+from forgeflow.agent.port import AgentRuntime
+from forgeflow.config import Settings
+
+
+class RuntimeUnavailable(Exception):
+    code = "runtime_unavailable"
+
+
+def create_runtime(settings: Settings) -> AgentRuntime:
+    name = settings.agent_runtime
+    if name == "codex":
+        try:
+            codex = importlib.import_module("forgeflow.agent.codex")
+        except ImportError as exc:
+            raise RuntimeUnavailable(f"the Codex runtime cannot be loaded: {exc}") from None
+        return cast(AgentRuntime, codex.CodexRuntime.from_settings(settings))
+    module_name, _, attr = name.partition(":")
+    if not attr:
+        raise RuntimeUnavailable(
+            f"FORGEFLOW_AGENT_RUNTIME={name!r} is neither 'codex' nor 'module:factory'"
+        )
+    factory: Any = getattr(importlib.import_module(module_name), attr)
+    return cast(AgentRuntime, factory(settings))

@@ -1,0 +1,119 @@
+"""The ``AgentRuntime`` port: what the task pipeline needs from a coding agent.
+
+The Codex app-server adapter implements it; the pipeline never sees JSON-RPC.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any, Protocol
+
+
+class AgentError(Exception):
+    """A runtime failure with a stable code (§8), e.g. ``app_server_timeout``."""
+
+    def __init__(self, code: str, message: str, *, retryable: bool) -> None:
+        super().__init__(message)
+        self.code = code
+        self.retryable = retryable
+
+
+@dataclass(frozen=True, slots=True)
+class SessionSpec:
+    """Everything a thread is started or resumed with."""
+
+    session_key: str
+    thread_id: str | None
+    cwd: str
+    owner: str
+    repo: str
+    developer_instructions: str
+    read_only: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class TurnSpec:
+    task_id: str
+    turn_key: str
+    prompt: str
+    kind: str = "normal"  # or "reply_retry"
+    marker: str = ""  # the exact line the final comment must end with
+    owner: str = ""
+    repo: str = ""
+    number: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class TurnHandle:
+    thread_id: str
+    turn_id: str
+
+
+class TurnStatus(StrEnum):
+    COMPLETED = "completed"
+    INTERRUPTED = "interrupted"
+    FAILED = "failed"
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCall:
+    """An MCP tool call the agent made, secrets already removed from ``arguments``."""
+
+    seq: int
+    tool: str
+    arguments: dict[str, Any]
+    ok: bool
+    comment_id: int | None = None
+    error: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class TokenUsage:
+    seq: int
+    input_tokens: int
+    output_tokens: int
+
+
+@dataclass(frozen=True, slots=True)
+class NeedsUser:
+    """The agent asked the user something (``item/tool/requestUserInput``)."""
+
+    seq: int
+    question: str
+
+
+@dataclass(frozen=True, slots=True)
+class TurnCompleted:
+    seq: int
+    status: TurnStatus
+    error_code: str | None = None
+    error: str | None = None
+    last_message: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Notice:
+    """Anything else worth an audit line (approval declined, downgrade, …)."""
+
+    seq: int
+    action: str
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+
+AgentEvent = ToolCall | TokenUsage | NeedsUser | TurnCompleted | Notice
+
+
+class AgentRuntime(Protocol):
+    async def ensure_session(self, spec: SessionSpec) -> str:
+        """Resume ``spec.thread_id`` or start a thread; return the thread id."""
+
+    async def start_turn(self, thread_id: str, turn: TurnSpec) -> TurnHandle: ...
+
+    def events(self, handle: TurnHandle) -> AsyncIterator[AgentEvent]:
+        """The turn's events in order, ending with one :class:`TurnCompleted`."""
+
+    async def interrupt(self, handle: TurnHandle) -> None: ...
+
+    async def aclose(self) -> None: ...

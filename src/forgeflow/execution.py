@@ -1,0 +1,587 @@
+"""The task flow: ``preparing`` → ``running`` → ``verifying_reply`` → terminal (§5.2–5.4).
+
+One :class:`Execution` drives one claimed task through its steps. Every state change
+goes through the store's transition function; every side effect (clone, turn,
+comment) is recorded before and after it happens.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from dataclasses import dataclass
+from datetime import timedelta
+from functools import partial
+from typing import Any
+
+import structlog
+
+from forgeflow.agent.port import (
+    AgentError,
+    AgentRuntime,
+    NeedsUser,
+    Notice,
+    SessionSpec,
+    TokenUsage,
+    ToolCall,
+    TurnCompleted,
+    TurnHandle,
+    TurnSpec,
+    TurnStatus,
+)
+from forgeflow.domain import prompt
+from forgeflow.domain.ids import ResourceKind, parse_resource_key, turn_key
+from forgeflow.domain.markers import Marker, MarkerKind
+from forgeflow.domain.paths import session_branch, session_worktree
+from forgeflow.domain.retry import RetryPolicy
+from forgeflow.domain.states import ACTIVE_STATES, TaskState
+from forgeflow.gitea.client import GiteaClient, GiteaError
+from forgeflow.redaction import redact
+from forgeflow.replies import Found, Replies
+from forgeflow.store import Store, Transition, audit, leases, repos, sessions
+from forgeflow.store import comments as comment_q
+from forgeflow.store import tasks as task_q
+from forgeflow.store import turns as turn_q
+from forgeflow.store.types import utcnow
+from forgeflow.workspace import (
+    GitAuthFailed,
+    PullRequestRefs,
+    WorkspaceDirty,
+    WorkspaceError,
+    WorkspaceManager,
+)
+
+log = structlog.get_logger("forgeflow.execution")
+
+S = TaskState
+
+
+@dataclass(frozen=True, slots=True)
+class ExecutionConfig:
+    owner: str
+    workspace_root: str
+    bot_login: str
+    lease_ttl: timedelta
+    retry: RetryPolicy
+    abort_timeout: float = 30.0
+    mcp_tool: str = "add_comment"
+    mcp_tool_arguments: str = "owner, repo, issue_number, body"
+
+
+class Execution:
+    def __init__(
+        self,
+        cfg: ExecutionConfig,
+        store: Store,
+        workspace: WorkspaceManager,
+        gitea: GiteaClient,
+        replies: Replies,
+        runtime: AgentRuntime,
+    ) -> None:
+        self.cfg = cfg
+        self.store = store
+        self.workspace = workspace
+        self.gitea = gitea
+        self.replies = replies
+        self.runtime = runtime
+
+    # -- plumbing ---------------------------------------------------------------
+
+    async def _move(
+        self,
+        task: dict[str, Any],
+        to: TaskState,
+        *,
+        action: str,
+        error_code: str | None = None,
+        fields: dict[str, Any] | None = None,
+        metadata: dict[str, Any] | None = None,
+    ) -> dict[str, Any]:
+        release = None
+        if to not in ACTIVE_STATES and task.get("lease_id"):
+            release = (task["repo_key"], task["lease_id"])
+            fields = {"lease_id": None, **(fields or {})}
+        return await self.store.transition(
+            Transition(
+                task["task_id"],
+                to,
+                task["state_version"],
+                action=action,
+                error_code=error_code,
+                fields=fields,
+                metadata=metadata,
+            ),
+            release=release,
+        )
+
+    async def _audit(self, task: dict[str, Any], action: str, **kw: Any) -> None:
+        event = audit.AuditEvent(
+            action=action,
+            task_id=task["task_id"],
+            session_key=task["session_key"],
+            repo_key=task["repo_key"],
+            **kw,
+        )
+        await self.store.write(lambda c: audit.append(c, event))
+
+    async def _retry_or_fail(
+        self, task: dict[str, Any], code: str, detail: str, *, step: TaskState = S.PREPARING
+    ) -> dict[str, Any]:
+        attempt = int(task["attempt"]) + 1
+        if attempt > self.cfg.retry.max_retries:
+            return await self._move(
+                task,
+                S.FAILED,
+                action="task.fail",
+                error_code=code,
+                fields={"execution_error": detail, "claimed_by": None},
+            )
+        return await self._move(
+            task,
+            S.RETRY_WAIT,
+            action="task.retry",
+            error_code=code,
+            fields={
+                "attempt": attempt,
+                "retry_step": step.value,
+                "claimed_by": None,
+                "next_retry_at": utcnow() + self.cfg.retry.delay(attempt),
+                "execution_error": detail,
+            },
+            metadata={"attempt": attempt},
+        )
+
+    async def _heartbeat(self, repo_key: str, lease_id: str) -> None:
+        ttl = self.cfg.lease_ttl
+        while True:
+            await asyncio.sleep(ttl.total_seconds() / 3)
+            if not await self.store.write(lambda c: leases.renew(c, repo_key, lease_id, ttl)):
+                log.warning("lease.lost", repo_key=repo_key, lease_id=lease_id)
+                return
+
+    # -- entry --------------------------------------------------------------------
+
+    async def run(self, task: dict[str, Any]) -> dict[str, Any]:
+        """Drive a just-claimed task as far as it goes now; return its last row."""
+        beat = None
+        if task.get("lease_id"):
+            beat = asyncio.create_task(self._heartbeat(task["repo_key"], task["lease_id"]))
+        try:
+            if task["state"] == S.PREPARING:
+                task = await self._prepare(task)
+            if task["state"] == S.RUNNING:
+                task = await self._turn(task)
+            if task["state"] == S.VERIFYING_REPLY:
+                task = await self._verify(task)
+            return task
+        finally:
+            if beat is not None:
+                beat.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await beat
+
+    # -- preparing ---------------------------------------------------------------
+
+    async def _prepare(self, task: dict[str, Any]) -> dict[str, Any]:
+        resource = parse_resource_key(task["resource_key"])
+        repo_row = await self.store.read(lambda c: repos.get(c, task["repo_key"]))
+        assert repo_row is not None
+        branch = repo_row["default_branch"]
+        refs = task["refs"]
+        try:
+            checkout = await self.workspace.prepare_repo(
+                resource.repo, repo_row["clone_url"], branch
+            )
+            await self.store.write(lambda c: repos.mark_fetched(c, task["repo_key"]))
+            await self._audit(
+                task,
+                "workspace.clone" if checkout.action == "cloned" else "workspace.fetch",
+                metadata={"path": checkout.path, "head": checkout.head},
+            )
+            pull = None
+            if resource.kind is ResourceKind.PULL_REQUEST:
+                p = await self.gitea.get_pull(
+                    resource.repo.owner, resource.repo.name, resource.number
+                )
+                pull = PullRequestRefs(
+                    number=resource.number,
+                    base_ref=p["base"]["ref"],
+                    head_ref=p["head"]["ref"],
+                    head_sha=p["head"]["sha"],
+                    head_clone_url=(p["head"].get("repo") or {}).get("clone_url")
+                    or repo_row["clone_url"],
+                )
+                refs = {
+                    "base": pull.base_ref,
+                    "head": pull.head_ref,
+                    "headSha": pull.head_sha,
+                    "headRepo": (p["head"].get("repo") or {}).get("full_name"),
+                }
+            worktree = await self.workspace.prepare_session(
+                resource, checkout, default_branch=branch, pull=pull
+            )
+        except WorkspaceDirty as exc:
+            return await self._move(
+                task,
+                S.BLOCKED_WORKSPACE,
+                action="task.block",
+                error_code=exc.code,
+                fields={"claimed_by": None},
+                metadata={"detail": str(exc), **exc.details},
+            )
+        except GitAuthFailed as exc:
+            return await self._retry_or_fail(task, exc.code, str(exc))
+        except WorkspaceError as exc:
+            return await self._retry_or_fail(task, exc.code, str(exc))
+        except GiteaError as exc:
+            return await self._retry_or_fail(task, "gitea_unavailable", str(exc))
+        await self._audit(
+            task,
+            "workspace.status",
+            metadata={
+                "path": worktree.path,
+                "branch": worktree.branch,
+                "upstreamMoved": worktree.upstream_moved,
+                "status": worktree.status.summary(),
+            },
+        )
+        try:
+            await self.replies.receipt(task, wait_in_flight=True)
+        except GiteaError as exc:
+            await self._audit(
+                task,
+                "comment.receipt_failed",
+                error_code="gitea_unavailable",
+                metadata={"error": str(exc)},
+            )
+        return await self._move(task, S.RUNNING, action="task.run", fields={"refs": refs})
+
+    # -- running -------------------------------------------------------------------
+
+    async def _turn(self, task: dict[str, Any]) -> dict[str, Any]:
+        resource = parse_resource_key(task["resource_key"])
+        session = await self.store.read(lambda c: sessions.get(c, task["session_key"]))
+        assert session is not None
+        cwd = session_worktree(self.cfg.workspace_root, resource)
+        reply_retry = task["retry_step"] == S.RUNNING and int(task["reply_attempt"]) > 0
+        try:
+            thread_id = await self.runtime.ensure_session(
+                SessionSpec(
+                    session_key=task["session_key"],
+                    thread_id=session["thread_id"],
+                    cwd=cwd,
+                    owner=resource.repo.owner,
+                    repo=resource.repo.name,
+                    developer_instructions=prompt.DEVELOPER_INSTRUCTIONS,
+                )
+            )
+        except AgentError as exc:
+            return await self._agent_failed(task, exc)
+        await self.store.write(
+            lambda c: turn_q.bind_thread(
+                c,
+                task["session_key"],
+                thread_id,
+                task_id=task["task_id"],
+                resumed=session["thread_id"] == thread_id,
+            )
+        )
+        n = int(task["turn_count"]) + 1
+        key = turn_key(task["task_id"], n)
+        verified_key = key
+        if reply_retry:
+            normal = await self.store.read(lambda c: turn_q.last_normal(c, task["task_id"]))
+            verified_key = normal["turn_key"] if normal else key
+        marker = Marker(
+            task["task_id"], verified_key, task["resource_key"], MarkerKind.FINAL
+        ).render()
+        if reply_retry:
+            text = prompt.reply_retry_prompt(marker, self.cfg.mcp_tool, self.cfg.mcp_tool_arguments)
+        else:
+            text = await self._prompt(task, resource, cwd, marker)
+        kind = "reply_retry" if reply_retry else "normal"
+        await self.store.write(
+            lambda c: turn_q.begin(
+                c, turn_key=key, task_id=task["task_id"], thread_id=thread_id, kind=kind
+            )
+        )
+        spec = TurnSpec(
+            task_id=task["task_id"],
+            turn_key=key,
+            prompt=text,
+            kind=kind,
+            marker=marker,
+            owner=resource.repo.owner,
+            repo=resource.repo.name,
+            number=resource.number,
+        )
+        try:
+            handle = await self.runtime.start_turn(thread_id, spec)
+        except AgentError as exc:
+            await self.store.write(lambda c: turn_q.finish(c, key, "failed", None))
+            return await self._agent_failed(task, exc)
+        await self.store.write(
+            lambda c: turn_q.started(
+                c,
+                turn_key=key,
+                turn_id=handle.turn_id,
+                task_id=task["task_id"],
+                session_key=task["session_key"],
+            )
+        )
+        completed, needs_user, aborted = await self._follow(task, key, handle)
+        await self.store.write(
+            lambda c: turn_q.finish(
+                c,
+                key,
+                completed.status.value if completed else "failed",
+                completed.last_message if completed else None,
+            )
+        )
+        return await self._after_turn(task, handle, completed, needs_user, aborted)
+
+    async def _prompt(self, task: dict[str, Any], resource: Any, cwd: str, marker: str) -> str:
+        status = await self.workspace.worktree_status(cwd)
+        refs = task["refs"] or {}
+        return prompt.turn_prompt(
+            prompt.TurnContext(
+                repo_full_name=resource.repo.full_name,
+                resource_key=task["resource_key"],
+                kind=resource.kind.value,
+                number=resource.number,
+                author=task["author"],
+                instruction=task["instruction"],
+                workspace=cwd,
+                branch=session_branch(resource),
+                marker=marker,
+                tool=self.cfg.mcp_tool,
+                tool_arguments=self.cfg.mcp_tool_arguments,
+                base_ref=refs.get("base"),
+                head_ref=refs.get("head"),
+                uncommitted=status.modified + status.untracked,
+            )
+        )
+
+    async def _follow(
+        self, task: dict[str, Any], key: str, handle: TurnHandle
+    ) -> tuple[TurnCompleted | None, NeedsUser | None, bool]:
+        completed: TurnCompleted | None = None
+        needs_user: NeedsUser | None = None
+        aborted = asyncio.Event()
+        watcher = asyncio.create_task(self._watch_abort(task["task_id"], handle, aborted))
+        try:
+            async with asyncio.timeout(None) as scope:
+                async for event in self.runtime.events(handle):
+                    if not await self.store.write(
+                        partial(turn_q.event_seen, turn_key=key, seq=event.seq)
+                    ):
+                        continue  # a duplicate notification: handled once already
+                    if isinstance(event, TurnCompleted):
+                        completed = event
+                        break
+                    await self._record(task, handle, key, event)
+                    if isinstance(event, NeedsUser):
+                        needs_user = event
+                    if aborted.is_set() and scope.when() is None:
+                        scope.reschedule(asyncio.get_running_loop().time() + self.cfg.abort_timeout)
+        except TimeoutError:
+            completed = None
+        finally:
+            watcher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await watcher
+        return completed, needs_user, aborted.is_set()
+
+    async def _watch_abort(self, task_id: str, handle: TurnHandle, flag: asyncio.Event) -> None:
+        while True:
+            await asyncio.sleep(0.25)
+            row = await self.store.read(lambda c: task_q.get(c, task_id))
+            if row is not None and row["state"] == S.ABORTING:
+                flag.set()
+                with contextlib.suppress(AgentError):
+                    await self.runtime.interrupt(handle)
+                return
+
+    async def _record(self, task: dict[str, Any], handle: TurnHandle, key: str, event: Any) -> None:
+        if isinstance(event, ToolCall):
+            await self._audit(
+                task,
+                "mcp.call",
+                turn_id=handle.turn_id,
+                comment_id=event.comment_id,
+                error_code=None if event.ok else "mcp_call_failed",
+                metadata={
+                    "tool": event.tool,
+                    "arguments": redact(event.arguments),
+                    "ok": event.ok,
+                    "error": event.error,
+                },
+            )
+        elif isinstance(event, TokenUsage):
+            await self.store.write(
+                lambda c: turn_q.add_tokens(
+                    c, key, task["task_id"], event.input_tokens, event.output_tokens
+                )
+            )
+        elif isinstance(event, NeedsUser):
+            await self._audit(
+                task,
+                "turn.needs_user",
+                turn_id=handle.turn_id,
+                metadata={"question": event.question[:2000]},
+            )
+        elif isinstance(event, Notice):
+            await self._audit(task, event.action, turn_id=handle.turn_id, metadata=event.metadata)
+
+    async def _after_turn(
+        self,
+        task: dict[str, Any],
+        handle: TurnHandle,
+        completed: TurnCompleted | None,
+        needs_user: NeedsUser | None,
+        aborted: bool,
+    ) -> dict[str, Any]:
+        task = await self._fresh(task)
+        if task["state"] == S.ABORTING:
+            if completed is None:
+                return await self._move(
+                    task,
+                    S.FAILED,
+                    action="task.abort_timeout",
+                    error_code="abort_timeout",
+                    fields={"claimed_by": None, "execution_error": "turn did not stop in time"},
+                )
+            return await self._move(
+                task, S.ABORTED, action="task.aborted", fields={"claimed_by": None}
+            )
+        if completed is None:
+            return await self._retry_or_fail(
+                task, "app_server_timeout", "the turn ended without turn/completed"
+            )
+        if completed.status is TurnStatus.COMPLETED:
+            if needs_user is not None:
+                try:
+                    await self.replies.question(task, needs_user.question)
+                except GiteaError as exc:
+                    await self._audit(task, "comment.question_failed", metadata={"error": str(exc)})
+                return await self._move(
+                    task,
+                    S.WAITING_USER,
+                    action="task.wait_user",
+                    fields={"claimed_by": None, "retry_step": None},
+                )
+            return await self._move(
+                task,
+                S.VERIFYING_REPLY,
+                action="task.verify",
+                fields={"turn_id": handle.turn_id, "retry_step": None},
+            )
+        if completed.status is TurnStatus.INTERRUPTED:
+            return await self._retry_or_fail(
+                task, "interrupted_by_restart", completed.error or "turn interrupted"
+            )
+        code = completed.error_code or "turn_failed"
+        return await self._retry_or_fail(task, code, completed.error or code)
+
+    async def _agent_failed(self, task: dict[str, Any], exc: AgentError) -> dict[str, Any]:
+        if exc.retryable:
+            return await self._retry_or_fail(task, exc.code, str(exc))
+        return await self._move(
+            task,
+            S.FAILED,
+            action="task.fail",
+            error_code=exc.code,
+            fields={"execution_error": str(exc), "claimed_by": None},
+        )
+
+    async def _fresh(self, task: dict[str, Any]) -> dict[str, Any]:
+        row = await self.store.read(lambda c: task_q.get(c, task["task_id"]))
+        assert row is not None
+        return row
+
+    # -- verifying_reply ------------------------------------------------------------
+
+    async def _verify(self, task: dict[str, Any]) -> dict[str, Any]:
+        turn = await self.store.read(lambda c: turn_q.last_normal(c, task["task_id"]))
+        if turn is None:
+            return await self._move(
+                task,
+                S.FAILED_REPLY,
+                action="reply.fail",
+                error_code="no_turn",
+                fields={"reply_error": "no turn"},
+            )
+        result = await self.replies.verify(task, turn["turn_key"])
+        if result.result is Found.FOUND:
+            await self.store.write(
+                lambda c: comment_q.record_final(
+                    c,
+                    task,
+                    turn_key=turn["turn_key"],
+                    turn_id=turn["turn_id"],
+                    comment_id=result.comment_id,
+                )
+            )
+            return await self._move(
+                task,
+                S.SUCCEEDED,
+                action="reply.confirm",
+                fields={"claimed_by": None},
+                metadata={"commentId": result.comment_id},
+            )
+        if result.result is Found.UNKNOWN:
+            return await self._move(
+                task,
+                S.FAILED_REPLY,
+                action="reply.fail",
+                error_code="reply_unknown",
+                fields={"reply_error": result.detail, "claimed_by": None},
+            )
+        if int(task["reply_attempt"]) == 0:
+            return await self._move(
+                task,
+                S.RETRY_WAIT,
+                action="reply.retry",
+                error_code="mcp_reply_missing",
+                fields={
+                    "reply_attempt": 1,
+                    "retry_step": "running",
+                    "next_retry_at": utcnow(),
+                    "claimed_by": None,
+                    "reply_error": "mcp_reply_missing",
+                },
+            )
+        return await self._fallback(task, turn)
+
+    async def _fallback(self, task: dict[str, Any], turn: dict[str, Any]) -> dict[str, Any]:
+        text = turn["last_message"] or "(the agent finished without an answer text)"
+        try:
+            await self.replies.fallback(task, turn["turn_key"], text)
+        except GiteaError as exc:
+            return await self._move(
+                task,
+                S.FAILED_REPLY,
+                action="reply.fail",
+                error_code="rest_fallback_failed",
+                fields={"reply_error": f"mcp_reply_missing; fallback: {exc}", "claimed_by": None},
+            )
+        check = await self.replies.verify(task, turn["turn_key"])
+        if check.result is not Found.FOUND:
+            return await self._move(
+                task,
+                S.FAILED_REPLY,
+                action="reply.fail",
+                error_code="rest_fallback_unconfirmed",
+                fields={
+                    "reply_error": "mcp_reply_missing; fallback posted but not found",
+                    "claimed_by": None,
+                },
+            )
+        return await self._move(
+            task,
+            S.SUCCEEDED_WITH_REST_FALLBACK,
+            action="reply.fallback",
+            error_code="mcp_reply_missing",
+            fields={"reply_error": "mcp_reply_missing", "claimed_by": None},
+            metadata={"commentId": check.comment_id},
+        )

@@ -1,0 +1,208 @@
+"""Replies (ARCHITECTURE §5.4, §6.4): the one receipt, result comments, verification.
+
+Every comment is recorded as an intent before it is posted and as a result after. A
+retry first looks in Gitea for the comment's marker, so a crash between the POST and
+its record never produces a second comment.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from datetime import timedelta
+from enum import StrEnum
+from functools import partial
+from typing import Any
+
+import structlog
+
+from forgeflow.domain.ids import RepoRef, parse_repo_key, sha256_ref, turn_key
+from forgeflow.domain.markers import Marker, MarkerKind, append_marker, parse_marker
+from forgeflow.gitea.client import GiteaClient, GiteaError
+from forgeflow.store import Store
+from forgeflow.store import comments as comment_q
+from forgeflow.store.types import utcnow
+
+log = structlog.get_logger("forgeflow.replies")
+
+RECEIPT_TEXT = "giteabot: 已收到"
+# How long a pending intent belongs to its poster before another may take it over.
+IN_FLIGHT = timedelta(seconds=60)
+
+
+class Found(StrEnum):
+    FOUND = "found"
+    MISSING = "missing"
+    UNKNOWN = "unknown"
+
+
+@dataclass(frozen=True, slots=True)
+class Verification:
+    result: Found
+    comment_id: int | None = None
+    detail: str | None = None
+
+
+def _where(task: dict[str, Any]) -> tuple[RepoRef, int]:
+    repo = parse_repo_key(task["repo_key"])
+    number = int(task["resource_key"].rsplit(":", 1)[1])
+    return repo, number
+
+
+class Replies:
+    def __init__(self, store: Store, gitea: GiteaClient, bot_login: str) -> None:
+        self._store = store
+        self._gitea = gitea
+        self._bot = bot_login.lower()
+
+    async def _matching(
+        self, task: dict[str, Any], kinds: set[MarkerKind], turn: str | None
+    ) -> list[dict[str, Any]]:
+        repo, number = _where(task)
+        since = task["created_at"] - timedelta(minutes=5)
+        found = []
+        for comment in await self._gitea.list_comments(repo.owner, repo.name, number, since=since):
+            user = comment.get("user") or {}
+            if str(user.get("login", "")).lower() != self._bot:
+                continue
+            marker = parse_marker(str(comment.get("body") or ""))
+            if (
+                marker is not None
+                and marker.task_id == task["task_id"]
+                and marker.resource_key == task["resource_key"]
+                and marker.kind in kinds
+                and (turn is None or marker.turn_key == turn)
+            ):
+                found.append(comment)
+        return found
+
+    async def post_once(
+        self,
+        task: dict[str, Any],
+        *,
+        key: str,
+        kind: MarkerKind,
+        text: str,
+        turn: str | None = None,
+        wait_in_flight: bool = False,
+    ) -> int | None:
+        """Post ``text`` with its marker exactly once per ``key``; return the comment id.
+
+        ``None`` means another poster holds the intent right now; with
+        ``wait_in_flight`` this call waits (bounded) for that poster's result.
+        """
+        marker = Marker(
+            task["task_id"], turn or turn_key(task["task_id"], 0), task["resource_key"], kind
+        )
+        body = append_marker(text, marker)
+        for _ in range(40 if wait_in_flight else 1):
+            inserted, row = await self._store.write(
+                lambda c: comment_q.record_intent(
+                    c,
+                    comment_key=key,
+                    task_id=task["task_id"],
+                    kind=kind.value,
+                    resource_key=task["resource_key"],
+                    turn_key=marker.turn_key,
+                    body_hash=sha256_ref(body.encode()),
+                )
+            )
+            if row["status"] in (comment_q.SENT, comment_q.CONFIRMED):
+                return int(row["comment_id"]) if row["comment_id"] is not None else None
+            if inserted:
+                break
+            stale = utcnow() - IN_FLIGHT
+            if await self._store.write(
+                partial(comment_q.take_over, comment_key=key, stale_before=stale)
+            ):
+                break
+            if wait_in_flight:
+                await asyncio.sleep(0.25)
+        else:
+            return None
+        # The intent may be left from a run that died after posting: look first.
+        earlier = await self._matching(task, {kind}, marker.turn_key)
+        if earlier:
+            comment_id = int(earlier[0]["id"])
+            await self._store.write(
+                lambda c: comment_q.record_result(
+                    c, key, status=comment_q.SENT, comment_id=comment_id, how="found"
+                )
+            )
+            return comment_id
+        repo, number = _where(task)
+        try:
+            created = await self._gitea.create_comment(repo.owner, repo.name, number, body)
+        except GiteaError as exc:
+            error = str(exc)
+            # Left pending and aged, so a later attempt looks in Gitea before posting.
+            await self._store.write(
+                lambda c: comment_q.record_result(
+                    c,
+                    key,
+                    status=comment_q.PENDING,
+                    comment_id=None,
+                    error=error,
+                    how="post_failed",
+                    age=IN_FLIGHT,
+                )
+            )
+            raise
+        comment_id = int(created["id"])
+        await self._store.write(
+            lambda c: comment_q.record_result(c, key, status=comment_q.SENT, comment_id=comment_id)
+        )
+        return comment_id
+
+    async def receipt(
+        self,
+        task: dict[str, Any],
+        *,
+        queue_position: int | None = None,
+        wait_in_flight: bool = False,
+    ) -> int | None:
+        text = RECEIPT_TEXT
+        if queue_position:
+            text += f"（排队第 {queue_position} 位 / position {queue_position} in the queue）"
+        return await self.post_once(
+            task,
+            key=f"{task['task_id']}:receipt",
+            kind=MarkerKind.RECEIPT,
+            text=text,
+            wait_in_flight=wait_in_flight,
+        )
+
+    async def question(self, task: dict[str, Any], question: str) -> int | None:
+        """The agent's question to the user (``item/tool/requestUserInput``)."""
+        return await self.post_once(
+            task, key=f"{task['task_id']}:question", kind=MarkerKind.RESULT, text=question
+        )
+
+    async def result(self, task: dict[str, Any], text: str) -> int | None:
+        """The at most one result comment of a failed, cancelled or aborted task."""
+        return await self.post_once(
+            task, key=f"{task['task_id']}:result", kind=MarkerKind.RESULT, text=f"giteabot: {text}"
+        )
+
+    async def verify(self, task: dict[str, Any], turn: str) -> Verification:
+        """Look for the final (or fallback) comment of ``turn`` (FR-06)."""
+        try:
+            found = await self._matching(task, {MarkerKind.FINAL, MarkerKind.FALLBACK}, turn)
+        except GiteaError as exc:
+            return Verification(Found.UNKNOWN, detail=f"comment query failed: {exc}")
+        if len(found) == 1:
+            return Verification(Found.FOUND, int(found[0]["id"]))
+        if len(found) > 1:
+            return Verification(
+                Found.UNKNOWN, detail=f"{len(found)} comments carry the marker of {turn}"
+            )
+        return Verification(Found.MISSING)
+
+    async def fallback(self, task: dict[str, Any], turn: str, text: str) -> int | None:
+        return await self.post_once(
+            task,
+            key=f"{task['task_id']}:fallback:{turn}",
+            kind=MarkerKind.FALLBACK,
+            text=text,
+            turn=turn,
+        )

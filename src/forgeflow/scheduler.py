@@ -1,0 +1,157 @@
+"""The Scheduler of ARCHITECTURE §5.2/§7: FIFO claiming under repository leases.
+
+No global concurrency cap: each repository runs at most one task (a lease row plus a
+unique index in the database), and every repository runs in parallel. A new task is
+claimed without waiting for the poll: ingress calls :meth:`Scheduler.wake`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from datetime import timedelta
+from functools import partial
+from typing import Any
+
+import structlog
+from sqlalchemy.exc import IntegrityError
+
+from forgeflow.domain.retry import RetryPolicy
+from forgeflow.execution import Execution
+from forgeflow.gitea.client import GiteaError
+from forgeflow.replies import Replies
+from forgeflow.store import StaleStateVersion, Store, outbox, scheduling
+from forgeflow.store.types import utcnow
+
+log = structlog.get_logger("forgeflow.scheduler")
+
+
+class Scheduler:
+    def __init__(
+        self,
+        store: Store,
+        execution: Execution,
+        replies: Replies,
+        *,
+        owner: str,
+        node_prefix: str,
+        lease_ttl: timedelta,
+        retry: RetryPolicy,
+        poll_seconds: float = 5.0,
+    ) -> None:
+        self.store = store
+        self.execution = execution
+        self.replies = replies
+        self.owner = owner
+        self.node_prefix = node_prefix
+        self.lease_ttl = lease_ttl
+        self.retry = retry
+        self.poll_seconds = poll_seconds
+        self._wake = asyncio.Event()
+        self._outbox_wake = asyncio.Event()
+        self._running: dict[str, asyncio.Task[Any]] = {}
+        self._busy_repos: set[str] = set()
+        self._loops: list[asyncio.Task[None]] = []
+        self._stopping = False
+
+    def wake(self) -> None:
+        self._wake.set()
+        self._outbox_wake.set()
+
+    async def start(self) -> None:
+        changed = await self.store.write(
+            lambda c: scheduling.recover(
+                c, owner=self.owner, node_prefix=self.node_prefix, retry=self.retry
+            )
+        )
+        for task in changed:
+            log.info("recovery.task", task_id=task["task_id"], state=task["state"])
+        self._loops = [
+            asyncio.create_task(self._claim_loop(), name="scheduler.claim"),
+            asyncio.create_task(self._outbox_loop(), name="scheduler.outbox"),
+        ]
+
+    async def stop(self) -> None:
+        """Stop claiming and leave running work to restart recovery."""
+        self._stopping = True
+        for t in [*self._loops, *self._running.values()]:
+            t.cancel()
+        for t in [*self._loops, *self._running.values()]:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await t
+
+    async def _sleep(self, event: asyncio.Event, seconds: float) -> None:
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(max(seconds, 0.0)):
+                await event.wait()
+        event.clear()
+
+    async def _claim_loop(self) -> None:
+        while not self._stopping:
+            try:
+                await self._claim_round()
+                due = await self.store.read(scheduling.next_wake)
+            except Exception:
+                log.exception("scheduler.round_failed")
+                due = None
+            delay = self.poll_seconds
+            if due is not None:
+                delay = min(delay, max((due - utcnow()).total_seconds(), 0.01))
+            await self._sleep(self._wake, delay)
+
+    async def _claim_round(self) -> None:
+        for cand in await self.store.read(scheduling.candidates):
+            if cand["repo_key"] in self._busy_repos or cand["task_id"] in self._running:
+                continue
+            try:
+                claim = await self.store.write(
+                    partial(
+                        scheduling.claim,
+                        task_id=cand["task_id"],
+                        owner=self.owner,
+                        ttl=self.lease_ttl,
+                    )
+                )
+            except (IntegrityError, StaleStateVersion):
+                continue  # the database says another task holds the repository
+            if claim is None:
+                continue
+            task = claim.task
+            if claim.lease_id is not None:
+                self._busy_repos.add(task["repo_key"])
+            self._running[task["task_id"]] = asyncio.create_task(
+                self._execute(task), name=f"task {task['task_id']}"
+            )
+
+    async def _execute(self, task: dict[str, Any]) -> None:
+        try:
+            await self.execution.run(task)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("execution.crashed", task_id=task["task_id"])
+        finally:
+            self._running.pop(task["task_id"], None)
+            self._busy_repos.discard(task["repo_key"])
+            self.wake()
+
+    async def _outbox_loop(self) -> None:
+        while not self._stopping:
+            try:
+                await self._outbox_round()
+            except Exception:
+                log.exception("outbox.round_failed")
+            await self._sleep(self._outbox_wake, self.poll_seconds)
+
+    async def _outbox_round(self) -> None:
+        for task in await self.store.read(outbox.receipts_owed):
+            position = await self.store.read(partial(scheduling.queue_position, task=task))
+            try:
+                await self.replies.receipt(task, queue_position=position or None)
+            except GiteaError as exc:
+                log.warning("outbox.receipt_failed", task_id=task["task_id"], error=str(exc))
+        for task in await self.store.read(outbox.results_owed):
+            try:
+                await self.replies.result(task, outbox.result_text(task))
+            except GiteaError as exc:
+                log.warning("outbox.result_failed", task_id=task["task_id"], error=str(exc))

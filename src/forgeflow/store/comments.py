@@ -1,0 +1,157 @@
+"""Queries of the ``comments`` table: intents and results of every bot comment."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from sqlalchemy import Connection, select, update
+
+from forgeflow.store import audit
+from forgeflow.store.schema import comments
+from forgeflow.store.sql import insert_ignore
+from forgeflow.store.types import utcnow
+
+PENDING = "pending"
+SENT = "sent"
+CONFIRMED = "confirmed"
+FAILED = "failed"
+
+
+def record_final(
+    conn: Connection,
+    task: dict[str, Any],
+    *,
+    turn_key: str,
+    turn_id: str | None,
+    comment_id: int | None,
+) -> None:
+    """The agent's final comment, found by the verifier (it was posted through MCP)."""
+    now = utcnow()
+    insert_ignore(
+        conn,
+        comments,
+        {
+            "comment_key": f"{task['task_id']}:final:{turn_key}",
+            "task_id": task["task_id"],
+            "kind": "mcp_final",
+            "resource_key": task["resource_key"],
+            "turn_key": turn_key,
+            "turn_id": turn_id,
+            "comment_id": comment_id,
+            "status": CONFIRMED,
+            "created_at": now,
+            "updated_at": now,
+        },
+    )
+    audit.append(
+        conn,
+        audit.AuditEvent(
+            action="reply.found",
+            task_id=task["task_id"],
+            turn_id=turn_id,
+            comment_id=comment_id,
+            metadata={"turnKey": turn_key},
+        ),
+    )
+
+
+def take_over(conn: Connection, comment_key: str, *, stale_before: Any) -> bool:
+    """Claim a pending intent whose poster went quiet; False when someone still has it."""
+    result = conn.execute(
+        update(comments)
+        .where(comments.c.comment_key == comment_key)
+        .where(comments.c.status == PENDING)
+        .where(comments.c.updated_at < stale_before)
+        .values(updated_at=utcnow())
+    )
+    return result.rowcount == 1
+
+
+def record_intent(
+    conn: Connection,
+    *,
+    comment_key: str,
+    task_id: str,
+    kind: str,
+    resource_key: str,
+    turn_key: str | None,
+    body_hash: str,
+) -> tuple[bool, dict[str, Any]]:
+    """Write the intent once (audited); return whether this call wrote it, and the row."""
+    now = utcnow()
+    inserted = insert_ignore(
+        conn,
+        comments,
+        {
+            "comment_key": comment_key,
+            "task_id": task_id,
+            "kind": kind,
+            "resource_key": resource_key,
+            "turn_key": turn_key,
+            "body_hash": body_hash,
+            "status": PENDING,
+            "created_at": now,
+            "updated_at": now,
+        },
+    )
+    if inserted:
+        audit.append(
+            conn,
+            audit.AuditEvent(
+                action="comment.intent",
+                task_id=task_id,
+                metadata={"commentKey": comment_key, "kind": kind},
+            ),
+        )
+    row = get(conn, comment_key)
+    assert row is not None
+    return inserted, row
+
+
+def record_result(
+    conn: Connection,
+    comment_key: str,
+    *,
+    status: str,
+    comment_id: int | None,
+    turn_id: str | None = None,
+    error: str | None = None,
+    how: str = "posted",
+    age: timedelta | None = None,
+) -> None:
+    row = get(conn, comment_key)
+    assert row is not None
+    # ``age`` backdates the row so the next poster may take the intent over at once.
+    conn.execute(
+        update(comments)
+        .where(comments.c.comment_key == comment_key)
+        .values(
+            status=status,
+            comment_id=comment_id,
+            turn_id=turn_id or row["turn_id"],
+            updated_at=utcnow() - (age or timedelta(0)),
+        )
+    )
+    audit.append(
+        conn,
+        audit.AuditEvent(
+            action="comment.result",
+            task_id=row["task_id"],
+            comment_id=comment_id,
+            turn_id=turn_id,
+            error_code=None if status != FAILED else "comment_failed",
+            metadata={
+                "commentKey": comment_key,
+                "kind": row["kind"],
+                "status": status,
+                "how": how,
+                "error": error,
+            },
+        ),
+    )
+
+
+def get(conn: Connection, comment_key: str) -> dict[str, Any] | None:
+    row = conn.execute(select(comments).where(comments.c.comment_key == comment_key)).first()
+    return dict(row._mapping) if row else None

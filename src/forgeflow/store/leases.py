@@ -1,0 +1,104 @@
+"""Repository leases ``{repoKey, leaseId, owner, expiresAt}`` (ARCHITECTURE §5.2, §7).
+
+A lease is taken with compare-and-swap and released only by the holder of its
+``leaseId``, so a worker that lost its lease can never unlock its successor's.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import Connection, delete, select, update
+
+from forgeflow.domain.ids import new_lease_id
+from forgeflow.store import audit
+from forgeflow.store.schema import repo_leases
+from forgeflow.store.sql import insert_ignore
+from forgeflow.store.types import utcnow
+
+
+def get(conn: Connection, repo_key: str) -> dict[str, Any] | None:
+    row = conn.execute(select(repo_leases).where(repo_leases.c.repo_key == repo_key)).first()
+    return dict(row._mapping) if row else None
+
+
+def acquire(
+    conn: Connection, repo_key: str, *, owner: str, task_id: str, ttl: timedelta
+) -> str | None:
+    """Take the repository's lease for ``task_id``; ``None`` when someone holds it."""
+    now = utcnow()
+    held = get(conn, repo_key)
+    if held is not None:
+        if held["expires_at"] > now:
+            return None
+        expire(conn, held, reason="expired")
+    lease_id = new_lease_id()
+    if not insert_ignore(
+        conn,
+        repo_leases,
+        {
+            "repo_key": repo_key,
+            "lease_id": lease_id,
+            "owner": owner,
+            "task_id": task_id,
+            "acquired_at": now,
+            "expires_at": now + ttl,
+        },
+    ):
+        return None
+    return lease_id
+
+
+def expire(conn: Connection, held: dict[str, Any], *, reason: str) -> None:
+    conn.execute(
+        delete(repo_leases)
+        .where(repo_leases.c.repo_key == held["repo_key"])
+        .where(repo_leases.c.lease_id == held["lease_id"])
+    )
+    audit.append(
+        conn,
+        audit.AuditEvent(
+            action="lease.release",
+            repo_key=held["repo_key"],
+            task_id=held["task_id"],
+            error_code="lease_expired" if reason == "expired" else None,
+            metadata={"leaseId": held["lease_id"], "owner": held["owner"], "reason": reason},
+        ),
+    )
+
+
+def renew(conn: Connection, repo_key: str, lease_id: str, ttl: timedelta) -> bool:
+    result = conn.execute(
+        update(repo_leases)
+        .where(repo_leases.c.repo_key == repo_key)
+        .where(repo_leases.c.lease_id == lease_id)
+        .values(expires_at=utcnow() + ttl)
+    )
+    return result.rowcount == 1
+
+
+def release(conn: Connection, repo_key: str, lease_id: str) -> bool:
+    result = conn.execute(
+        delete(repo_leases)
+        .where(repo_leases.c.repo_key == repo_key)
+        .where(repo_leases.c.lease_id == lease_id)
+    )
+    return result.rowcount == 1
+
+
+def stale(
+    conn: Connection, *, now: datetime, dead_owner_prefix: str | None, live_owner: str
+) -> list[dict[str, Any]]:
+    """Leases that expired, or that a dead predecessor of this worker left behind."""
+    rows = [dict(r._mapping) for r in conn.execute(select(repo_leases))]
+    return [
+        r
+        for r in rows
+        if r["expires_at"] <= now
+        or (
+            dead_owner_prefix is not None
+            and r["owner"].startswith(dead_owner_prefix)
+            and r["owner"] != live_owner
+        )
+    ]

@@ -1,0 +1,61 @@
+"""Comments owed to users: receipts of live tasks and results of ended ones (FR-06)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import Connection, and_, or_, select
+from sqlalchemy.orm import aliased
+
+from forgeflow.store.comments import CONFIRMED, SENT
+from forgeflow.store.schema import comments, tasks
+
+_LIVE = (
+    "queued",
+    "preparing",
+    "running",
+    "retry_wait",
+    "blocked_workspace",
+    "waiting_user",
+    "verifying_reply",
+    "aborting",
+)
+# A task that ends in one of these owes the user one result comment.
+RESULT_STATES = ("failed", "failed_reply", "cancelled", "aborted")
+
+
+def _owed(
+    conn: Connection, suffix: str, states: tuple[str, ...], limit: int
+) -> list[dict[str, Any]]:
+    c = aliased(comments)
+    stmt = (
+        select(tasks)
+        .outerjoin(c, c.c.comment_key == tasks.c.task_id + suffix)
+        .where(tasks.c.state.in_(states))
+        .where(or_(c.c.comment_key.is_(None), and_(c.c.status.not_in((SENT, CONFIRMED)))))
+        .order_by(tasks.c.created_at)
+        .limit(limit)
+    )
+    return [dict(r._mapping) for r in conn.execute(stmt)]
+
+
+def receipts_owed(conn: Connection, limit: int = 100) -> list[dict[str, Any]]:
+    return _owed(conn, ":receipt", _LIVE, limit)
+
+
+def results_owed(conn: Connection, limit: int = 100) -> list[dict[str, Any]]:
+    return _owed(conn, ":result", RESULT_STATES, limit)
+
+
+def result_text(task: dict[str, Any]) -> str:
+    state = task["state"]
+    if state == "cancelled":
+        return "任务已取消 / the task was cancelled by an operator."
+    if state == "aborted":
+        return "任务已中止 / the task was aborted by an operator."
+    if state == "failed_reply":
+        return (
+            "回复未能确认 / the answer could not be confirmed on Gitea "
+            f"({task['error_code'] or 'reply_unknown'}); nothing was re-posted."
+        )
+    return f"任务失败 / the task failed ({task['error_code'] or 'failed'})."

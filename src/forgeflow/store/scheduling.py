@@ -1,0 +1,210 @@
+"""The scheduler's SQL: claimable tasks, claiming under a lease, restart recovery."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+from sqlalchemy import Connection, and_, exists, or_, select
+from sqlalchemy.orm import aliased
+
+from forgeflow.domain.retry import RetryPolicy
+from forgeflow.domain.states import ACTIVE_STATES, TaskState
+from forgeflow.store import control, leases
+from forgeflow.store import tasks as task_q
+from forgeflow.store.schema import repositories, tasks
+from forgeflow.store.tasks import Transition
+from forgeflow.store.types import utcnow
+
+# An older task of the same resource in one of these states goes first (FR-04: the
+# order of comments on one issue is kept).
+_WAITING = ("queued", "retry_wait", "blocked_workspace")
+
+
+def candidates(conn: Connection, limit: int = 200) -> list[dict[str, Any]]:
+    """Claimable tasks, oldest first: queued, and retry_wait whose time has come."""
+    now = utcnow()
+    older = aliased(tasks)
+    stmt = (
+        select(tasks)
+        .join(repositories, repositories.c.repo_key == tasks.c.repo_key)
+        .where(repositories.c.status == "active")
+        .where(
+            or_(
+                tasks.c.state == TaskState.QUEUED.value,
+                and_(tasks.c.state == TaskState.RETRY_WAIT.value, tasks.c.next_retry_at <= now),
+            )
+        )
+        .where(
+            ~exists().where(
+                older.c.resource_key == tasks.c.resource_key,
+                older.c.created_at < tasks.c.created_at,
+                older.c.state.in_(_WAITING),
+            )
+        )
+        .order_by(tasks.c.created_at, tasks.c.task_id)
+        .limit(limit)
+    )
+    return [dict(r._mapping) for r in conn.execute(stmt)]
+
+
+def next_wake(conn: Connection) -> Any:
+    """When the earliest retry_wait task becomes due (or None)."""
+    from sqlalchemy import func
+
+    return conn.execute(
+        select(func.min(tasks.c.next_retry_at)).where(tasks.c.state == "retry_wait")
+    ).scalar_one()
+
+
+@dataclass(frozen=True, slots=True)
+class Claim:
+    task: dict[str, Any]
+    lease_id: str | None
+
+
+def claim(conn: Connection, task_id: str, *, owner: str, ttl: timedelta) -> Claim | None:
+    """Move one task into work under its repository's lease, or return None."""
+    if control.get(conn)["global_paused"]:
+        return None
+    row = task_q.get(conn, task_id)
+    if row is None:
+        return None
+    state = TaskState(row["state"])
+    if state is TaskState.QUEUED:
+        target = TaskState.PREPARING
+    elif state is TaskState.RETRY_WAIT and row["next_retry_at"] <= utcnow():
+        target = TaskState(row["retry_step"] or TaskState.PREPARING.value)
+    else:
+        return None
+    lease_id = None
+    if target in ACTIVE_STATES:
+        lease_id = leases.acquire(conn, row["repo_key"], owner=owner, task_id=task_id, ttl=ttl)
+        if lease_id is None:
+            return None
+    updated = task_q.transition(
+        conn,
+        Transition(
+            task_id=task_id,
+            to_state=target,
+            expected_version=row["state_version"],
+            action="task.claim",
+            fields={"lease_id": lease_id, "claimed_by": owner, "next_retry_at": None},
+            metadata={"leaseId": lease_id, "owner": owner},
+        ),
+    )
+    return Claim(updated, lease_id)
+
+
+def queue_position(conn: Connection, task: dict[str, Any]) -> int:
+    """How many unfinished tasks of the same repository are ahead (0 = next)."""
+    from sqlalchemy import func
+
+    ahead = conn.execute(
+        select(func.count())
+        .select_from(tasks)
+        .where(tasks.c.repo_key == task["repo_key"])
+        .where(tasks.c.created_at < task["created_at"])
+        .where(tasks.c.state.in_(("queued", "retry_wait", "preparing", "running", "aborting")))
+    ).scalar_one()
+    return int(ahead)
+
+
+def recover(
+    conn: Connection, *, owner: str, node_prefix: str, retry: RetryPolicy
+) -> list[dict[str, Any]]:
+    """ARCHITECTURE §5.5: release dead leases and move interrupted work on.
+
+    Work is interrupted when its lease expired or was left by a dead incarnation of
+    this same worker node. Returns the tasks that changed.
+    """
+    now = utcnow()
+    for held in leases.stale(conn, now=now, dead_owner_prefix=node_prefix, live_owner=owner):
+        leases.expire(
+            conn, held, reason="expired" if held["expires_at"] <= now else "owner_restarted"
+        )
+    changed = []
+    in_work = [s.value for s in ACTIVE_STATES] + [TaskState.VERIFYING_REPLY.value]
+    for row in conn.execute(select(tasks).where(tasks.c.state.in_(in_work))).mappings():
+        task = dict(row)
+        lease = leases.get(conn, task["repo_key"])
+        if lease is not None and lease["task_id"] == task["task_id"]:
+            continue  # a live worker still holds it
+        claimed_by = task["claimed_by"] or ""
+        if task["state"] == TaskState.VERIFYING_REPLY.value and (
+            not claimed_by.startswith(node_prefix) or claimed_by == owner
+        ):
+            continue  # no lease to judge by; only our own dead predecessor's is ours
+        changed.append(interrupt(conn, task, retry, error_code="interrupted_by_restart"))
+    return changed
+
+
+def interrupt(
+    conn: Connection, task: dict[str, Any], retry: RetryPolicy, *, error_code: str
+) -> dict[str, Any]:
+    """Interrupted work: one more try after backoff, then ``failed`` (FR-07)."""
+    state = TaskState(task["state"])
+    base = {
+        "task_id": task["task_id"],
+        "expected_version": task["state_version"],
+        "actor": "system",
+        "error_code": error_code,
+    }
+    if state is TaskState.ABORTING:
+        return task_q.transition(
+            conn,
+            Transition(
+                to_state=TaskState.ABORTED,
+                action="task.recover",
+                fields={"lease_id": None, "claimed_by": None},
+                **base,
+            ),
+        )
+    if state is TaskState.VERIFYING_REPLY:
+        # Verification only reads Gitea; redoing it costs no attempt.
+        return task_q.transition(
+            conn,
+            Transition(
+                to_state=TaskState.RETRY_WAIT,
+                action="task.recover",
+                fields={
+                    "retry_step": "verifying_reply",
+                    "next_retry_at": utcnow(),
+                    "lease_id": None,
+                    "claimed_by": None,
+                },
+                **base,
+            ),
+        )
+    attempt = int(task["attempt"]) + 1
+    if attempt > retry.max_retries:
+        return task_q.transition(
+            conn,
+            Transition(
+                to_state=TaskState.FAILED,
+                action="task.recover",
+                fields={
+                    "lease_id": None,
+                    "claimed_by": None,
+                    "execution_error": f"{error_code} after {attempt - 1} retries",
+                },
+                **base,
+            ),
+        )
+    return task_q.transition(
+        conn,
+        Transition(
+            to_state=TaskState.RETRY_WAIT,
+            action="task.recover",
+            fields={
+                "attempt": attempt,
+                "retry_step": TaskState.PREPARING.value,
+                "next_retry_at": utcnow() + retry.delay(attempt),
+                "lease_id": None,
+                "claimed_by": None,
+            },
+            metadata={"attempt": attempt},
+            **base,
+        ),
+    )

@@ -1,0 +1,132 @@
+"""A scripted :class:`AgentRuntime` for scheduler tests and benchmarks.
+
+It does what the scheduler needs to be measured against — a turn that takes a known
+time and answers through Gitea — without a model. The answer is a real comment posted
+to the Gitea (emulator) REST API with the bot's token, as the agent's MCP tool would.
+Behaviour comes from the environment because ``forgeflow serve`` builds it from
+``FORGEFLOW_AGENT_RUNTIME=forgeflow_testkit.runtimes:scripted_runtime``:
+
+- ``FORGEFLOW_TEST_TURN_SECONDS``: how long a turn takes (default 0.2);
+- ``FORGEFLOW_TEST_REPLY``: ``mcp`` (post the final comment), ``none`` (forget to);
+  ``none-once`` forgets only the first turn of a task;
+- ``FORGEFLOW_TEST_TRACE``: a JSON-lines file receiving turn start/end times.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import time
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx
+
+from forgeflow.agent.port import (
+    AgentEvent,
+    SessionSpec,
+    TokenUsage,
+    ToolCall,
+    TurnCompleted,
+    TurnHandle,
+    TurnSpec,
+    TurnStatus,
+)
+from forgeflow.config import Settings
+
+
+class ScriptedRuntime:
+    def __init__(
+        self,
+        gitea_url: str,
+        token: str,
+        *,
+        turn_seconds: float = 0.2,
+        reply: str = "mcp",
+        trace: str | None = None,
+    ) -> None:
+        self._http = httpx.AsyncClient(
+            base_url=gitea_url.rstrip("/") + "/api/v1",
+            headers={"Authorization": f"token {token}"},
+            timeout=30,
+        )
+        self.turn_seconds = turn_seconds
+        self.reply = reply
+        self.trace = trace
+        self._threads: dict[str, str] = {}
+        self._turns: dict[str, tuple[TurnSpec, asyncio.Event]] = {}
+        self._forgot: set[str] = set()
+
+    async def ensure_session(self, spec: SessionSpec) -> str:
+        if spec.thread_id:
+            return spec.thread_id
+        return self._threads.setdefault(spec.session_key, f"thread-{uuid.uuid4().hex[:12]}")
+
+    async def start_turn(self, thread_id: str, turn: TurnSpec) -> TurnHandle:
+        handle = TurnHandle(thread_id, f"turn-{uuid.uuid4().hex[:12]}")
+        self._turns[handle.turn_id] = (turn, asyncio.Event())
+        return handle
+
+    def _trace(self, **record: Any) -> None:
+        if self.trace:
+            with open(self.trace, "a") as fh:
+                fh.write(json.dumps({"t": time.time(), "pid": os.getpid(), **record}) + "\n")
+
+    async def events(self, handle: TurnHandle) -> AsyncIterator[AgentEvent]:
+        turn, interrupted = self._turns[handle.turn_id]
+        repo_key = turn.task_id and f"{turn.owner}/{turn.repo}"
+        self._trace(event="start", task=turn.task_id, repo=repo_key, turn=turn.turn_key)
+        try:
+            async with asyncio.timeout(self.turn_seconds):
+                await interrupted.wait()
+        except TimeoutError:
+            pass
+        if interrupted.is_set():
+            self._trace(event="interrupted", task=turn.task_id, repo=repo_key)
+            yield TurnCompleted(1, TurnStatus.INTERRUPTED, error="interrupted")
+            return
+        seq = 1
+        yield TokenUsage(seq, input_tokens=100, output_tokens=20)
+        if self._should_reply(turn):
+            seq += 1
+            body = f"done: {turn.task_id}\n\n{turn.marker}"
+            r = await self._http.post(
+                f"/repos/{turn.owner}/{turn.repo}/issues/{turn.number}/comments",
+                json={"body": body},
+            )
+            yield ToolCall(
+                seq,
+                "add_comment",
+                {"owner": turn.owner, "repo": turn.repo, "issue_number": turn.number},
+                ok=r.status_code == 201,
+                comment_id=r.json().get("id") if r.status_code == 201 else None,
+            )
+        self._trace(event="end", task=turn.task_id, repo=repo_key, turn=turn.turn_key)
+        yield TurnCompleted(seq + 1, TurnStatus.COMPLETED, last_message=f"done: {turn.task_id}")
+
+    def _should_reply(self, turn: TurnSpec) -> bool:
+        if self.reply == "none":
+            return False
+        if self.reply == "none-once" and turn.task_id not in self._forgot:
+            self._forgot.add(turn.task_id)
+            return False
+        return True
+
+    async def interrupt(self, handle: TurnHandle) -> None:
+        self._turns[handle.turn_id][1].set()
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+
+def scripted_runtime(settings: Settings) -> ScriptedRuntime:
+    assert settings.gitea_url is not None and settings.gitea_token is not None
+    return ScriptedRuntime(
+        settings.gitea_url,
+        settings.gitea_token.get_secret_value(),
+        turn_seconds=float(os.environ.get("FORGEFLOW_TEST_TURN_SECONDS", "0.2")),
+        reply=os.environ.get("FORGEFLOW_TEST_REPLY", "mcp"),
+        trace=os.environ.get("FORGEFLOW_TEST_TRACE"),
+    )

@@ -1,0 +1,136 @@
+"""The whole mention path with a worker: receipt, turn, verified reply (scripted runtime)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from forgeflow.config import Role
+from forgeflow_testkit.gitea_emulator import GiteaEmulator
+from tests.support.forgeflow import WEBHOOK_SECRET, Running, run_forgeflow
+from tests.support.world import BOT
+
+SCRIPTED = "forgeflow_testkit.runtimes:scripted_runtime"
+
+
+def wait_for(check: Callable[[], Any], timeout: float = 30.0) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = check()
+        if value:
+            return value
+        time.sleep(0.05)
+    raise AssertionError("condition not met in time")
+
+
+@pytest.fixture
+def worker(
+    gitea: GiteaEmulator, tmp_path: Path, db_url: str, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[tuple[GiteaEmulator, Running]]:
+    monkeypatch.setenv("FORGEFLOW_TEST_TURN_SECONDS", "0.3")
+    monkeypatch.setenv("FORGEFLOW_TEST_TRACE", str(tmp_path / "trace.jsonl"))
+    bot_token = gitea.add_user(BOT)
+    gitea.add_user("alice")
+    gitea.add_repo("acme", "widget")
+    gitea.set_permission("acme", "widget", "alice", "write")
+    gitea.set_permission("acme", "widget", BOT, "admin")
+    with run_forgeflow(
+        tmp_path / "ff",
+        db_url,
+        role=Role.ALL,
+        gitea_url=gitea.url,
+        gitea_token=bot_token,
+        agent_runtime=SCRIPTED,
+        retry_base_seconds=0.1,
+        poll_seconds=0.5,
+    ) as ff:
+        gitea.add_hook("acme", "widget", url=ff.webhook_url, secret=WEBHOOK_SECRET)
+        yield gitea, ff
+
+
+def _task(ff: Running, task_id: str) -> dict[str, Any]:
+    with ff.admin() as admin:
+        detail: dict[str, Any] = admin.get(f"/api/gitea-workflow/tasks/{task_id}").json()
+        return detail
+
+
+def _bot_comments(gitea: GiteaEmulator, index: int) -> list[dict[str, Any]]:
+    return [c for c in gitea.comments("acme", "widget", index) if c["user"]["login"] == BOT]
+
+
+def test_mention_ends_succeeded_with_one_receipt_and_a_verified_reply(
+    worker: tuple[GiteaEmulator, Running],
+) -> None:
+    gitea, ff = worker
+    issue = gitea.add_issue("acme", "widget", title="Bug", author="alice")
+    gitea.post_comment("acme", "widget", issue, author="alice", body="@ccweb-bot fix it")
+    task_id = (
+        gitea.deliveries[-1].payload
+        and httpx.Response(200, content=gitea.deliveries[-1].response).json()["taskId"]
+    )
+    detail = wait_for(lambda: (d := _task(ff, task_id))["terminal"] and d)
+    assert detail["task"]["state"] == "succeeded", detail["task"]
+    path = [(e["fromState"], e["toState"]) for e in detail["audit"] if e["toState"]]
+    assert path == [
+        ("received", "queued"),
+        ("queued", "preparing"),
+        ("preparing", "running"),
+        ("running", "verifying_reply"),
+        ("verifying_reply", "succeeded"),
+    ]
+    bot = _bot_comments(gitea, issue)
+    receipts = [c for c in bot if "kind=receipt" in c["body"]]
+    finals = [c for c in bot if "kind=final" in c["body"]]
+    assert len(receipts) == 1 and receipts[0]["body"].startswith("giteabot: 已收到")
+    assert len(finals) == 1
+    assert receipts[0]["id"] < finals[0]["id"]
+    assert detail["turns"][0]["turnKey"] == f"{task_id}:1"
+    assert detail["task"]["inputTokens"] == 100
+    # The bot's own comments were delivered back to forgeflow and ignored (AC-07).
+    reasons = [d.response for d in gitea.deliveries if d.payload["sender"]["login"] == BOT]
+    assert reasons and all("bot_comment" in r for r in reasons)
+    actions = {e["action"] for e in detail["audit"]}
+    assert {
+        "workspace.clone",
+        "workspace.status",
+        "comment.intent",
+        "comment.result",
+        "turn.intent",
+        "turn.start",
+        "mcp.call",
+        "reply.found",
+    } <= actions
+
+
+def test_forgotten_reply_gets_one_retry_then_succeeds(
+    worker: tuple[GiteaEmulator, Running], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    gitea, ff = worker
+    runtime = ff.services.runtime
+    assert runtime is not None
+    runtime.reply = "none-once"  # type: ignore[attr-defined]
+    issue = gitea.add_issue("acme", "widget", title="Bug", author="alice")
+    gitea.post_comment("acme", "widget", issue, author="alice", body="@ccweb-bot fix it")
+    task_id = httpx.Response(200, content=gitea.deliveries[-1].response).json()["taskId"]
+    detail = wait_for(lambda: (d := _task(ff, task_id))["terminal"] and d)
+    assert detail["task"]["state"] == "succeeded", detail["task"]
+    assert [t["kind"] for t in detail["turns"]] == ["normal", "reply_retry"]
+    assert detail["task"]["replyAttempt"] == 1
+
+
+def test_reply_never_posted_falls_back_to_rest(worker: tuple[GiteaEmulator, Running]) -> None:
+    gitea, ff = worker
+    ff.services.runtime.reply = "none"  # type: ignore[union-attr]
+    issue = gitea.add_issue("acme", "widget", title="Bug", author="alice")
+    gitea.post_comment("acme", "widget", issue, author="alice", body="@ccweb-bot fix it")
+    task_id = httpx.Response(200, content=gitea.deliveries[-1].response).json()["taskId"]
+    detail = wait_for(lambda: (d := _task(ff, task_id))["terminal"] and d)
+    assert detail["task"]["state"] == "succeeded_with_rest_fallback", detail["task"]
+    assert detail["task"]["replyError"] == "mcp_reply_missing"
+    fallbacks = [c for c in _bot_comments(gitea, issue) if "kind=fallback" in c["body"]]
+    assert len(fallbacks) == 1 and fallbacks[0]["body"].startswith(f"done: {task_id}")
