@@ -8,7 +8,8 @@ Behaviour comes from the environment because ``forgeflow serve`` builds it from
 
 - ``FORGEFLOW_TEST_TURN_SECONDS``: how long a turn takes (default 0.2);
 - ``FORGEFLOW_TEST_REPLY``: ``mcp`` (post the final comment), ``none`` (forget to);
-  ``none-once`` forgets only the first turn of a task;
+  ``none-once`` forgets only the first turn of a task; ``ask`` asks the user a
+  question instead of answering (``item/tool/requestUserInput``);
 - ``FORGEFLOW_TEST_TRACE``: a JSON-lines file receiving turn start/end times.
 """
 
@@ -26,6 +27,7 @@ import httpx
 
 from forgeflow.agent.port import (
     AgentEvent,
+    NeedsUser,
     SessionSpec,
     TokenUsage,
     ToolCall,
@@ -84,11 +86,16 @@ class ScriptedRuntime:
         except TimeoutError:
             pass
         if interrupted.is_set():
-            self._trace(event="interrupted", task=turn.task_id, repo=repo_key)
+            self._trace(event="interrupted", task=turn.task_id, repo=repo_key, turn=turn.turn_key)
             yield TurnCompleted(1, TurnStatus.INTERRUPTED, error="interrupted")
             return
         seq = 1
         yield TokenUsage(seq, input_tokens=100, output_tokens=20)
+        if self.reply == "ask":
+            yield NeedsUser(seq + 1, "Which branch should I use?")
+            self._trace(event="end", task=turn.task_id, repo=repo_key, turn=turn.turn_key)
+            yield TurnCompleted(seq + 2, TurnStatus.COMPLETED)
+            return
         if self._should_reply(turn):
             seq += 1
             body = f"done: {turn.task_id}\n\n{turn.marker}"
