@@ -2,55 +2,15 @@
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
-from forgeflow.config import Role
 from forgeflow_testkit.gitea_emulator import GiteaEmulator
-from tests.support.forgeflow import WEBHOOK_SECRET, Running, run_forgeflow
+from tests.support.cluster import wait_for
+from tests.support.forgeflow import Running
 from tests.support.world import BOT
-
-SCRIPTED = "forgeflow_testkit.runtimes:scripted_runtime"
-
-
-def wait_for(check: Callable[[], Any], timeout: float = 30.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError("condition not met in time")
-
-
-@pytest.fixture
-def worker(
-    gitea: GiteaEmulator, tmp_path: Path, db_url: str, monkeypatch: pytest.MonkeyPatch
-) -> Iterator[tuple[GiteaEmulator, Running]]:
-    monkeypatch.setenv("FORGEFLOW_TEST_TURN_SECONDS", "0.3")
-    monkeypatch.setenv("FORGEFLOW_TEST_TRACE", str(tmp_path / "trace.jsonl"))
-    bot_token = gitea.add_user(BOT)
-    gitea.add_user("alice")
-    gitea.add_repo("acme", "widget")
-    gitea.set_permission("acme", "widget", "alice", "write")
-    gitea.set_permission("acme", "widget", BOT, "admin")
-    with run_forgeflow(
-        tmp_path / "ff",
-        db_url,
-        role=Role.ALL,
-        gitea_url=gitea.url,
-        gitea_token=bot_token,
-        agent_runtime=SCRIPTED,
-        retry_base_seconds=0.1,
-        poll_seconds=0.5,
-    ) as ff:
-        gitea.add_hook("acme", "widget", url=ff.webhook_url, secret=WEBHOOK_SECRET)
-        yield gitea, ff
 
 
 def _task(ff: Running, task_id: str) -> dict[str, Any]:

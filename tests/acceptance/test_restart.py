@@ -8,7 +8,15 @@ from pathlib import Path
 import pytest
 
 from forgeflow_testkit.gitea_emulator import GiteaEmulator
-from tests.support.cluster import Cluster, hook, make_cluster, overlapping, turn_intervals, wait_for
+from tests.support.cluster import (
+    Cluster,
+    hook,
+    make_cluster,
+    overlapping,
+    secret_hits,
+    turn_intervals,
+    wait_for,
+)
 from tests.support.dbwatch import DbWatch
 
 TERMINAL = {
@@ -68,6 +76,8 @@ def test_kill_mid_turn_with_a_queued_task_behind_it(cluster: Cluster, db_url: st
     for index in (first, second):
         kinds = [c["body"].rsplit("kind=", 1)[1] for c in cluster.bot_comments(index)]
         assert sorted(kinds) == ["final -->", "receipt -->"], kinds
+    cluster.stop()
+    assert secret_hits(cluster) == []
 
 
 def admin_audit(cluster: Cluster, **params: str) -> list[dict[str, object]]:

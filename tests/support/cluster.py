@@ -160,3 +160,32 @@ def overlapping(intervals: list[tuple[str, str, float, float]]) -> list[tuple[st
             if repo_a == repo_b and start_a < end_b and start_b < end_a:
                 bad.append((turn_a, turn_b))
     return bad
+
+
+def secret_hits(cluster: Cluster) -> list[str]:
+    """Where any of the cluster's secrets appear: log, files under the data folder, rows."""
+    from sqlalchemy import create_engine, select
+
+    from forgeflow.store.schema import metadata
+
+    secrets = {
+        "bot token": cluster.bot_token,
+        "webhook secret": WEBHOOK_SECRET,
+        "admin token": ADMIN_TOKEN,
+    }
+    hits = []
+    for name, value in secrets.items():
+        if value in cluster.log():
+            hits.append(f"{name} in serve.log")
+        for path in (cluster.workdir / "data").rglob("*"):
+            if path.is_file() and value.encode() in path.read_bytes():
+                hits.append(f"{name} in {path}")
+    engine = create_engine(cluster.db_url)
+    with engine.connect() as conn:
+        for table in metadata.sorted_tables:
+            for row in conn.execute(select(table)):
+                for name, value in secrets.items():
+                    if value in repr(tuple(row)):
+                        hits.append(f"{name} in table {table.name}")
+    engine.dispose()
+    return hits
