@@ -8,6 +8,7 @@ phone home later (analytics, feedback, update checks, app connectors, model disc
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,6 +17,7 @@ from typing import Any
 PROVIDER_ID = "scripted"
 API_KEY_ENV = "SCRIPTED_MODEL_API_KEY"
 API_KEY = "sk-scripted-test-key"
+_BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
 
 _FEATURES_OFF = (
     "plugins",  # marketplace sync: api.github.com + chatgpt.com at start-up
@@ -55,18 +57,22 @@ def _toml_value(value: Any) -> str:
     raise TypeError(f"cannot write {type(value).__name__} to TOML")
 
 
+def _toml_key(key: str) -> str:
+    return key if _BARE_KEY.fullmatch(key) else json.dumps(key)
+
+
 def to_toml(table: Mapping[str, Any], prefix: str = "") -> str:
-    """A minimal TOML writer (stdlib only reads TOML): scalars, lists, nested tables."""
+    """A minimal TOML writer (the stdlib only reads TOML): scalars, lists, nested tables.
+    A table holding only tables gets no header of its own."""
     lines = [
-        f"{json.dumps(k)} = {_toml_value(v)}"
-        for k, v in table.items()
-        if not isinstance(v, Mapping)
+        f"{_toml_key(k)} = {_toml_value(v)}" for k, v in table.items() if not isinstance(v, Mapping)
     ]
-    out = "\n".join(lines) + ("\n" if lines else "")
+    out = ""
+    if lines:
+        out = (f"\n[{prefix}]\n" if prefix else "") + "\n".join(lines) + "\n"
     for key, value in table.items():
         if isinstance(value, Mapping):
-            name = f"{prefix}.{json.dumps(key)}" if prefix else json.dumps(key)
-            out += f"\n[{name}]\n" + to_toml(value, name)
+            out += to_toml(value, f"{prefix}.{_toml_key(key)}" if prefix else _toml_key(key))
     return out
 
 

@@ -2,11 +2,14 @@
 `codex app-server` in tests.
 
 Codex (0.171.0, `wire_api = "responses"`) sends `POST {base_url}/responses` with a JSON body
-(`model`, `input`, `tools`, `stream: true`, …) and reads the answer as server-sent events:
-`response.created`, then per output item `response.output_item.added` /
-`response.output_text.delta` / `response.output_item.done`, then `response.completed` whose
-`response.usage` becomes `thread/tokenUsage/updated`. A stream that ends without
-`response.completed` is an error to codex. Every request pops one step of the script."""
+(`model`, `input`, `tools`, `stream: true`, …) and reads the answer as server-sent events. It
+acts on `response.output_item.done` and needs `response.completed` (whose `response.usage`
+becomes `thread/tokenUsage/updated`); a stream that ends without it fails the turn. We also
+send what the real API sends around them (`response.created`, `response.output_item.added`,
+`response.output_text.delta`), so codex streams `item/agentMessage/delta` as in production.
+
+Each request is answered by the first matching rule (`when`), else the next queued step
+(`enqueue`), else the default step; with none of these it gets HTTP 500."""
 
 from __future__ import annotations
 
@@ -15,10 +18,9 @@ import collections
 import json
 import threading
 import time
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import TracebackType
-from typing import Any
 
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -27,23 +29,46 @@ from starlette.routing import Route
 
 from .gitea_emulator.server import BackgroundServer
 from .model_steps import (
+    Arguments,
     HttpError,
     JsonObject,
     Message,
     Reply,
     ScriptError,
+    ShellCall,
     Step,
     ToolCall,
     ToolRef,
     Usage,
     as_step,
+    delay,
+    gitea_comment,
     item_events,
+    match_tool,
+    message,
     new_id,
     offered_tools,
     render_item,
     response_object,
     sse,
 )
+
+__all__ = [
+    "HttpError",
+    "Message",
+    "RecordedRequest",
+    "Reply",
+    "ScriptedModel",
+    "ShellCall",
+    "Step",
+    "ToolCall",
+    "ToolRef",
+    "Usage",
+    "delay",
+    "gitea_comment",
+    "last_input_is_tool_output",
+    "message",
+]
 
 # Keeps a delayed stream alive: codex resets its idle timer on every SSE event, and ignores
 # event types it does not know.
@@ -74,21 +99,23 @@ class RecordedRequest:
         return offered_tools(self.body.get("tools") or [])
 
     def tool(self, name: str, namespace: str | None = None) -> ToolRef | None:
-        return next(
-            (
-                t
-                for t in self.tools
-                if name in (t.name, t.qualified) and namespace in (None, t.namespace)
-            ),
-            None,
-        )
+        """The offered tool called `name` (bare or `mcp__server__name`), if any."""
+        return match_tool(self.tools, name, namespace)
+
+    @property
+    def instructions(self) -> str:
+        """The `instructions` field, or (codex 0.171.0 sends none) the first developer
+        message, which carries codex's base instructions."""
+        value = self.body.get("instructions")
+        if isinstance(value, str):
+            return value
+        return next(iter(self.texts("developer")), "")
 
     def function_call_outputs(self) -> list[JsonObject]:
         return [i for i in self.input if i.get("type") == "function_call_output"]
 
     def texts(self, role: str) -> list[str]:
-        """The text of every input message of `role` (`developer`, `user`, `assistant`);
-        codex 0.171.0 sends its base instructions as the first developer message."""
+        """The text of every input message of `role` (`developer`, `user`, `assistant`)."""
         found: list[str] = []
         for item in self.input:
             if item.get("type") == "message" and item.get("role") == role:
@@ -191,18 +218,32 @@ class ScriptedModel:
 
     def reply_with_tool_then_message(
         self,
-        tool: str | list[str],
-        arguments: Mapping[str, Any] | Callable[[ToolRef], Mapping[str, Any]],
-        final: str,
+        tool: str | Sequence[str] | ToolCall,
+        arguments: Arguments | None = None,
+        final: str = "done",
         *,
         namespace: str | None = None,
         usage: Usage | None = None,
     ) -> str:
-        """Next request: call `tool`; the request carrying its output: say `final`.
-        Returns the call id, to find the `function_call_output` in `requests`."""
+        """Next request: call `tool` (a name, candidate names, or a ready ToolCall such as
+        `gitea_comment(...)`); the request carrying its output: say `final`. Returns the
+        call id, to find the `function_call_output` in `requests`."""
         call_id = new_id("call")
-        self.enqueue(Reply((ToolCall(tool, arguments, namespace, call_id),), usage or Usage()))
-        self.after_tool_output(Reply((Message(final),), usage or Usage()), call_id=call_id)
+        if isinstance(tool, ToolCall):
+            call = ToolCall(tool.tool, tool.arguments, tool.namespace, call_id)
+        else:
+            call = ToolCall(tool, arguments or {}, namespace, call_id)
+        self.enqueue(Reply.of(call, usage=usage))
+        self.after_tool_output(Reply.of(Message(final), usage=usage), call_id=call_id)
+        return call_id
+
+    def reply_with_shell_then_message(
+        self, command: str, final: str = "done", *, usage: Usage | None = None
+    ) -> str:
+        """Next request: run `command` with codex's shell tool; then say `final`."""
+        call_id = new_id("call")
+        self.enqueue(Reply.of(ShellCall(command, call_id=call_id), usage=usage))
+        self.after_tool_output(Reply.of(Message(final), usage=usage), call_id=call_id)
         return call_id
 
     # -- what happened --------------------------------------------------------------------
@@ -271,10 +312,12 @@ class ScriptedModel:
         try:
             body = json.loads(raw)
         except ValueError:
+            body = None
+        if not isinstance(body, dict):
             # codex may compress request bodies for some providers; we must see them plain
             self._record(request, {"raw": raw.decode("utf-8", "replace")})
             return self._fail(
-                f"request body is not JSON ({request.headers.get('content-encoding')})"
+                f"request body is not a JSON object ({request.headers.get('content-encoding')})"
             )
         recorded = self._record(request, body)
         try:

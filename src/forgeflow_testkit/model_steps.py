@@ -62,7 +62,11 @@ def match_tool(tools: Sequence[ToolRef], wanted: str, namespace: str | None) -> 
     for tool in tools:
         if namespace is not None and tool.namespace != namespace:
             continue
-        if wanted in (tool.name, tool.qualified):
+        if wanted in (tool.name, tool.qualified) or (
+            tool.namespace is None
+            and tool.name.startswith(MCP_PREFIX)
+            and tool.name.endswith(f"__{wanted}")
+        ):
             return tool
     return None
 
@@ -158,6 +162,10 @@ class Reply:
     usage: Usage = field(default_factory=Usage)
     delay: float = 0.0
 
+    @classmethod
+    def of(cls, *parts: Part, usage: Usage | None = None, delay: float = 0.0) -> Reply:
+        return cls(parts, usage or Usage(), delay)
+
 
 @dataclass(frozen=True)
 class HttpError:
@@ -187,6 +195,22 @@ def delay(seconds: float, then: Step) -> Reply | HttpError:
     """`then`, after `seconds` of a silent (but kept-alive) stream."""
     step = as_step(then)
     return Reply(step.parts, step.usage, seconds) if isinstance(step, Reply) else step
+
+
+def gitea_comment(
+    owner: str, repo: str, issue_number: int, body: str, *, call_id: str | None = None
+) -> ToolCall:
+    """A comment through whichever Gitea MCP server the thread has: the PyPI `gitea-mcp`
+    (`add_comment{owner, repo, issue_number, body}`) or the official Go server
+    (`issue_write{method: "add_comment", …}`, older releases `create_issue_comment`)."""
+    fields = {"owner": owner, "repo": repo, "issue_number": issue_number, "body": body}
+
+    def arguments(tool: ToolRef) -> dict[str, Any]:
+        return {"method": "add_comment", **fields} if tool.name.endswith("issue_write") else fields
+
+    return ToolCall(
+        ("add_comment", "issue_write", "create_issue_comment"), arguments, None, call_id
+    )
 
 
 def render_item(part: Part, tools: Sequence[ToolRef]) -> JsonObject:
