@@ -320,13 +320,16 @@ class ScriptedModel:
                 f"request body is not a JSON object ({request.headers.get('content-encoding')})"
             )
         recorded = self._record(request, body)
+        items: list[JsonObject] = []
         try:
             step = self._next_step(recorded)
-            if isinstance(step, HttpError):
-                return JSONResponse(step.body(), step.status, headers=dict(step.headers))
-            items = [render_item(part, recorded.tools) for part in step.parts]
+            if not isinstance(step, HttpError):
+                items = [render_item(part, recorded.tools) for part in step.parts]
         except ScriptError as error:
             return self._fail(str(error))
+        if isinstance(step, HttpError):
+            await asyncio.sleep(step.delay)
+            return JSONResponse(step.body(), step.status, headers=dict(step.headers))
         return StreamingResponse(
             self._stream(step, items, str(body.get("model") or self.model)),
             media_type="text/event-stream",

@@ -3,6 +3,7 @@ items and SSE events they become. See model_server.py for the server that plays 
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 from collections.abc import Callable, Mapping, Sequence
@@ -169,12 +170,14 @@ class Reply:
 
 @dataclass(frozen=True)
 class HttpError:
-    """Answers the request with an HTTP error instead of a stream (e.g. 500, or 429)."""
+    """Answers the request with an HTTP error instead of a stream (e.g. 500, or 429),
+    after `delay` seconds."""
 
     status: int = 500
     message: str = "scripted failure"
     code: str = "server_error"
     headers: Mapping[str, str] = field(default_factory=dict)
+    delay: float = 0.0
 
     def body(self) -> JsonObject:
         return {"error": {"message": self.message, "type": self.code, "code": self.code}}
@@ -192,9 +195,9 @@ def message(text: str, *, usage: Usage | None = None, delay: float = 0.0) -> Rep
 
 
 def delay(seconds: float, then: Step) -> Reply | HttpError:
-    """`then`, after `seconds` of a silent (but kept-alive) stream."""
-    step = as_step(then)
-    return Reply(step.parts, step.usage, seconds) if isinstance(step, Reply) else step
+    """`then`, after `seconds`: of a silent (but kept-alive) stream for a reply, of waiting
+    for the response headers for an HTTP error."""
+    return dataclasses.replace(as_step(then), delay=seconds)
 
 
 def gitea_comment(
