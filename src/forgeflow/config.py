@@ -6,7 +6,7 @@ import shlex
 import tomllib
 from enum import StrEnum
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import (
@@ -86,6 +86,8 @@ class Settings(BaseSettings):
     retry_base_seconds: float = Field(default=5.0, ge=0)
     max_retries: int = Field(default=1, ge=0, le=10)
     abort_timeout_seconds: float = Field(default=30.0, gt=0)
+    mcp_timeout_seconds: float = Field(default=20.0, gt=0)
+    elicitation_policy: Literal["accept", "decline"] = "decline"
 
     @field_validator("gitea_url")
     @classmethod

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 from dataclasses import dataclass
 from datetime import timedelta
 from functools import partial
@@ -19,6 +20,7 @@ import structlog
 from forgeflow.agent.port import (
     AgentError,
     AgentRuntime,
+    CommentTool,
     NeedsUser,
     Notice,
     SessionSpec,
@@ -31,7 +33,7 @@ from forgeflow.agent.port import (
 )
 from forgeflow.domain import prompt
 from forgeflow.domain.ids import ResourceKind, parse_resource_key, turn_key
-from forgeflow.domain.markers import Marker, MarkerKind
+from forgeflow.domain.markers import Marker, MarkerKind, parse_marker
 from forgeflow.domain.paths import session_branch, session_worktree
 from forgeflow.domain.retry import RetryPolicy
 from forgeflow.domain.states import ACTIVE_STATES, TaskState
@@ -64,8 +66,13 @@ class ExecutionConfig:
     lease_ttl: timedelta
     retry: RetryPolicy
     abort_timeout: float = 30.0
-    mcp_tool: str = "add_comment"
-    mcp_tool_arguments: str = "owner, repo, issue_number, body"
+
+
+def _asks_user(call: ToolCall, task_id: str) -> bool:
+    """A comment the agent posted whose marker says it waits for the user."""
+    body = call.arguments.get("body")
+    marker = parse_marker(body) if call.ok and isinstance(body, str) else None
+    return marker is not None and marker.task_id == task_id and marker.state == "waiting_user"
 
 
 class Execution:
@@ -265,6 +272,7 @@ class Execution:
         cwd = session_worktree(self.cfg.workspace_root, resource)
         reply_retry = task["retry_step"] == S.RUNNING and int(task["reply_attempt"]) > 0
         try:
+            tool = await self.runtime.comment_tool()
             thread_id = await self.runtime.ensure_session(
                 SessionSpec(
                     session_key=task["session_key"],
@@ -292,13 +300,13 @@ class Execution:
         if reply_retry:
             normal = await self.store.read(lambda c: turn_q.last_normal(c, task["task_id"]))
             verified_key = normal["turn_key"] if normal else key
-        marker = Marker(
-            task["task_id"], verified_key, task["resource_key"], MarkerKind.FINAL
-        ).render()
+        final = Marker(task["task_id"], verified_key, task["resource_key"], MarkerKind.FINAL)
+        marker = final.render()
+        waiting = dataclasses.replace(final, state="waiting_user").render()
         if reply_retry:
-            text = prompt.reply_retry_prompt(marker, self.cfg.mcp_tool, self.cfg.mcp_tool_arguments)
+            text = prompt.reply_retry_prompt(marker, tool.name, tool.arguments)
         else:
-            text = await self._prompt(task, resource, cwd, marker)
+            text = await self._prompt(task, resource, cwd, (marker, waiting), tool)
         kind = "reply_retry" if reply_retry else "normal"
         await self.store.write(
             lambda c: turn_q.begin(
@@ -340,7 +348,14 @@ class Execution:
         )
         return await self._after_turn(task, handle, completed, needs_user, aborted)
 
-    async def _prompt(self, task: dict[str, Any], resource: Any, cwd: str, marker: str) -> str:
+    async def _prompt(
+        self,
+        task: dict[str, Any],
+        resource: Any,
+        cwd: str,
+        markers: tuple[str, str],
+        tool: CommentTool,
+    ) -> str:
         status = await self.workspace.worktree_status(cwd)
         refs = task["refs"] or {}
         return prompt.turn_prompt(
@@ -353,9 +368,10 @@ class Execution:
                 instruction=task["instruction"],
                 workspace=cwd,
                 branch=session_branch(resource),
-                marker=marker,
-                tool=self.cfg.mcp_tool,
-                tool_arguments=self.cfg.mcp_tool_arguments,
+                marker=markers[0],
+                waiting_marker=markers[1],
+                tool=tool.name,
+                tool_arguments=tool.arguments,
                 base_ref=refs.get("base"),
                 head_ref=refs.get("head"),
                 uncommitted=status.modified + status.untracked,
@@ -382,6 +398,9 @@ class Execution:
                     await self._record(task, handle, key, event)
                     if isinstance(event, NeedsUser):
                         needs_user = event
+                    elif isinstance(event, ToolCall) and _asks_user(event, task["task_id"]):
+                        # The agent already posted its question; nothing to post for it.
+                        needs_user = NeedsUser(event.seq, "")
                     if aborted.is_set() and scope.when() is None:
                         scope.reschedule(asyncio.get_running_loop().time() + self.cfg.abort_timeout)
         except TimeoutError:
@@ -461,7 +480,8 @@ class Execution:
         if completed.status is TurnStatus.COMPLETED:
             if needs_user is not None:
                 try:
-                    await self.replies.question(task, needs_user.question)
+                    if needs_user.question:
+                        await self.replies.question(task, needs_user.question)
                 except GiteaError as exc:
                     await self._audit(task, "comment.question_failed", metadata={"error": str(exc)})
                 return await self._move(

@@ -6,10 +6,6 @@ cleans or overwrites: anything unexpected is reported as :class:`WorkspaceDirty`
 exactly as it was for an administrator (task state ``blocked_workspace``).
 """
 
-# ruff: noqa: ASYNC240
-# (the os.path probes are single stat() calls on the local workspace disk; git, the
-# slow part, is already asynchronous)
-
 from __future__ import annotations
 
 import asyncio

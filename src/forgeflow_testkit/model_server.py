@@ -142,10 +142,13 @@ def last_input_is_tool_output(call_id: str | None = None) -> Predicate:
     return check
 
 
+Responder = Callable[[RecordedRequest], "Step"]
+
+
 @dataclass
 class _Rule:
     when: Predicate
-    step: Reply | HttpError
+    step: Reply | HttpError | Responder
     times: int | None
 
 
@@ -209,6 +212,25 @@ class ScriptedModel:
         """Answer requests matching `predicate` with `step`, `times` times (None: always)."""
         with self._changed:
             self._rules.append(_Rule(predicate, as_step(step), times))
+        return self
+
+    def respond(
+        self,
+        predicate: Predicate,
+        responder: Responder,
+        *,
+        times: int | None = None,
+        first: bool = False,
+    ) -> ScriptedModel:
+        """Like `when`, but the step is computed from the request (e.g. an agent that
+        answers with the marker it was given in the prompt); `first` puts the rule ahead
+        of the rules already there."""
+        with self._changed:
+            rule = _Rule(predicate, responder, times)
+            if first:
+                self._rules.insert(0, rule)
+            else:
+                self._rules.append(rule)
         return self
 
     def after_tool_output(
@@ -295,7 +317,9 @@ class ScriptedModel:
                 if rule.times != 0 and rule.when(request):
                     if rule.times is not None:
                         rule.times -= 1
-                    return rule.step
+                    if isinstance(rule.step, Reply | HttpError):
+                        return rule.step
+                    return as_step(rule.step(request))
             if self._queue:
                 return self._queue.popleft()
             if self._default is not None:

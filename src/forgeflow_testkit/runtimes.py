@@ -27,6 +27,7 @@ import httpx
 
 from forgeflow.agent.port import (
     AgentEvent,
+    CommentTool,
     NeedsUser,
     SessionSpec,
     TokenUsage,
@@ -60,6 +61,9 @@ class ScriptedRuntime:
         self._threads: dict[str, str] = {}
         self._turns: dict[str, tuple[TurnSpec, asyncio.Event]] = {}
         self._forgot: set[str] = set()
+
+    async def comment_tool(self) -> CommentTool:
+        return CommentTool("add_comment", "owner, repo, issue_number, body")
 
     async def ensure_session(self, spec: SessionSpec) -> str:
         if spec.thread_id:

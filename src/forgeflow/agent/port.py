@@ -21,6 +21,14 @@ class AgentError(Exception):
 
 
 @dataclass(frozen=True, slots=True)
+class CommentTool:
+    """The MCP tool the agent posts its answer with, as the prompt names it."""
+
+    name: str
+    arguments: str
+
+
+@dataclass(frozen=True, slots=True)
 class SessionSpec:
     """Everything a thread is started or resumed with."""
 
@@ -106,6 +114,9 @@ AgentEvent = ToolCall | TokenUsage | NeedsUser | TurnCompleted | Notice
 
 
 class AgentRuntime(Protocol):
+    async def comment_tool(self) -> CommentTool:
+        """The comment tool of the Gitea MCP server (after its preflight)."""
+
     async def ensure_session(self, spec: SessionSpec) -> str:
         """Resume ``spec.thread_id`` or start a thread; return the thread id."""
 

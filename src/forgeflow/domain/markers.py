@@ -2,6 +2,9 @@
 
 ``<!-- ccweb taskId=<taskId> turnKey=<taskId>:<n> resourceKey=<resourceKey> kind=<kind> -->``
 
+A final comment that asks the user something carries ``state=waiting_user`` after the
+kind (PRD FR-06 lets markers carry the state): the task then waits for the next comment.
+
 The marker is how the verifier finds a reply, how a retry finds an effect that already
 happened, and how the webhook recognises the bot's own comments.
 """
@@ -27,6 +30,7 @@ _MARKER_RE = re.compile(
     rf"\s+turnKey=(?P<turn_key>{_VALUE})"
     rf"\s+resourceKey=(?P<resource_key>{_VALUE})"
     r"\s+kind=(?P<kind>receipt|final|fallback|result)"
+    r"(?:\s+state=(?P<state>[a-z_]+))?"
     r"\s*-->"
 )
 
@@ -37,6 +41,7 @@ class Marker:
     turn_key: str
     resource_key: str
     kind: MarkerKind
+    state: str | None = None
 
     def render(self) -> str:
         for name, value in (
@@ -46,9 +51,10 @@ class Marker:
         ):
             if not value or re.search(r"[\s>]", value):
                 raise ValueError(f"marker field {name} must be non-empty without spaces or '>'")
+        state = f" state={self.state}" if self.state else ""
         return (
             f"<!-- ccweb taskId={self.task_id} turnKey={self.turn_key} "
-            f"resourceKey={self.resource_key} kind={self.kind.value} -->"
+            f"resourceKey={self.resource_key} kind={self.kind.value}{state} -->"
         )
 
 
@@ -65,6 +71,7 @@ def find_markers(body: str) -> list[Marker]:
             turn_key=m["turn_key"],
             resource_key=m["resource_key"],
             kind=MarkerKind(m["kind"]),
+            state=m["state"],
         )
         for m in _MARKER_RE.finditer(body or "")
     ]

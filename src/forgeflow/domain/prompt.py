@@ -38,6 +38,7 @@ class TurnContext:
     workspace: str
     branch: str
     marker: str
+    waiting_marker: str
     tool: str
     tool_arguments: str
     base_ref: str | None = None
@@ -75,7 +76,9 @@ def turn_prompt(ctx: TurnContext) -> str:
     lines.append(
         f"When done, post your answer once with the MCP tool `{ctx.tool}` "
         f"({ctx.tool_arguments}). The comment body must end with this exact line:\n"
-        f"{ctx.marker}"
+        f"{ctx.marker}\n"
+        "If you cannot go on without an answer from the user, post your question instead, "
+        f"once, ending with this line:\n{ctx.waiting_marker}"
     )
     return "\n\n".join(lines)
 

@@ -44,7 +44,12 @@ def started(
         .where(turns.c.turn_key == turn_key)
         .values(turn_id=turn_id, status="started", started_at=utcnow())
     )
-    conn.execute(update(tasks).where(tasks.c.task_id == task_id).values(turn_id=turn_id))
+    thread_id = conn.execute(
+        select(turns.c.thread_id).where(turns.c.turn_key == turn_key)
+    ).scalar_one()
+    conn.execute(
+        update(tasks).where(tasks.c.task_id == task_id).values(turn_id=turn_id, thread_id=thread_id)
+    )
     conn.execute(
         update(sessions)
         .where(sessions.c.session_key == session_key)

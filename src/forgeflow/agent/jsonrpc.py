@@ -1,0 +1,189 @@
+"""Newline-delimited JSON-RPC over a child process's stdio, as ``codex app-server`` and
+stdio MCP servers speak it, with the child in its own process group.
+
+Hand-written: the JSON-RPC libraries on PyPI either want HTTP/websocket transports or
+LSP's Content-Length framing; this is one line per message and ~150 lines of code.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import signal
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import structlog
+
+log = structlog.get_logger("forgeflow.jsonrpc")
+
+Json = dict[str, Any]
+Handler = Callable[[Json], Awaitable[None]]
+
+
+class RpcError(Exception):
+    def __init__(self, method: str, code: int, message: str) -> None:
+        super().__init__(f"{method}: error {code}: {message}")
+        self.method = method
+        self.code = code
+        self.rpc_message = message
+
+
+class RpcTimeout(Exception):
+    pass
+
+
+class ProcessGone(Exception):
+    pass
+
+
+def kill_group(pgid: int) -> None:
+    """End a whole process group: a launcher's children must not outlive it."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(pgid, sig)
+        except (ProcessLookupError, PermissionError):
+            return
+        if sig is signal.SIGTERM:
+            # Give the group a moment to exit cleanly before the hard kill.
+            for _ in range(20):
+                try:
+                    os.killpg(pgid, 0)
+                except ProcessLookupError:
+                    return
+                import time
+
+                time.sleep(0.05)
+
+
+class RpcProcess:
+    """One child process speaking JSON-RPC lines; notifications and server requests go
+    to ``on_message``; responses resolve the matching :meth:`request`."""
+
+    def __init__(
+        self, proc: asyncio.subprocess.Process, on_message: Handler, pgid_file: Path | None
+    ) -> None:
+        self.proc = proc
+        self._on_message = on_message
+        self._pgid_file = pgid_file
+        self._pending: dict[int, asyncio.Future[Json]] = {}
+        self._next_id = 0
+        self.closed = asyncio.Event()
+        self._reader = asyncio.create_task(self._read(), name="jsonrpc.reader")
+
+    @classmethod
+    async def spawn(
+        cls,
+        argv: list[str],
+        *,
+        env: dict[str, str],
+        on_message: Handler,
+        stderr_path: Path | None = None,
+        pgid_file: Path | None = None,
+        cwd: str | None = None,
+    ) -> RpcProcess:
+        if pgid_file is not None and pgid_file.exists():
+            # A crashed forgeflow left its app-server group behind; it would still hold
+            # the threads' writer locks, so it goes first.
+            with contextlib.suppress(ValueError, OSError):
+                kill_group(int(pgid_file.read_text().strip()))
+            pgid_file.unlink(missing_ok=True)
+        stderr: Any = asyncio.subprocess.DEVNULL
+        if stderr_path is not None:
+            stderr_path.parent.mkdir(parents=True, exist_ok=True)
+            stderr = stderr_path.open("ab")
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                *argv,
+                stdin=asyncio.subprocess.PIPE,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=stderr,
+                env=env,
+                cwd=cwd,
+                start_new_session=True,
+                limit=64 * 1024 * 1024,
+            )
+        finally:
+            if stderr_path is not None:
+                stderr.close()
+        if pgid_file is not None:
+            pgid_file.parent.mkdir(parents=True, exist_ok=True)
+            pgid_file.write_text(str(proc.pid))
+        return cls(proc, on_message, pgid_file)
+
+    async def _read(self) -> None:
+        assert self.proc.stdout is not None
+        try:
+            while line := await self.proc.stdout.readline():
+                try:
+                    msg = json.loads(line)
+                except json.JSONDecodeError:
+                    log.warning("jsonrpc.bad_line", length=len(line))
+                    continue
+                if not isinstance(msg, dict):
+                    continue
+                if "id" in msg and "method" not in msg:
+                    fut = self._pending.pop(msg["id"], None) if isinstance(msg["id"], int) else None
+                    if fut is not None and not fut.done():
+                        fut.set_result(msg)
+                    continue
+                try:
+                    await self._on_message(msg)
+                except Exception:
+                    log.exception("jsonrpc.handler_failed", method=msg.get("method"))
+        finally:
+            self.closed.set()
+            for fut in self._pending.values():
+                if not fut.done():
+                    fut.set_exception(ProcessGone("the process closed its output"))
+            self._pending.clear()
+
+    async def _write(self, msg: Json) -> None:
+        if self.closed.is_set() or self.proc.stdin is None:
+            raise ProcessGone("the process is gone")
+        try:
+            self.proc.stdin.write(json.dumps(msg, separators=(",", ":")).encode() + b"\n")
+            await self.proc.stdin.drain()
+        except (BrokenPipeError, ConnectionResetError) as exc:
+            raise ProcessGone(str(exc)) from None
+
+    async def request(self, method: str, params: Json, timeout: float) -> Json:
+        self._next_id += 1
+        rid = self._next_id
+        fut: asyncio.Future[Json] = asyncio.get_running_loop().create_future()
+        self._pending[rid] = fut
+        await self._write({"jsonrpc": "2.0", "id": rid, "method": method, "params": params})
+        try:
+            async with asyncio.timeout(timeout):
+                reply = await fut
+        except TimeoutError:
+            self._pending.pop(rid, None)
+            raise RpcTimeout(f"{method}: no answer within {timeout:g}s") from None
+        if "error" in reply:
+            err = reply["error"] or {}
+            raise RpcError(method, int(err.get("code", 0)), str(err.get("message", "")))
+        result: Json = reply.get("result") or {}
+        return result
+
+    async def notify(self, method: str, params: Json | None = None) -> None:
+        msg: Json = {"jsonrpc": "2.0", "method": method}
+        if params is not None:
+            msg["params"] = params
+        await self._write(msg)
+
+    async def respond(self, request_id: Any, result: Json) -> None:
+        await self._write({"jsonrpc": "2.0", "id": request_id, "result": result})
+
+    async def close(self) -> None:
+        if self.proc.returncode is None:
+            await asyncio.get_running_loop().run_in_executor(None, kill_group, self.proc.pid)
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(self.proc.wait(), 5)
+        self._reader.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await self._reader
+        if self._pgid_file is not None:
+            self._pgid_file.unlink(missing_ok=True)
