@@ -98,9 +98,16 @@ def run_one(
     kind: str, mode: str, args: argparse.Namespace, pool_file: Path, work: Path, emu_info: dict
 ) -> dict[str, Any]:
     run_dir = Path(tempfile.mkdtemp(prefix=f"{kind}-{mode}-", dir=work))
+    load, waited = servers.wait_quiet(args.quiet_below, args.quiet_wait)
+    if load >= args.quiet_below:
+        print(f"warning: machine still busy ({load:.2f} cores) after {waited} s", file=sys.stderr)
     if kind == "forgeflow":
         server = servers.start_forgeflow(
-            run_dir, secret=SECRET, gitea_url=emu_info["url"], gitea_token=emu_info["token"]
+            run_dir,
+            secret=SECRET,
+            gitea_url=emu_info["url"],
+            gitea_token=emu_info["token"],
+            role=args.role,
         )
     else:
         server = servers.start_baseline(run_dir)
@@ -115,9 +122,17 @@ def run_one(
         code = servers.stop(server)
     result: dict[str, Any] = json.loads(out.read_text())
     result["server"] = kind
+    result["load_before"] = load
+    result["waited_for_quiet_s"] = waited
     result["server_exit"] = code
-    audit = servers.audit_forgeflow if kind == "forgeflow" else servers.audit_baseline
-    result["verification"] = audit(server.db_path, result["accepted_total"])
+    accepted = result["accepted_total"]
+    if kind == "forgeflow":
+        verdict = servers.audit_forgeflow(
+            server.db_path, accepted, all_queued=args.role == "ingress"
+        )
+    else:
+        verdict = servers.audit_baseline(server.db_path, accepted)
+    result["verification"] = verdict
     return result
 
 
@@ -130,6 +145,19 @@ def main() -> int:
     p.add_argument("--fixed-conns", type=int, default=16, help="connection pool, fixed rate")
     p.add_argument("--warmup", type=int, default=300, help="unmeasured requests per run")
     p.add_argument("--pool", type=int, default=180_000, help="distinct deliveries to generate")
+    p.add_argument(
+        "--role",
+        default="ingress",
+        choices=["ingress", "all"],
+        help="forgeflow serve --role; 'all' also runs the scheduler on the queued tasks",
+    )
+    p.add_argument(
+        "--quiet-below",
+        type=float,
+        default=0.3,
+        help="before each run, wait until the machine's other load is under this many cores",
+    )
+    p.add_argument("--quiet-wait", type=float, default=900.0, help="longest such wait, s")
     p.add_argument("--no-docs", action="store_true", help="leave docs/BENCHMARKS.md alone")
     args = p.parse_args()
     needed = args.warmup + round(args.rate * args.duration)

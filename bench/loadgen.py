@@ -159,6 +159,12 @@ def _cpu_seconds(pid: int | None) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def _machine_busy() -> float:
+    """CPU seconds all cores of the machine have been busy (not idle nor in iowait)."""
+    fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    return (sum(fields[:8]) - fields[3] - fields[4]) / os.sysconf("SC_CLK_TCK")
+
+
 def _own_cpu() -> float:
     r = resource.getrusage(resource.RUSAGE_SELF)
     return r.ru_utime + r.ru_stime
@@ -261,15 +267,19 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     try:
         warmup = await closed_loop(client, warm, min(8, args.connections), 60.0)
         cpu0, srv0, t0 = _own_cpu(), _cpu_seconds(args.server_pid), time.perf_counter()
+        busy0 = _machine_busy()
         if args.mode == "fixed":
             count = min(len(rest), round(args.rate * args.duration))
             result = await open_loop(client, rest[:count], args.rate)
         else:
             result = await closed_loop(client, rest, args.connections, args.duration)
         wall = time.perf_counter() - t0
-        result["loadgen_cpu_cores"] = round((_own_cpu() - cpu0) / wall, 3)
-        if args.server_pid is not None:
-            result["server_cpu_cores"] = round((_cpu_seconds(args.server_pid) - srv0) / wall, 3)
+        own = (_own_cpu() - cpu0) / wall
+        server = (_cpu_seconds(args.server_pid) - srv0) / wall
+        result["loadgen_cpu_cores"] = round(own, 3)
+        result["server_cpu_cores"] = round(server, 3)
+        # Whatever else ran on the machine meanwhile: noise the figures do not account for.
+        result["other_cpu_cores"] = round((_machine_busy() - busy0) / wall - own - server, 3)
     finally:
         client.close()
     accepted = result["statuses"].get("202", 0) + warmup["statuses"].get("202", 0)

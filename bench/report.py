@@ -28,6 +28,7 @@ METRICS = (
     "max_ms",
     "server_cpu_cores",
     "loadgen_cpu_cores",
+    "other_cpu_cores",
 )
 
 
@@ -67,6 +68,7 @@ def summarise(runs: list[dict[str, Any]]) -> dict[str, Any]:
         "goal_throughput_met": ratio >= THROUGHPUT_GOAL,
         "goal_p99_met": p99 is not None and p99 <= P99_GOAL_MS,
         "verified": all(r["verification"]["ok"] for r in runs),
+        "max_other_cpu_cores": max((r.get("other_cpu_cores") or 0.0) for r in runs),
         "pool_exhausted": any(r.get("pool_exhausted") for r in runs if r["mode"] == "saturate"),
     }
 
@@ -121,8 +123,10 @@ def markdown(results: dict[str, Any]) -> str:
         "",
         f"- Machine: {mach['cores']} cores ({mach['cpu']}), Linux {mach['kernel']}, "
         f"Python {mach['python']}, uvicorn {mach['uvicorn']}, SQLite {mach['sqlite']}.",
-        "- Servers: `forgeflow serve` (SQLite in a fresh temp data dir, permission lookups "
-        "against the in-process Gitea emulator, cached 60 s) and `bench/baseline_app.py` "
+        f"- Servers: `forgeflow serve --role {st['role']}` (SQLite in a fresh temp data "
+        "dir, permission lookups against the in-process Gitea emulator, cached 60 s; "
+        "role ingress keeps the scheduler from working the queued tasks on the same cores) "
+        "and `bench/baseline_app.py` "
         "(Starlette on uvicorn with forgeflow's uvicorn options; one `INSERT` of "
         "(delivery id, body hash) per request, WAL + synchronous=NORMAL, committed before "
         "the 202). Each run is a fresh process and database; the two never run at once.",
@@ -137,8 +141,11 @@ def markdown(results: dict[str, Any]) -> str:
         f"scheduled send time to the last byte of its answer. Saturation: closed loop, "
         f"{conns} connections for {st['duration']:.0f} s; latency from send to answer.",
         f"- {st['rounds']} rounds, servers alternating first; figures are medians over the rounds.",
-        f"- Verified after every forgeflow run: queued tasks = 202 answers, exactly "
-        f"(baseline: rows = 202 answers). All runs verified: {verified}.",
+        "- Verified after every forgeflow run, in its SQLite database: tasks = accepted "
+        "deliveries = 202 answers, exactly (role ingress: all of them still queued); "
+        f"baseline: rows = 202 answers. All runs verified: {verified}.",
+        f"- Each run waited for the machine to be quiet first; other processes used at most "
+        f"{s['max_other_cpu_cores']:.2f} cores during any measured phase.",
         "",
         *rows,
         "",

@@ -275,11 +275,23 @@ def test_question_to_the_user_waits_and_a_follow_up_uses_the_same_thread(
     ],
 )
 def test_broken_gitea_mcp_fails_once_with_one_result_comment(
-    gitea: GiteaEmulator, model: ScriptedModel, tmp_path: Path, sqlite_url: str,
-    monkeypatch: pytest.MonkeyPatch, command: str, code: str,
+    gitea: GiteaEmulator,
+    model: ScriptedModel,
+    tmp_path: Path,
+    sqlite_url: str,
+    monkeypatch: pytest.MonkeyPatch,
+    command: str,
+    code: str,
 ) -> None:
-    for world in _start(gitea, model, tmp_path, sqlite_url, monkeypatch,
-                        gitea_mcp_command=command, mcp_timeout_seconds=1):
+    for world in _start(
+        gitea,
+        model,
+        tmp_path,
+        sqlite_url,
+        monkeypatch,
+        gitea_mcp_command=command,
+        mcp_timeout_seconds=1,
+    ):
         task = world.mention()
         detail = world.finished(task, timeout=60)
         assert (detail["task"]["state"], detail["task"]["errorCode"]) == ("failed", code)
