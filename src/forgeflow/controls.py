@@ -14,6 +14,7 @@ from sqlalchemy import Connection
 
 from forgeflow.domain.states import TaskState
 from forgeflow.store import control, repos, tasks
+from forgeflow.store.sql import notify_tasks
 from forgeflow.store.tasks import Transition
 
 Outcome = tuple[int, dict[str, Any]]
@@ -66,6 +67,7 @@ def pause(conn: Connection, req: ControlRequest) -> Outcome:
 
 
 def resume(conn: Connection, req: ControlRequest) -> Outcome:
+    notify_tasks(conn)
     return 200, control.to_json(control.set_paused(conn, False, req.actor, req.reason))
 
 
@@ -73,6 +75,7 @@ def set_repo_status(
     new_status: str, repo_key: str
 ) -> Callable[[Connection, ControlRequest], Outcome]:
     def _apply(conn: Connection, req: ControlRequest) -> Outcome:
+        notify_tasks(conn)
         if repos.get(conn, repo_key) is None:
             return 404, {"error": "repository_not_found", "message": f"no repository {repo_key}"}
         repos.set_status(conn, repo_key, new_status, req.actor, req.reason or "")
@@ -117,6 +120,8 @@ def _task_control(
                 metadata={"reason": req.reason, "requestId": req.request_id},
             ),
         )
+        if to_state is TaskState.QUEUED:
+            notify_tasks(conn)
         return 200, {"taskId": task_id, "state": updated["state"], "changed": True}
 
     return _apply

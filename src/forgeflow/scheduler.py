@@ -21,6 +21,7 @@ from forgeflow.execution import Execution
 from forgeflow.gitea.client import GiteaError
 from forgeflow.replies import Replies
 from forgeflow.store import StaleStateVersion, Store, outbox, scheduling
+from forgeflow.store.sql import TASKS_CHANNEL
 from forgeflow.store.types import utcnow
 
 log = structlog.get_logger("forgeflow.scheduler")
@@ -70,6 +71,8 @@ class Scheduler:
             asyncio.create_task(self._claim_loop(), name="scheduler.claim"),
             asyncio.create_task(self._outbox_loop(), name="scheduler.outbox"),
         ]
+        if self.store.dialect == "postgresql":
+            self._loops.append(asyncio.create_task(self._listen(), name="scheduler.listen"))
 
     async def stop(self) -> None:
         """Stop claiming and leave running work to restart recovery."""
@@ -79,6 +82,28 @@ class Scheduler:
         for t in [*self._loops, *self._running.values()]:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await t
+
+    async def _listen(self) -> None:
+        """PostgreSQL LISTEN: tasks accepted by another process wake this one at once."""
+        import psycopg
+
+        delay = 0.5
+        while not self._stopping:
+            try:
+                async with await psycopg.AsyncConnection.connect(
+                    self.store.libpq_url(), autocommit=True
+                ) as conn:
+                    await conn.execute(f"LISTEN {TASKS_CHANNEL}")
+                    delay = 0.5
+                    self.wake()  # anything that arrived while we were not listening
+                    async for _note in conn.notifies():
+                        self.wake()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                log.warning("scheduler.listen_failed", error=type(exc).__name__)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 30.0)
 
     async def _sleep(self, event: asyncio.Event, seconds: float) -> None:
         with contextlib.suppress(TimeoutError):

@@ -50,24 +50,26 @@ class Cluster:
         return self.workdir / "trace.jsonl"
 
     def env(self) -> dict[str, str]:
-        return clean_env(
-            FORGEFLOW_DATA_DIR=str(self.workdir / "data"),
-            FORGEFLOW_DATABASE_URL=self.db_url,
-            FORGEFLOW_PORT=str(self.port),
-            FORGEFLOW_WEBHOOK_SECRET=WEBHOOK_SECRET,
-            FORGEFLOW_ADMIN_TOKEN=ADMIN_TOKEN,
-            FORGEFLOW_GITEA_URL=self.gitea.url,
-            FORGEFLOW_GITEA_TOKEN=self.bot_token,
-            FORGEFLOW_AGENT_RUNTIME=SCRIPTED,
-            FORGEFLOW_TEST_TRACE=str(self.trace),
-            FORGEFLOW_RETRY_BASE_SECONDS="0.2",
-            FORGEFLOW_POLL_SECONDS="0.5",
-            **self.extra_env,
+        return (
+            clean_env(
+                FORGEFLOW_DATA_DIR=str(self.workdir / "data"),
+                FORGEFLOW_DATABASE_URL=self.db_url,
+                FORGEFLOW_PORT=str(self.port),
+                FORGEFLOW_WEBHOOK_SECRET=WEBHOOK_SECRET,
+                FORGEFLOW_ADMIN_TOKEN=ADMIN_TOKEN,
+                FORGEFLOW_GITEA_URL=self.gitea.url,
+                FORGEFLOW_GITEA_TOKEN=self.bot_token,
+                FORGEFLOW_AGENT_RUNTIME=SCRIPTED,
+                FORGEFLOW_TEST_TRACE=str(self.trace),
+                FORGEFLOW_RETRY_BASE_SECONDS="0.2",
+                FORGEFLOW_POLL_SECONDS="0.5",
+            )
+            | self.extra_env
         )
 
-    def start(self, **env: str) -> None:
+    def start(self, *args: str, **env: str) -> None:
         self.extra_env.update(env)
-        self.proc = start_serve(self.env(), stderr_path=self.workdir / "serve.log")
+        self.proc = start_serve(self.env(), *args, stderr_path=self.workdir / "serve.log")
         wait_healthy(self.url, self.proc)
 
     def kill9(self) -> tuple[int, float]:

@@ -53,6 +53,13 @@ class Store:
     def dialect(self) -> str:
         return self.db.dialect
 
+    def libpq_url(self) -> str:
+        """The database URL for a plain libpq connection (LISTEN/NOTIFY)."""
+        from sqlalchemy.engine import make_url
+
+        url = make_url(self.db.url).set(drivername="postgresql")
+        return url.render_as_string(hide_password=False)
+
     def migrate(self) -> None:
         migrate.upgrade(self.db.writer)
 

@@ -13,7 +13,7 @@ from forgeflow.domain.states import TaskState
 from forgeflow.store import audit, repos, sessions
 from forgeflow.store import tasks as task_q
 from forgeflow.store.schema import tasks, webhook_deliveries
-from forgeflow.store.sql import insert_ignore
+from forgeflow.store.sql import insert_ignore, notify_tasks
 from forgeflow.store.types import utcnow
 
 
@@ -271,6 +271,7 @@ def accept(conn: Connection, a: Accept) -> DeliveryRecord:
     )
     if a.permitted:
         _finish(conn, a.delivery_key, task_id=task_id)
+        notify_tasks(conn)
         return DeliveryRecord(a.delivery_id, "accepted", 202, task_id, to_state.value)
     _finish(
         conn,
