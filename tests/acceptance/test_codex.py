@@ -151,6 +151,12 @@ def test_one_thread_per_issue_and_a_turn_per_comment(agentic: Agentic) -> None: 
     assert token is not None
     for request in agentic.model.requests:
         assert token.get_secret_value() not in json.dumps(request.body)
+    # The MCP call was recorded with the comment it created, and the verifier bound it.
+    calls = [e for e in details[0]["audit"] if e["action"] == "mcp.call"]
+    found = [e for e in details[0]["audit"] if e["action"] == "reply.found"]
+    assert len(calls) == 1 and calls[0]["metadata"]["tool"] == "gitea.add_comment"
+    assert calls[0]["commentId"] is not None and calls[0]["commentId"] == found[0]["commentId"]
+    assert found[0]["turnId"] == details[0]["turns"][0]["turnId"]
     # Token use reached the turn and the task.
     assert details[0]["turns"][0]["inputTokens"] > 0
     assert details[0]["task"]["inputTokens"] == details[0]["turns"][0]["inputTokens"]
@@ -300,3 +306,52 @@ def test_broken_gitea_mcp_fails_once_with_one_result_comment(
         kinds = sorted(c["body"].rsplit("kind=", 1)[1] for c in world.bot_comments())
         assert kinds == ["receipt -->", "result -->"]
         assert model.requests == []  # the agent never ran
+
+
+def test_forgeflow_killed_mid_turn_ends_the_orphaned_app_server_and_resumes(
+    gitea: GiteaEmulator, model: ScriptedModel, tmp_path: Path, pg_url: str
+) -> None:  # AC-09 with the real codex: the native app-server outlives a kill -9
+    from tests.support.cluster import hook, make_cluster
+
+    cluster = make_cluster(gitea, tmp_path, pg_url)
+    home = write_codex_home(tmp_path / "codex-home", model.url)
+    answering_agent(model)
+    model.respond(
+        lambda r: read_turn(r) is not None,
+        lambda _r: delay(60, message("too slow")),
+        times=1,
+        first=True,
+    )
+    codex_env = {
+        "FORGEFLOW_AGENT_RUNTIME": "codex",
+        "FORGEFLOW_CODEX_COMMAND": f"{CODEX} app-server",
+        "FORGEFLOW_GITEA_MCP_COMMAND": str(GITEA_MCP),
+        "FORGEFLOW_MODEL": "scripted-model",
+        **home.env(),
+    }
+    try:
+        cluster.start(**codex_env)
+        hook(cluster)
+        issue = gitea.add_issue("acme", "widget", title="t", author="alice")
+        task = cluster.mention(issue)
+        wait_for(lambda: len(model.requests) >= 1, what="the slow turn reached the model")
+        pgid = int((tmp_path / "data" / "codex-app-server.pgid").read_text())
+        cluster.kill9()
+        os.killpg(pgid, 0)  # the app-server group survived forgeflow
+        cluster.start()
+        with cluster.admin() as admin:
+            detail = wait_for(
+                lambda: (
+                    (d := admin.get(f"/api/gitea-workflow/tasks/{task}").json())["terminal"] and d
+                ),
+                timeout=90,
+            )
+        with pytest.raises(ProcessLookupError):
+            os.killpg(pgid, 0)  # ended at start-up, so it holds no writer lock
+        assert detail["task"]["state"] == "succeeded", detail["task"]
+        assert detail["task"]["attempt"] == 1
+        assert any(e["action"] == "session.thread_resume" for e in detail["audit"])
+        finals = [c for c in cluster.bot_comments(issue) if "kind=final" in c["body"]]
+        assert len(finals) == 1
+    finally:
+        cluster.stop()

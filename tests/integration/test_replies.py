@@ -1,0 +1,142 @@
+"""Exactly-once comments: a crash between the POST and its record never posts twice."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy import update
+
+from forgeflow.domain.ids import RepoRef, ResourceKind, ResourceRef
+from forgeflow.gitea.client import GiteaClient, GiteaError
+from forgeflow.replies import Found, Replies
+from forgeflow.store import Store, deliveries, tasks
+from forgeflow.store.schema import comments
+from forgeflow.store.types import utcnow
+from forgeflow_testkit.gitea_emulator import GiteaEmulator
+
+BOT = "ccweb-bot"
+
+
+@pytest.fixture
+def setup(tmp_path: Path, store: Store) -> Iterator[tuple[GiteaEmulator, str, dict[str, Any]]]:
+    with GiteaEmulator(tmp_path / "git") as gitea:
+        token = gitea.add_user(BOT)
+        gitea.add_user("alice")
+        gitea.add_repo("acme", "widget")
+        gitea.set_permission("acme", "widget", BOT, "admin")
+        gitea.set_permission("acme", "widget", "alice", "write")
+        issue = gitea.add_issue("acme", "widget", title="t", author="alice")
+        resource = ResourceRef(RepoRef("acme", "widget"), ResourceKind.ISSUE, issue)
+        store.db.write_sync(
+            lambda c: deliveries.accept(
+                c,
+                deliveries.Accept(
+                    delivery_key="default:d1",
+                    delivery_id="d1",
+                    event_type="issue_comment",
+                    payload_hash="sha256:x",
+                    retention=timedelta(days=1),
+                    resource=resource,
+                    clone_url="",
+                    default_branch="main",
+                    workspace_path="/w",
+                    comment_id=1,
+                    author="alice",
+                    instruction="go",
+                    refs=None,
+                    permitted=True,
+                    permission="write",
+                ),
+            )
+        )
+        task = store.db.read_sync(lambda c: tasks.list_page(c, tasks.TaskFilter())[0][0])
+        yield gitea, token, task
+
+
+def _bot_comments(gitea: GiteaEmulator, task: dict[str, Any]) -> list[dict[str, Any]]:
+    number = int(task["resource_key"].rsplit(":", 1)[1])
+    return [c for c in gitea.comments("acme", "widget", number) if c["user"]["login"] == BOT]
+
+
+def _forget_the_record(store: Store) -> None:
+    """What a kill -9 right after the POST leaves: the intent, pending, with no result."""
+    store.db.write_sync(
+        lambda c: c.execute(
+            update(comments).values(
+                status="pending", comment_id=None, updated_at=utcnow() - timedelta(minutes=5)
+            )
+        )
+    )
+
+
+def test_receipt_after_a_crash_between_post_and_record_is_not_posted_again(
+    setup: tuple[GiteaEmulator, str, dict[str, Any]], store: Store
+) -> None:
+    gitea, token, task = setup
+
+    async def scenario() -> tuple[int | None, int | None]:
+        client = GiteaClient(gitea.url, token)
+        replies = Replies(store, client, BOT)
+        try:
+            first = await replies.receipt(task)
+            _forget_the_record(store)
+            second = await replies.receipt(task)
+            return first, second
+        finally:
+            await client.aclose()
+
+    first, second = asyncio.run(scenario())
+    assert first is not None and first == second
+    assert len(_bot_comments(gitea, task)) == 1
+
+
+def test_a_fresh_intent_of_another_poster_is_left_alone(
+    setup: tuple[GiteaEmulator, str, dict[str, Any]], store: Store
+) -> None:
+    gitea, token, task = setup
+
+    async def scenario() -> int | None:
+        client = GiteaClient(gitea.url, token)
+        replies = Replies(store, client, BOT)
+        try:
+            gitea.fail_next("POST", r"/comments$", status=500)
+            with pytest.raises(GiteaError):
+                await replies.receipt(task)
+            # The failed POST aged its intent, so the next poster may take it over.
+            return await replies.receipt(task)
+        finally:
+            await client.aclose()
+
+    assert asyncio.run(scenario()) is not None
+    assert len(_bot_comments(gitea, task)) == 1
+
+
+def test_verifier_ambiguity_is_unknown(
+    setup: tuple[GiteaEmulator, str, dict[str, Any]], store: Store
+) -> None:
+    gitea, token, task = setup
+    number = int(task["resource_key"].rsplit(":", 1)[1])
+    marker = (
+        f"<!-- ccweb taskId={task['task_id']} turnKey={task['task_id']}:1 "
+        f"resourceKey={task['resource_key']} kind=final -->"
+    )
+
+    async def verify() -> Found:
+        client = GiteaClient(gitea.url, token)
+        try:
+            return (await Replies(store, client, BOT).verify(task, f"{task['task_id']}:1")).result
+        finally:
+            await client.aclose()
+
+    assert asyncio.run(verify()) is Found.MISSING
+    gitea.post_comment("acme", "widget", number, author="alice", body=f"forged\n\n{marker}")
+    assert asyncio.run(verify()) is Found.MISSING  # not the bot's: ignored
+    gitea.post_comment("acme", "widget", number, author=BOT, body=f"answer\n\n{marker}")
+    assert asyncio.run(verify()) is Found.FOUND
+    gitea.post_comment("acme", "widget", number, author=BOT, body=f"again\n\n{marker}")
+    assert asyncio.run(verify()) is Found.UNKNOWN
