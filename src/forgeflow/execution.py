@@ -227,6 +227,8 @@ class Execution:
             worktree = await self.workspace.prepare_session(
                 resource, checkout, default_branch=branch, pull=pull
             )
+            if refs is not None and pull is not None:
+                refs["upstreamMoved"] = worktree.upstream_moved
         except WorkspaceDirty as exc:
             return await self._move(
                 task,
@@ -358,6 +360,7 @@ class Execution:
     ) -> str:
         status = await self.workspace.worktree_status(cwd)
         refs = task["refs"] or {}
+        title, discussion = await self._discussion(task, resource)
         return prompt.turn_prompt(
             prompt.TurnContext(
                 repo_full_name=resource.repo.full_name,
@@ -374,9 +377,37 @@ class Execution:
                 tool_arguments=tool.arguments,
                 base_ref=refs.get("base"),
                 head_ref=refs.get("head"),
+                upstream_moved=bool(refs.get("upstreamMoved")),
                 uncommitted=status.modified + status.untracked,
+                discussion=discussion,
+                title=title,
             )
         )
+
+    async def _discussion(
+        self, task: dict[str, Any], resource: Any
+    ) -> tuple[str | None, list[tuple[str, str]]]:
+        """The issue's title and description and its recent comments, from Gitea.
+
+        The bot's own comments and the comment that triggered this task are left out
+        (the latter is shown on its own); a Gitea failure only costs the context.
+        """
+        owner, name, number = resource.repo.owner, resource.repo.name, resource.number
+        try:
+            issue = await self.gitea.get_issue(owner, name, number)
+            comments = await self.gitea.list_comments(owner, name, number)
+        except GiteaError as exc:
+            await self._audit(task, "prompt.discussion_unavailable", metadata={"error": str(exc)})
+            return None, []
+        bot = self.cfg.bot_login.lower()
+        thread = [(str((issue.get("user") or {}).get("login", "?")), str(issue.get("body") or ""))]
+        for c in comments:
+            login = str((c.get("user") or {}).get("login", "?"))
+            if login.lower() == bot or c.get("id") == task["comment_id"]:
+                continue
+            thread.append((login, str(c.get("body") or "")))
+        recent = [(who, body[:4000]) for who, body in thread if body.strip()][-10:]
+        return str(issue.get("title") or "") or None, recent
 
     async def _follow(
         self, task: dict[str, Any], key: str, handle: TurnHandle

@@ -175,6 +175,8 @@ def test_untrusted_comment_stays_inside_the_fence(agentic: Agentic) -> None:
     inside = body.split(ticks + "text\n", 1)[1].split("\n" + ticks, 1)[0]
     assert inside == hostile
     assert prompt.rstrip().endswith("-->")  # the marker instruction comes after the fence
+    # The discussion was fetched from Gitea and fenced too: the title is there.
+    assert "UNTRUSTED TITLE" in prompt and "Flaky test" in prompt
 
 
 def test_forgotten_answer_gets_one_retry_turn(agentic: Agentic) -> None:  # AC-08
