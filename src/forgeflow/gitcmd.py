@@ -13,7 +13,7 @@ import os
 import re
 import signal
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import SplitResult, urlsplit
@@ -189,6 +189,11 @@ class GitRunner:
     token: str | None
     username: str = "forgeflow"
     timeout: float = 300.0
+    # Told about every git process started (argv, environment, process): an audit and
+    # test seam that sees exactly what git was handed.
+    on_spawn: Callable[[list[str], Mapping[str, str], asyncio.subprocess.Process], None] | None = (
+        None
+    )
     _askpass: str | None = field(default=None, init=False, repr=False)
 
     def scrub(self, text: str) -> str:
@@ -265,10 +270,11 @@ class GitRunner:
         argv = self.argv(args)
         limit = self.timeout if time_limit is None else time_limit
         what = f"git {args[0]}" if args else "git"
+        env = self.environment(auth=auth)
         proc = await asyncio.create_subprocess_exec(
             *argv,
             cwd=cwd,
-            env=self.environment(auth=auth),
+            env=env,
             stdin=asyncio.subprocess.DEVNULL,
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,
@@ -276,6 +282,8 @@ class GitRunner:
             # and the askpass script, not just the git front end.
             start_new_session=True,
         )
+        if self.on_spawn is not None:
+            self.on_spawn(list(argv), env, proc)
         try:
             out, err = await asyncio.wait_for(proc.communicate(), timeout=limit)
         except TimeoutError:

@@ -12,6 +12,7 @@ import asyncio
 import os
 import shutil
 import tempfile
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -146,12 +147,18 @@ class WorkspaceManager:
         token: str | None,
         git_timeout: float = 300.0,
         username: str = "forgeflow",
+        on_spawn: Callable[[list[str], Mapping[str, str], asyncio.subprocess.Process], None]
+        | None = None,
     ) -> None:
         # Resolved once, so that every later "is it under the root?" check compares
         # real paths with a real path.
         self.root = Path(os.path.realpath(root))
         self.git = GitRunner(
-            root=str(self.root), token=token or None, username=username, timeout=git_timeout
+            root=str(self.root),
+            token=token or None,
+            username=username,
+            timeout=git_timeout,
+            on_spawn=on_spawn,
         )
         # The scheduler's repository lease already serialises work on one repository;
         # this lock only keeps two coroutines of this process off the same clone.

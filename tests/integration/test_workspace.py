@@ -10,7 +10,7 @@ import stat
 import subprocess
 import threading
 import time
-from collections.abc import Coroutine, Iterator
+from collections.abc import Coroutine, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -87,19 +87,17 @@ class Spawned:
 
 
 @pytest.fixture
-def spawned(monkeypatch: pytest.MonkeyPatch) -> list[Spawned]:
-    """Records what forgeflow hands to every git process it starts (the real one runs)."""
-    seen: list[Spawned] = []
-    real = asyncio.create_subprocess_exec
+def spawned() -> list[Spawned]:
+    """Filled, through the runner's ``on_spawn`` seam, with what forgeflow handed to every
+    git process it started; pass ``observe(spawned)`` to the manager."""
+    return []
 
-    async def spy(*argv: Any, **kw: Any) -> asyncio.subprocess.Process:
-        proc = await real(*argv, **kw)
-        if argv[:2] == ("git", "-c"):  # ours; the emulator's http-backend is not
-            seen.append(Spawned([str(a) for a in argv], dict(kw.get("env") or {}), proc))
-        return proc
 
-    monkeypatch.setattr(gitcmd.asyncio, "create_subprocess_exec", spy)
-    return seen
+def observe(seen: list[Spawned]) -> Any:
+    def record(argv: list[str], env: Mapping[str, str], proc: asyncio.subprocess.Process) -> None:
+        seen.append(Spawned(list(argv), dict(env), proc))
+
+    return record
 
 
 def files_containing(root: Path, needle: bytes) -> list[Path]:
@@ -137,14 +135,14 @@ def test_token_reaches_git_only_through_askpass(
     monkeypatch.setenv("FORGEFLOW_GITEA_TOKEN", world.token)
     monkeypatch.setenv("FORGEFLOW_WEBHOOK_SECRET", "hook-secret-value")
     monkeypatch.setenv("GIT_DIR", "/nonexistent")  # an inherited git variable must not leak
-    wm = world.manager()
+    wm = world.manager(on_spawn=observe(spawned))
     checkout = run(wm.prepare_repo(world.repo, world.clone_url, "main"))
     run(wm.prepare_repo(world.repo, world.clone_url, "main"))
     run(wm.prepare_session(world.issue(1), checkout, default_branch="main"))
     pull = make_fork_pull(world)
     run(wm.prepare_session(pull_ref(world, pull), checkout, default_branch="main", pull=pull))
 
-    assert spawned, "the spy saw no git process"
+    assert spawned, "no git process was observed"
     askpass = world.root / ".forgeflow-askpass"
     assert stat.S_IMODE(askpass.stat().st_mode) == 0o700
     assert world.token not in askpass.read_text()
@@ -491,7 +489,9 @@ def silent_server() -> Iterator[str]:
 def test_git_timeout_kills_git_quickly(
     silent_server: str, tmp_path: Path, spawned: list[Spawned]
 ) -> None:
-    wm = WorkspaceManager(tmp_path / "root", token="some-token-value", git_timeout=1.0)
+    wm = WorkspaceManager(
+        tmp_path / "root", token="some-token-value", git_timeout=1.0, on_spawn=observe(spawned)
+    )
     started = time.monotonic()
     with pytest.raises(GitTimeout) as err:
         run(wm.prepare_repo(RepoRef("alice", "proj"), silent_server, "main"))
