@@ -63,3 +63,24 @@ def test_refused_transition_keeps_its_alert(store: Store) -> None:
         ("task.transition_refused", "stale_state_version"),
         ("task.transition", None),
     ]
+
+
+def test_transitions_emit_domain_events_once(store: Store) -> None:
+    from forgeflow.store import events
+
+    task_id = _task(store, 1)
+    asyncio.run(store.transition(Transition(task_id, TaskState.QUEUED, 1)))
+    asyncio.run(store.transition(Transition(task_id, TaskState.CANCELLED, 2)))
+    seen = store.db.read_sync(lambda c: events.all_of(c))
+    assert [e["event_type"] for e in seen] == [
+        "TaskStatusChanged",
+        "TaskCreated",
+        "TaskStatusChanged",
+        "TaskCancelled",
+    ]
+    assert seen[-1]["payload"]["toState"] == "cancelled"
+    # The same event key twice is recorded once.
+    again = store.db.write_sync(
+        lambda c: events.emit(c, "TaskCancelled", dedupe_key=f"{task_id}:3", payload={})
+    )
+    assert again is False

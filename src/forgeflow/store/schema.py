@@ -57,6 +57,8 @@ repositories = Table(
     Column("default_branch", String(255), nullable=False),
     Column("status", String(16), nullable=False),
     Column("worker_id", String(200)),
+    Column("daily_token_budget", BigInteger),
+    Column("monthly_token_budget", BigInteger),
     Column("registered_at", UTCDateTime(), nullable=False),
     Column("last_fetch_at", UTCDateTime()),
     Column("updated_at", UTCDateTime(), nullable=False),
@@ -156,6 +158,7 @@ comments = Table(
     Column("turn_key", String(80)),
     Column("comment_id", BigInteger),
     Column("body_hash", String(80)),
+    Column("body", Text),
     Column("status", String(16), nullable=False),
     Column("created_at", UTCDateTime(), nullable=False),
     Column("updated_at", UTCDateTime(), nullable=False),
@@ -210,6 +213,21 @@ control_requests = Table(
     Column("created_at", UTCDateTime(), nullable=False),
 )
 
+# Domain events for pipeline triggers (PIPELINES "Sự kiện miền"): written in the same
+# transaction as the change they describe, consumed by the trigger dispatcher.
+domain_events = Table(
+    "domain_events",
+    metadata,
+    Column("seq", Integer, primary_key=True, autoincrement=True),
+    Column("event_type", String(64), nullable=False),
+    Column("dedupe_key", String(300), nullable=False, unique=True),
+    Column("repo_key", String(220)),
+    Column("payload", JSONText, nullable=False),
+    Column("created_at", UTCDateTime(), nullable=False),
+    Column("dispatched_at", UTCDateTime()),
+    Index("ix_domain_events_pending", "dispatched_at", "seq"),
+)
+
 repo_leases = Table(
     "repo_leases",
     metadata,
@@ -220,3 +238,7 @@ repo_leases = Table(
     Column("acquired_at", UTCDateTime(), nullable=False),
     Column("expires_at", UTCDateTime(), nullable=False),
 )
+
+# The pipeline tables live in their own module on this same metadata; importing it here
+# keeps ``metadata`` complete for whoever imports only this module (migrations, tests).
+from forgeflow.store import pipeline_schema as _pipeline_schema  # noqa: E402, F401

@@ -11,7 +11,7 @@ from sqlalchemy import Connection, func, insert, select, update
 from forgeflow.domain.states import IllegalTransition, TaskState, is_allowed
 
 __all__ = ["IllegalTransition", "StaleStateVersion", "TaskNotFound", "Transition", "transition"]
-from forgeflow.store import audit
+from forgeflow.store import audit, events
 from forgeflow.store.schema import tasks
 from forgeflow.store.types import iso, utcnow
 
@@ -143,7 +143,41 @@ def transition(conn: Connection, t: Transition) -> dict[str, Any]:
     )
     updated = conn.execute(select(tasks).where(tasks.c.task_id == t.task_id)).first()
     assert updated is not None
+    _emit_events(conn, dict(updated._mapping), current["state"])
     return dict(updated._mapping)
+
+
+_EVENT_OF_STATE = {
+    TaskState.QUEUED: "TaskCreated",
+    TaskState.SUCCEEDED: "TaskCompleted",
+    TaskState.SUCCEEDED_WITH_REST_FALLBACK: "TaskCompleted",
+    TaskState.FAILED: "TaskFailed",
+    TaskState.FAILED_REPLY: "TaskFailed",
+    TaskState.CANCELLED: "TaskCancelled",
+    TaskState.ABORTED: "TaskCancelled",
+}
+
+
+def _emit_events(conn: Connection, row: dict[str, Any], from_state: str) -> None:
+    """Domain events of a state change, in the same transaction as the change."""
+    payload = {
+        "taskId": row["task_id"],
+        "repoKey": row["repo_key"],
+        "resourceKey": row["resource_key"],
+        "fromState": from_state,
+        "toState": row["state"],
+        "errorCode": row["error_code"],
+        "author": row["author"],
+    }
+    key = f"{row['task_id']}:{row['state_version']}"
+    events.emit(
+        conn, "TaskStatusChanged", dedupe_key=key, payload=payload, repo_key=row["repo_key"]
+    )
+    specific = _EVENT_OF_STATE.get(TaskState(row["state"]))
+    if specific == "TaskCreated" and from_state != TaskState.RECEIVED:
+        specific = None  # back in the queue (released, retried), not a new task
+    if specific is not None:
+        events.emit(conn, specific, dedupe_key=key, payload=payload, repo_key=row["repo_key"])
 
 
 def insert_received(conn: Connection, values: dict[str, Any]) -> None:
@@ -212,6 +246,16 @@ def oldest_queued_at(conn: Connection) -> datetime | None:
         select(func.min(tasks.c.created_at)).where(tasks.c.state == TaskState.QUEUED.value)
     ).scalar_one()
     return value
+
+
+def tokens_since(conn: Connection, since: datetime) -> int:
+    """Input plus output tokens of the tasks updated at or after ``since``."""
+    value = conn.execute(
+        select(func.coalesce(func.sum(tasks.c.input_tokens + tasks.c.output_tokens), 0)).where(
+            tasks.c.updated_at >= since
+        )
+    ).scalar_one()
+    return int(value)
 
 
 def to_json(row: dict[str, Any]) -> dict[str, Any]:

@@ -47,6 +47,8 @@ def upgrade() -> None:
         sa.Column("default_branch", sa.String(255), nullable=False),
         sa.Column("status", sa.String(16), nullable=False),
         sa.Column("worker_id", sa.String(200)),
+        sa.Column("daily_token_budget", sa.BigInteger),
+        sa.Column("monthly_token_budget", sa.BigInteger),
         sa.Column("registered_at", UTCDateTime(), nullable=False),
         sa.Column("last_fetch_at", UTCDateTime()),
         sa.Column("updated_at", UTCDateTime(), nullable=False),
@@ -137,6 +139,7 @@ def upgrade() -> None:
         sa.Column("turn_key", sa.String(80)),
         sa.Column("comment_id", sa.BigInteger),
         sa.Column("body_hash", sa.String(80)),
+        sa.Column("body", sa.Text),
         sa.Column("status", sa.String(16), nullable=False),
         sa.Column("created_at", UTCDateTime(), nullable=False),
         sa.Column("updated_at", UTCDateTime(), nullable=False),
@@ -185,6 +188,17 @@ def upgrade() -> None:
         sa.Column("created_at", UTCDateTime(), nullable=False),
     )
     op.create_table(
+        "domain_events",
+        sa.Column("seq", sa.Integer, primary_key=True, autoincrement=True),
+        sa.Column("event_type", sa.String(64), nullable=False),
+        sa.Column("dedupe_key", sa.String(300), nullable=False, unique=True),
+        sa.Column("repo_key", sa.String(220)),
+        sa.Column("payload", JSONText, nullable=False),
+        sa.Column("created_at", UTCDateTime(), nullable=False),
+        sa.Column("dispatched_at", UTCDateTime()),
+    )
+    op.create_index("ix_domain_events_pending", "domain_events", ["dispatched_at", "seq"])
+    op.create_table(
         "repo_leases",
         sa.Column("repo_key", sa.String(220), primary_key=True),
         sa.Column("lease_id", sa.String(64), nullable=False),
@@ -198,6 +212,7 @@ def upgrade() -> None:
 def downgrade() -> None:
     for table in (
         "repo_leases",
+        "domain_events",
         "control_requests",
         "control",
         "audit_events",
