@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
+from functools import partial
 from typing import Any
 
 import structlog
@@ -19,7 +20,7 @@ from forgeflow.domain.mentions import find_mention
 from forgeflow.domain.paths import repo_workspace
 from forgeflow.gitea import webhook
 from forgeflow.gitea.client import GiteaError, GiteaPermissionDenied, PermissionCache
-from forgeflow.store import Store, audit, deliveries
+from forgeflow.store import Store, audit, commands, deliveries
 from forgeflow.store.deliveries import DeliveryRecord
 
 log = structlog.get_logger("forgeflow.ingress")
@@ -122,8 +123,10 @@ class WebhookIngress:
         if isinstance(permission, Reply):
             return permission
         permitted = permission.rank >= s.trigger_permission.rank
+        command = mention.command if permitted else None
+        unit = deliveries.accept if command is None else partial(commands.run, command=command)
         record = await self._store.write(
-            lambda c: deliveries.accept(
+            lambda c: unit(
                 c,
                 deliveries.Accept(
                     delivery_key=key,
@@ -145,6 +148,7 @@ class WebhookIngress:
             )
         )
         if record.status == "accepted" and not record.duplicate and self.on_accept is not None:
+            # A new task, or a command's answer waiting in the outbox.
             self.on_accept()
         log.info(
             "webhook.delivery",
@@ -226,6 +230,18 @@ class WebhookIngress:
             if r.reason:
                 body["reason"] = r.reason
             return Reply(200, body, "duplicate")
+        if r.status == "accepted" and (r.reason or "").startswith("command_"):
+            return Reply(
+                200,
+                {
+                    "deliveryId": r.delivery_id,
+                    "status": "accepted",
+                    "reason": r.reason,
+                    "taskId": r.task_id,
+                    "state": r.task_state,
+                },
+                "command",
+            )
         if r.status == "accepted":
             return Reply(
                 202,

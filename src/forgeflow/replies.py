@@ -184,6 +184,23 @@ class Replies:
             task, key=f"{task['task_id']}:result", kind=MarkerKind.RESULT, text=f"giteabot: {text}"
         )
 
+    async def command_reply(self, row: dict[str, Any]) -> int | None:
+        """Post the answer to a comment command, written by the acceptance transaction."""
+        resource = row["resource_key"]
+        about = {
+            "task_id": row["task_id"],
+            "resource_key": resource,
+            "repo_key": resource.rsplit(":", 2)[0],
+            "created_at": row["created_at"],
+        }
+        return await self.post_once(
+            about,
+            key=row["comment_key"],
+            kind=MarkerKind.RESULT,
+            text=row["body"] or "",
+            turn=row["turn_key"],
+        )
+
     async def verify(self, task: dict[str, Any], turn: str) -> Verification:
         """Look for the final (or fallback) comment of ``turn`` (FR-06)."""
         try:

@@ -175,6 +175,11 @@ class Scheduler:
                 await self.replies.receipt(task, queue_position=position or None)
             except GiteaError as exc:
                 log.warning("outbox.receipt_failed", task_id=task["task_id"], error=str(exc))
+        for row in await self.store.read(outbox.command_replies_owed):
+            try:
+                await self.replies.command_reply(row)
+            except GiteaError as exc:
+                log.warning("outbox.command_reply_failed", key=row["comment_key"], error=str(exc))
         for task in await self.store.read(outbox.results_owed):
             try:
                 await self.replies.result(task, outbox.result_text(task))

@@ -68,7 +68,9 @@ class ScriptedRuntime:
     async def ensure_session(self, spec: SessionSpec) -> str:
         if spec.thread_id:
             return spec.thread_id
-        return self._threads.setdefault(spec.session_key, f"thread-{uuid.uuid4().hex[:12]}")
+        thread = f"thread-{uuid.uuid4().hex[:12]}"
+        self._threads[spec.session_key] = thread
+        return thread
 
     async def start_turn(self, thread_id: str, turn: TurnSpec) -> TurnHandle:
         handle = TurnHandle(thread_id, f"turn-{uuid.uuid4().hex[:12]}")

@@ -77,9 +77,15 @@ def record_intent(
     resource_key: str,
     turn_key: str | None,
     body_hash: str,
+    body: str | None = None,
+    age: timedelta | None = None,
 ) -> tuple[bool, dict[str, Any]]:
-    """Write the intent once (audited); return whether this call wrote it, and the row."""
-    now = utcnow()
+    """Write the intent once (audited); return whether this call wrote it, and the row.
+
+    ``body`` keeps the text for an outbox to post later; ``age`` backdates the intent so
+    the first poster may claim it at once.
+    """
+    now = utcnow() - (age or timedelta(0))
     inserted = insert_ignore(
         conn,
         comments,
@@ -90,6 +96,7 @@ def record_intent(
             "resource_key": resource_key,
             "turn_key": turn_key,
             "body_hash": body_hash,
+            "body": body,
             "status": PENDING,
             "created_at": now,
             "updated_at": now,

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-from sqlalchemy import Connection, select, update
+from sqlalchemy import Connection, func, select, update
 
 from forgeflow.domain.ids import ResourceRef, task_id_for
 from forgeflow.domain.states import TaskState
@@ -112,7 +112,7 @@ def _insert(
     )
 
 
-def _finish(conn: Connection, delivery_key: str, **values: Any) -> None:
+def finish(conn: Connection, delivery_key: str, **values: Any) -> None:
     conn.execute(
         update(webhook_deliveries)
         .where(webhook_deliveries.c.delivery_key == delivery_key)
@@ -162,8 +162,12 @@ def record_ignored(
     return DeliveryRecord(delivery_id, "ignored", 200, reason=reason)
 
 
-def accept(conn: Connection, a: Accept) -> DeliveryRecord:
-    """Register repository, session and task and queue it, all in one transaction."""
+def open_delivery(conn: Connection, a: Accept, *, response_code: int) -> DeliveryRecord | None:
+    """The common start of an accepted mention: record the delivery, register the
+    repository, refuse a disabled one and recognise Gitea's replay of a comment.
+
+    Returns the answer when the delivery ends here, ``None`` when the caller goes on.
+    """
     repo = a.resource.repo
     if not _insert(
         conn,
@@ -174,7 +178,7 @@ def accept(conn: Connection, a: Accept) -> DeliveryRecord:
         retention=a.retention,
         normalized=True,
         status="accepted",
-        response_code=202,
+        response_code=response_code,
         repo_key=repo.key,
         comment_id=a.comment_id,
     ):
@@ -190,7 +194,7 @@ def accept(conn: Connection, a: Accept) -> DeliveryRecord:
         delivery_id=a.delivery_id,
     )
     if repo_row["status"] == "disabled":
-        _finish(
+        finish(
             conn, a.delivery_key, status="rejected", reason="repository_disabled", response_code=409
         )
         audit.append(
@@ -204,13 +208,20 @@ def accept(conn: Connection, a: Accept) -> DeliveryRecord:
         )
         return DeliveryRecord(a.delivery_id, "rejected", 409, reason="repository_disabled")
     earlier = conn.execute(
-        select(tasks.c.task_id, tasks.c.state)
-        .where(tasks.c.repo_key == repo.key)
-        .where(tasks.c.comment_id == a.comment_id)
+        select(webhook_deliveries.c.delivery_key, webhook_deliveries.c.task_id)
+        .where(webhook_deliveries.c.repo_key == repo.key)
+        .where(webhook_deliveries.c.comment_id == a.comment_id)
+        .where(webhook_deliveries.c.delivery_key != a.delivery_key)
+        .where(webhook_deliveries.c.status.in_(("accepted", "rejected")))
     ).first()
     if earlier is not None:
         # Gitea's replay: the same comment under a new delivery id.
-        _finish(
+        state = None
+        if earlier.task_id:
+            state = conn.execute(
+                select(tasks.c.state).where(tasks.c.task_id == earlier.task_id)
+            ).scalar_one_or_none()
+        finish(
             conn,
             a.delivery_key,
             status="duplicate",
@@ -234,11 +245,20 @@ def accept(conn: Connection, a: Accept) -> DeliveryRecord:
             "duplicate",
             200,
             earlier.task_id,
-            earlier.state,
+            state,
             "comment_already_accepted",
             duplicate=True,
         )
-    sessions.ensure(conn, a.resource)
+    return None
+
+
+def accept(conn: Connection, a: Accept) -> DeliveryRecord:
+    """Register repository, session and task and queue it, all in one transaction."""
+    repo = a.resource.repo
+    ended = open_delivery(conn, a, response_code=202)
+    if ended is not None:
+        return ended
+    sessions.ensure(conn, a.resource, reopen=True)
     task_id = task_id_for(a.delivery_key)
     task_q.insert_received(
         conn,
@@ -270,10 +290,10 @@ def accept(conn: Connection, a: Accept) -> DeliveryRecord:
         ),
     )
     if a.permitted:
-        _finish(conn, a.delivery_key, task_id=task_id)
+        finish(conn, a.delivery_key, task_id=task_id)
         notify_tasks(conn)
         return DeliveryRecord(a.delivery_id, "accepted", 202, task_id, to_state.value)
-    _finish(
+    finish(
         conn,
         a.delivery_key,
         task_id=task_id,
@@ -291,9 +311,29 @@ def repo_status(conn: Connection, repo_key: str) -> str | None:
 
 
 def counts_by_status(conn: Connection) -> dict[str, int]:
-    from sqlalchemy import func
-
     rows = conn.execute(
         select(webhook_deliveries.c.status, func.count()).group_by(webhook_deliveries.c.status)
     )
     return {status: int(n) for status, n in rows}
+
+
+def list_page(
+    conn: Connection, status: str | None, repo_key: str | None, limit: int, offset: int
+) -> tuple[list[dict[str, Any]], int]:
+    """Recorded deliveries, newest first, by status and repository."""
+    conds = []
+    if status is not None:
+        conds.append(webhook_deliveries.c.status == status)
+    if repo_key is not None:
+        conds.append(webhook_deliveries.c.repo_key == repo_key)
+    total = conn.execute(
+        select(func.count()).select_from(webhook_deliveries).where(*conds)
+    ).scalar_one()
+    rows = conn.execute(
+        select(webhook_deliveries)
+        .where(*conds)
+        .order_by(webhook_deliveries.c.received_at.desc(), webhook_deliveries.c.delivery_key)
+        .limit(limit)
+        .offset(offset)
+    )
+    return [dict(r._mapping) for r in rows], int(total)

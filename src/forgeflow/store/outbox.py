@@ -59,3 +59,15 @@ def result_text(task: dict[str, Any]) -> str:
             f"({task['error_code'] or 'reply_unknown'}); nothing was re-posted."
         )
     return f"任务失败 / the task failed ({task['error_code'] or 'failed'})."
+
+
+def command_replies_owed(conn: Connection, limit: int = 100) -> list[dict[str, Any]]:
+    """Answers to ``@bot status`` that are written but not posted yet."""
+    rows = conn.execute(
+        select(comments)
+        .where(comments.c.kind == "status")
+        .where(comments.c.status.not_in((SENT, CONFIRMED)))
+        .order_by(comments.c.created_at)
+        .limit(limit)
+    )
+    return [dict(r._mapping) for r in rows]

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import Connection, select
+from sqlalchemy import Connection, func, select, update
 
 from forgeflow.domain.ids import ResourceRef
+from forgeflow.store import audit, events
 from forgeflow.store.schema import sessions
 from forgeflow.store.sql import insert_ignore
 from forgeflow.store.types import iso, utcnow
@@ -15,8 +16,12 @@ RUNTIME = {"app": "codexapp", "mode": "yolo"}
 MCP = {"server": "gitea", "transport": "stdio", "hostRef": "gitea-main"}
 
 
-def ensure(conn: Connection, resource: ResourceRef) -> dict[str, Any]:
-    """The session of ``resource``, created on first use; the thread comes later."""
+def ensure(conn: Connection, resource: ResourceRef, *, reopen: bool = False) -> dict[str, Any]:
+    """The session of ``resource``, created on first use; the thread comes later.
+
+    ``reopen``: a closed session (``@bot new session``) becomes active again, without a
+    thread, so the next turn starts a fresh one.
+    """
     now = utcnow()
     insert_ignore(
         conn,
@@ -37,12 +42,66 @@ def ensure(conn: Connection, resource: ResourceRef) -> dict[str, Any]:
     )
     row = get(conn, resource.session_key)
     assert row is not None
+    if reopen and row["status"] == "closed":
+        conn.execute(
+            update(sessions)
+            .where(sessions.c.session_key == resource.session_key)
+            .values(status="active", updated_at=utcnow(), version=row["version"] + 1)
+        )
+        row = get(conn, resource.session_key)
+        assert row is not None
     return row
+
+
+def close(conn: Connection, session_key: str, *, actor: str) -> dict[str, Any] | None:
+    """Close the session and forget its thread; the next task starts a new thread."""
+    row = get(conn, session_key)
+    if row is None:
+        return None
+    conn.execute(
+        update(sessions)
+        .where(sessions.c.session_key == session_key)
+        .values(status="closed", thread_id=None, updated_at=utcnow(), version=row["version"] + 1)
+    )
+    audit.append(
+        conn,
+        audit.AuditEvent(
+            action="session.close",
+            actor=actor,
+            session_key=session_key,
+            repo_key=row["repo_key"],
+            metadata={"threadId": row["thread_id"]},
+        ),
+    )
+    events.emit(
+        conn,
+        "SessionClosed",
+        dedupe_key=f"{session_key}:{row['version'] + 1}",
+        payload={"sessionKey": session_key, "threadId": row["thread_id"], "actor": actor},
+        repo_key=row["repo_key"],
+    )
+    return get(conn, session_key)
 
 
 def get(conn: Connection, session_key: str) -> dict[str, Any] | None:
     row = conn.execute(select(sessions).where(sessions.c.session_key == session_key)).first()
     return dict(row._mapping) if row else None
+
+
+def list_page(
+    conn: Connection, repo_key: str | None, limit: int, offset: int
+) -> tuple[list[dict[str, Any]], int]:
+    """Sessions, most recently active first, optionally of one repository."""
+    conds = [sessions.c.repo_key == repo_key] if repo_key is not None else []
+    total = conn.execute(select(func.count()).select_from(sessions).where(*conds)).scalar_one()
+    rows = conn.execute(
+        select(sessions)
+        .where(*conds)
+        .order_by(sessions.c.updated_at.desc(), sessions.c.session_key)
+        .limit(limit)
+        .offset(offset)
+    )
+    return [dict(r._mapping) for r in rows], int(total)
 
 
 def to_json(row: dict[str, Any]) -> dict[str, Any]:

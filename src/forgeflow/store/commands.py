@@ -1,0 +1,136 @@
+"""Comment commands (``@bot stop``, ``@bot status``, ``@bot new session``).
+
+They are decided in the acceptance transaction like a mention, audited like operator
+controls, and never reach the agent. ``status`` answers with one comment, written here as
+an intent with its text and posted by the outbox.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from datetime import timedelta
+from typing import Any
+
+from sqlalchemy import Connection, select
+
+from forgeflow.domain.mentions import Command
+from forgeflow.domain.states import TERMINAL_STATES, TaskState
+from forgeflow.store import audit, comments, deliveries, scheduling, sessions
+from forgeflow.store import tasks as task_q
+from forgeflow.store.deliveries import Accept, DeliveryRecord
+from forgeflow.store.schema import tasks
+from forgeflow.store.sql import notify_tasks
+
+# Intents older than this may be posted by whoever comes first (see replies.IN_FLIGHT).
+_CLAIMABLE_AGE = timedelta(minutes=5)
+
+
+def latest_task(conn: Connection, resource_key: str) -> dict[str, Any] | None:
+    row = conn.execute(
+        select(tasks)
+        .where(tasks.c.resource_key == resource_key)
+        .where(tasks.c.state.not_in(("ignored", "duplicate", "rejected")))
+        .order_by(tasks.c.created_at.desc())
+        .limit(1)
+    ).first()
+    return dict(row._mapping) if row else None
+
+
+def run(conn: Connection, a: Accept, command: Command) -> DeliveryRecord:
+    ended = deliveries.open_delivery(conn, a, response_code=200)
+    if ended is not None:
+        return ended
+    actor = f"gitea:user:{a.author}"
+    task = latest_task(conn, a.resource.key)
+    if command is Command.STOP:
+        outcome = _stop(conn, task, actor)
+    elif command is Command.STATUS:
+        outcome = _status(conn, a, task)
+    else:
+        sessions.close(conn, a.resource.session_key, actor=actor)
+        outcome = {"sessionKey": a.resource.session_key, "closed": True}
+    reason = f"command_{command.value.replace(' ', '_')}"
+    deliveries.finish(
+        conn, a.delivery_key, reason=reason, task_id=task["task_id"] if task else None
+    )
+    audit.append(
+        conn,
+        audit.AuditEvent(
+            action=f"command.{command.value.replace(' ', '_')}",
+            actor=actor,
+            task_id=task["task_id"] if task else None,
+            session_key=a.resource.session_key,
+            repo_key=a.resource.repo.key,
+            delivery_id=a.delivery_id,
+            comment_id=a.comment_id,
+            metadata=outcome,
+        ),
+    )
+    state = outcome.get("state") or (task["state"] if task else None)
+    return DeliveryRecord(
+        a.delivery_id, "accepted", 200, task["task_id"] if task else None, state, reason
+    )
+
+
+def _stop(conn: Connection, task: dict[str, Any] | None, actor: str) -> dict[str, Any]:
+    if task is None or TaskState(task["state"]) in TERMINAL_STATES:
+        return {"stopped": False, "why": "nothing is running or waiting"}
+    state = TaskState(task["state"])
+    target = {
+        TaskState.QUEUED: TaskState.CANCELLED,
+        TaskState.WAITING_USER: TaskState.CANCELLED,
+        TaskState.BLOCKED_WORKSPACE: TaskState.CANCELLED,
+        TaskState.RUNNING: TaskState.ABORTING,
+        TaskState.RETRY_WAIT: TaskState.FAILED,
+    }.get(state)
+    if target is None:
+        return {
+            "stopped": False,
+            "state": state.value,
+            "why": f"a {state.value} task cannot be stopped now; try again shortly",
+        }
+    row = task_q.transition(
+        conn,
+        task_q.Transition(
+            task["task_id"],
+            target,
+            task["state_version"],
+            actor=actor,
+            action="command.stop",
+            error_code="stopped_by_user" if target is TaskState.FAILED else None,
+        ),
+    )
+    notify_tasks(conn)
+    return {"stopped": True, "state": row["state"]}
+
+
+def _status(conn: Connection, a: Accept, task: dict[str, Any] | None) -> dict[str, Any]:
+    if task is None:
+        text = "giteabot: 状态 / status: no task for this issue or pull request yet."
+        task_id = "gitea-cmd-" + hashlib.sha256(a.delivery_key.encode()).hexdigest()[:24]
+    else:
+        task_id = task["task_id"]
+        text = (
+            f"giteabot: 状态 / status: {task['state']}"
+            f"{_position(conn, task)}; tokens so far: {task['input_tokens']} in, "
+            f"{task['output_tokens']} out."
+        )
+    comments.record_intent(
+        conn,
+        comment_key=f"cmd:{a.resource.repo.key}:{a.comment_id}:status",
+        task_id=task_id,
+        kind="status",
+        resource_key=a.resource.key,
+        turn_key=f"{task_id}:0",
+        body_hash="",
+        body=text,
+        age=_CLAIMABLE_AGE,
+    )
+    return {"statusOf": task_id}
+
+
+def _position(conn: Connection, task: dict[str, Any]) -> str:
+    if task["state"] != TaskState.QUEUED:
+        return ""
+    ahead = scheduling.queue_position(conn, task)
+    return f", position {ahead + 1} in the repository's queue" if ahead else ", next in line"
