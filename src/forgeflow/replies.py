@@ -163,7 +163,10 @@ class Replies:
     ) -> int | None:
         text = RECEIPT_TEXT
         if queue_position:
-            text += f"（排队第 {queue_position} 位 / position {queue_position} in the queue）"
+            text += (
+                f"（前面还有 {queue_position} 个任务 / {queue_position} task(s) ahead "
+                "in this repository's queue）"
+            )
         return await self.post_once(
             task,
             key=f"{task['task_id']}:receipt",

@@ -46,6 +46,12 @@ def test_stop_cancels_a_queued_task(worker: Worker) -> None:
     with ff.admin() as admin:
         admin.post("/api/gitea-workflow/control/pause", json={"requestId": "p"})
     task = _say(gitea, issue, "@ccweb-bot do the thing")["taskId"]
+    other = gitea.add_issue("acme", "widget", title="u", author="alice")
+    behind = _say(gitea, other, "@ccweb-bot after it")["taskId"]
+    assert _detail(ff, task)["queuePosition"] == 0
+    assert _detail(ff, behind)["queuePosition"] == 1
+    # The one receipt says how many wait ahead; the queue moving posts nothing more.
+    wait_for(lambda: any("1 task(s) ahead" in b for b in _bot(gitea, other)))
     answer = _say(gitea, issue, "@ccweb-bot stop")
     assert answer["_status"] == 200 and answer["reason"] == "command_stop"
     assert answer["taskId"] == task and answer["state"] == "cancelled"
@@ -53,7 +59,7 @@ def test_stop_cancels_a_queued_task(worker: Worker) -> None:
     assert detail["task"]["state"] == "cancelled"
     stop = [e for e in detail["audit"] if e["action"] == "command.stop"]
     assert stop and stop[0]["actor"] == "gitea:user:alice"
-    assert len(_tasks(ff)) == 1  # the command is not a task
+    assert len(_tasks(ff)) == 2  # the command is not a task
     wait_for(lambda: any("kind=result" in b for b in _bot(gitea, issue)))
 
 

@@ -16,7 +16,7 @@ from forgeflow.api.auth import require_admin
 from forgeflow.api.errors import ApiError
 from forgeflow.domain.states import TERMINAL_STATES, TaskState
 from forgeflow.services import Services
-from forgeflow.store import audit, control, details, repos, tasks
+from forgeflow.store import audit, control, details, repos, scheduling, tasks
 from forgeflow.store.types import iso, utcnow
 
 router = APIRouter(
@@ -51,47 +51,47 @@ async def _control(
     return JSONResponse(payload, status_code=status)
 
 
+def overview_snapshot(conn: Connection) -> dict[str, Any]:
+    """What ``GET /overview`` answers; the admin pages show the same."""
+    ctl = control.get(conn)
+    counts = tasks.counts_by_state(conn)
+    active = [
+        tasks.to_json(r)
+        for state in ("preparing", "running", "aborting")
+        for r in tasks.list_page(conn, tasks.TaskFilter(state=state, limit=500))[0]
+    ]
+    failures = [
+        tasks.to_json(r)
+        for state in ("failed", "failed_reply")
+        for r in tasks.list_page(conn, tasks.TaskFilter(state=state, limit=10))[0]
+    ]
+    failures.sort(key=lambda t: t["updatedAt"] or "", reverse=True)
+    oldest = tasks.oldest_queued_at(conn)
+    repo_rows = repos.list_all(conn)
+    return {
+        **control.to_json(ctl),
+        "runningSlots": None,  # no global cap (PRD §2): only per-repository leases
+        "running": [
+            {"repoKey": t["repoKey"], "taskId": t["taskId"], "state": t["state"]} for t in active
+        ],
+        "queue": {
+            "length": counts.get("queued", 0),
+            "oldestQueuedAt": iso(oldest),
+            "oldestQueuedAgeSeconds": (utcnow() - oldest).total_seconds() if oldest else None,
+        },
+        "tasksByState": counts,
+        "repositories": {
+            "active": sum(1 for r in repo_rows if r["status"] == "active"),
+            "disabled": sum(1 for r in repo_rows if r["status"] == "disabled"),
+        },
+        "recentFailures": failures[:10],
+    }
+
+
 @router.get("/overview")
 async def overview(request: Request) -> dict[str, Any]:
     """Global pause, running tasks per repository, queue summary, recent failures."""
-
-    def _read(conn: Connection) -> dict[str, Any]:
-        ctl = control.get(conn)
-        counts = tasks.counts_by_state(conn)
-        active = [
-            tasks.to_json(r)
-            for state in ("preparing", "running", "aborting")
-            for r in tasks.list_page(conn, tasks.TaskFilter(state=state, limit=500))[0]
-        ]
-        failures = [
-            tasks.to_json(r)
-            for state in ("failed", "failed_reply")
-            for r in tasks.list_page(conn, tasks.TaskFilter(state=state, limit=10))[0]
-        ]
-        failures.sort(key=lambda t: t["updatedAt"] or "", reverse=True)
-        oldest = tasks.oldest_queued_at(conn)
-        repo_rows = repos.list_all(conn)
-        return {
-            **control.to_json(ctl),
-            "runningSlots": None,  # no global cap (PRD §2): only per-repository leases
-            "running": [
-                {"repoKey": t["repoKey"], "taskId": t["taskId"], "state": t["state"]}
-                for t in active
-            ],
-            "queue": {
-                "length": counts.get("queued", 0),
-                "oldestQueuedAt": iso(oldest),
-                "oldestQueuedAgeSeconds": (utcnow() - oldest).total_seconds() if oldest else None,
-            },
-            "tasksByState": counts,
-            "repositories": {
-                "active": sum(1 for r in repo_rows if r["status"] == "active"),
-                "disabled": sum(1 for r in repo_rows if r["status"] == "disabled"),
-            },
-            "recentFailures": failures[:10],
-        }
-
-    return await _services(request).store.read(_read)
+    return await _services(request).store.read(overview_snapshot)
 
 
 @router.get("/tasks")
@@ -116,28 +116,33 @@ async def list_tasks(
     }
 
 
+def task_detail_snapshot(conn: Connection, task_id: str) -> dict[str, Any] | None:
+    """What ``GET /tasks/{taskId}`` answers, or None for an unknown task."""
+    row = tasks.get(conn, task_id)
+    if row is None:
+        return None
+    return {
+        "task": tasks.to_json(row),
+        "terminal": TaskState(row["state"]) in TERMINAL_STATES,
+        # Tasks ahead of it on its repository (0 = next); only while it waits.
+        "queuePosition": scheduling.queue_position(conn, row)
+        if row["state"] in ("queued", "retry_wait")
+        else None,
+        "turns": details.turns_of(conn, task_id),
+        "comments": details.comments_of(conn, task_id),
+        "errors": {
+            "errorCode": row["error_code"],
+            "executionError": row["execution_error"],
+            "replyError": row["reply_error"],
+        },
+        "audit": audit.query(conn, audit.AuditQuery(task_id=task_id, limit=1000)),
+    }
+
+
 @router.get("/tasks/{taskId}")
 async def task_detail(request: Request, taskId: str) -> dict[str, Any]:
     """One task with its turns, comments, errors and audit trail."""
-
-    def _read(conn: Connection) -> dict[str, Any] | None:
-        row = tasks.get(conn, taskId)
-        if row is None:
-            return None
-        return {
-            "task": tasks.to_json(row),
-            "terminal": TaskState(row["state"]) in TERMINAL_STATES,
-            "turns": details.turns_of(conn, taskId),
-            "comments": details.comments_of(conn, taskId),
-            "errors": {
-                "errorCode": row["error_code"],
-                "executionError": row["execution_error"],
-                "replyError": row["reply_error"],
-            },
-            "audit": audit.query(conn, audit.AuditQuery(task_id=taskId, limit=1000)),
-        }
-
-    result = await _services(request).store.read(_read)
+    result = await _services(request).store.read(lambda c: task_detail_snapshot(c, taskId))
     if result is None:
         raise ApiError(404, "task_not_found", f"no task {taskId}")
     return result
