@@ -88,6 +88,23 @@ class Settings(BaseSettings):
     abort_timeout_seconds: float = Field(default=30.0, gt=0)
     mcp_timeout_seconds: float = Field(default=20.0, gt=0)
     elicitation_policy: Literal["accept", "decline"] = "decline"
+    budget_daily_tokens: int | None = Field(default=None, ge=0)
+    budget_monthly_tokens: int | None = Field(default=None, ge=0)
+    budget_threshold: float = Field(default=0.8, gt=0, le=1)
+    price_input_per_mtok: float | None = Field(default=None, ge=0)
+    price_output_per_mtok: float | None = Field(default=None, ge=0)
+
+    def budgets(self) -> Any:
+        """Budget defaults and prices (``forgeflow.store.usage.Budgets``)."""
+        from forgeflow.store.usage import Budgets
+
+        return Budgets(
+            self.budget_daily_tokens,
+            self.budget_monthly_tokens,
+            self.budget_threshold,
+            self.price_input_per_mtok,
+            self.price_output_per_mtok,
+        )
 
     @field_validator("gitea_url")
     @classmethod

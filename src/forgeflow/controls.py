@@ -13,7 +13,7 @@ from typing import Any
 from sqlalchemy import Connection
 
 from forgeflow.domain.states import TaskState
-from forgeflow.store import control, repos, tasks
+from forgeflow.store import audit, control, repos, tasks, usage
 from forgeflow.store.sql import notify_tasks
 from forgeflow.store.tasks import Transition
 
@@ -82,6 +82,27 @@ def set_repo_status(
         row = repos.get(conn, repo_key)
         assert row is not None
         return 200, repos.to_json(row)
+
+    return _apply
+
+
+def set_budget(
+    repo_key: str, daily: int | None, monthly: int | None
+) -> Callable[[Connection, ControlRequest], Outcome]:
+    def _apply(conn: Connection, req: ControlRequest) -> Outcome:
+        if repos.get(conn, repo_key) is None:
+            return 404, {"error": "repository_not_found", "message": f"no repository {repo_key}"}
+        usage.set_budget(conn, repo_key, daily, monthly)
+        audit.append(
+            conn,
+            audit.AuditEvent(
+                action="repository.budget",
+                actor=req.actor,
+                repo_key=repo_key,
+                metadata={"dailyTokens": daily, "monthlyTokens": monthly, "reason": req.reason},
+            ),
+        )
+        return 200, {"repoKey": repo_key, "dailyTokens": daily, "monthlyTokens": monthly}
 
     return _apply
 

@@ -16,6 +16,7 @@ from functools import partial
 from typing import Any
 
 import structlog
+from sqlalchemy import Connection
 
 from forgeflow.agent.port import (
     AgentError,
@@ -40,11 +41,12 @@ from forgeflow.domain.states import ACTIVE_STATES, TaskState
 from forgeflow.gitea.client import GiteaClient, GiteaError
 from forgeflow.redaction import redact
 from forgeflow.replies import Found, Replies
-from forgeflow.store import Store, Transition, audit, leases, repos, sessions
+from forgeflow.store import Store, Transition, audit, leases, repos, sessions, usage
 from forgeflow.store import comments as comment_q
 from forgeflow.store import tasks as task_q
 from forgeflow.store import turns as turn_q
 from forgeflow.store.types import utcnow
+from forgeflow.store.usage import Budgets
 from forgeflow.workspace import (
     GitAuthFailed,
     PullRequestRefs,
@@ -66,6 +68,7 @@ class ExecutionConfig:
     lease_ttl: timedelta
     retry: RetryPolicy
     abort_timeout: float = 30.0
+    budgets: Budgets = dataclasses.field(default_factory=Budgets)
 
 
 def _asks_user(call: ToolCall, task_id: str) -> bool:
@@ -468,11 +471,12 @@ class Execution:
                 },
             )
         elif isinstance(event, TokenUsage):
-            await self.store.write(
-                lambda c: turn_q.add_tokens(
-                    c, key, task["task_id"], event.input_tokens, event.output_tokens
-                )
-            )
+
+            def count(c: Connection, e: TokenUsage = event) -> None:
+                added = turn_q.add_tokens(c, key, task["task_id"], e.input_tokens, e.output_tokens)
+                usage.note_tokens(c, task["repo_key"], added, self.cfg.budgets)
+
+            await self.store.write(count)
         elif isinstance(event, NeedsUser):
             await self._audit(
                 task,

@@ -51,6 +51,7 @@ class WebhookIngress:
         self._permissions = permissions
         self._retention = timedelta(days=settings.delivery_retention_days)
         self._root = str(settings.resolved_workspace_root)
+        self._budgets = settings.budgets()
 
     async def handle(self, headers: Mapping[str, str], body: bytes) -> Reply:
         secret = self._settings.webhook_secret
@@ -144,6 +145,7 @@ class WebhookIngress:
                     refs=event.refs,
                     permitted=permitted,
                     permission=permission.value,
+                    budgets=self._budgets,
                 ),
             )
         )

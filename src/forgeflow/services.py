@@ -20,6 +20,8 @@ from forgeflow.domain.retry import RetryPolicy
 from forgeflow.gitea.client import GiteaClient, PermissionCache
 from forgeflow.ingress import WebhookIngress
 from forgeflow.metrics import Metrics
+from forgeflow.pipelines.engine import PipelineEngine
+from forgeflow.pipelines.wiring import build_engine
 from forgeflow.redaction import register_secrets
 from forgeflow.store import Store
 
@@ -40,6 +42,7 @@ class Services:
     owner: str = ""
     runtime: AgentRuntime | None = None
     scheduler: object | None = field(default=None)
+    pipelines: PipelineEngine | None = field(default=None)
 
     @property
     def retry(self) -> RetryPolicy:
@@ -60,6 +63,8 @@ class Services:
 
     async def start(self) -> None:
         """Start the scheduler when this process runs tasks and can."""
+        if self.pipelines is not None and self.role is not Role.INGRESS:
+            await self.pipelines.start_loop()
         if self.worker_blockers():
             return
         from forgeflow.agent.factory import RuntimeUnavailable, create_runtime
@@ -89,6 +94,7 @@ class Services:
                 lease_ttl=ttl,
                 retry=self.retry,
                 abort_timeout=s.abort_timeout_seconds,
+                budgets=s.budgets(),
             ),
             self.store,
             workspace,
@@ -113,6 +119,8 @@ class Services:
     async def aclose(self) -> None:
         from forgeflow.scheduler import Scheduler
 
+        if self.pipelines is not None:
+            await self.pipelines.stop()
         if isinstance(self.scheduler, Scheduler):
             await self.scheduler.stop()
         if self.runtime is not None:
@@ -163,7 +171,7 @@ def build_services(settings: Settings, *, migrate: bool = True, role: Role = Rol
         gitea = GiteaClient(settings.gitea_url, token)
         permissions = PermissionCache(gitea, settings.permission_cache_seconds)
     worker_id = default_worker_id(settings)
-    return Services(
+    services = Services(
         settings=settings,
         store=store,
         metrics=Metrics(),
@@ -174,3 +182,18 @@ def build_services(settings: Settings, *, migrate: bool = True, role: Role = Rol
         worker_id=worker_id,
         owner=f"{worker_id}/{uuid.uuid4().hex[:12]}",
     )
+
+    def _wake_tasks() -> None:  # a pipeline queued an agent task: claim it now
+        wake = getattr(services.scheduler, "wake", None)
+        if wake is not None:
+            wake()
+
+    services.pipelines = build_engine(
+        settings,
+        store,
+        gitea=gitea,
+        owner=services.owner,
+        node_prefix=f"{worker_id}/",
+        wake_tasks=_wake_tasks,
+    )
+    return services

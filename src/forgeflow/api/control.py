@@ -16,7 +16,7 @@ from forgeflow.api.auth import require_admin
 from forgeflow.api.errors import ApiError
 from forgeflow.domain.states import TERMINAL_STATES, TaskState
 from forgeflow.services import Services
-from forgeflow.store import audit, control, details, repos, scheduling, tasks
+from forgeflow.store import audit, control, details, repos, scheduling, tasks, usage
 from forgeflow.store.types import iso, utcnow
 
 router = APIRouter(
@@ -178,6 +178,31 @@ async def enable_repo(request: Request, repoKey: str, body: ControlBody) -> JSON
     return await _control(
         request, body, "repo.enable", repoKey, controls.set_repo_status(repos.ACTIVE, repoKey)
     )
+
+
+class BudgetBody(ControlBody):
+    dailyTokens: int | None = Field(default=None, ge=0)
+    monthlyTokens: int | None = Field(default=None, ge=0)
+
+
+@router.put("/repos/{repoKey:path}/budget")
+async def set_budget(request: Request, repoKey: str, body: BudgetBody) -> JSONResponse:
+    """Token budgets of one repository (null: the configured default)."""
+    return await _control(
+        request,
+        body,
+        "repo.budget",
+        repoKey,
+        controls.set_budget(repoKey, body.dailyTokens, body.monthlyTokens),
+    )
+
+
+@router.get("/usage")
+async def usage_report(request: Request) -> dict[str, Any]:
+    """Tokens and cost per repository and session, today and this month, with budgets."""
+    defaults = _services(request).settings.budgets()
+    items = await _services(request).store.read(lambda c: usage.report(c, defaults))
+    return {"items": items}
 
 
 @router.post("/tasks/{taskId}/cancel")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
@@ -15,6 +15,7 @@ from forgeflow.store import tasks as task_q
 from forgeflow.store.schema import tasks, webhook_deliveries
 from forgeflow.store.sql import insert_ignore, notify_tasks
 from forgeflow.store.types import utcnow
+from forgeflow.store.usage import Budgets, exceeded
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,6 +50,7 @@ class Accept:
     refs: dict[str, Any] | None
     permitted: bool
     permission: str
+    budgets: Budgets = field(default_factory=Budgets)
 
 
 def get(conn: Connection, delivery_key: str) -> DeliveryRecord | None:
@@ -274,7 +276,11 @@ def accept(conn: Connection, a: Accept) -> DeliveryRecord:
             "refs": a.refs,
         },
     )
-    to_state = TaskState.QUEUED if a.permitted else TaskState.REJECTED
+    over = exceeded(conn, repo.key, a.budgets) if a.permitted else None
+    refusal = (
+        "insufficient_permission" if not a.permitted else ("budget_exceeded" if over else None)
+    )
+    to_state = TaskState.QUEUED if refusal is None else TaskState.REJECTED
     task_q.transition(
         conn,
         task_q.Transition(
@@ -282,14 +288,15 @@ def accept(conn: Connection, a: Accept) -> DeliveryRecord:
             to_state=to_state,
             expected_version=1,
             actor=f"gitea:user:{a.author}",
-            action="webhook.accept" if a.permitted else "webhook.reject",
-            error_code=None if a.permitted else "insufficient_permission",
+            action="webhook.accept" if refusal is None else "webhook.reject",
+            error_code=refusal,
+            fields={"execution_error": f"over {over}"} if over else None,
             metadata={"eventType": a.event_type, "permission": a.permission},
             delivery_id=a.delivery_id,
             comment_id=a.comment_id,
         ),
     )
-    if a.permitted:
+    if refusal is None:
         finish(conn, a.delivery_key, task_id=task_id)
         notify_tasks(conn)
         return DeliveryRecord(a.delivery_id, "accepted", 202, task_id, to_state.value)
@@ -298,12 +305,10 @@ def accept(conn: Connection, a: Accept) -> DeliveryRecord:
         a.delivery_key,
         task_id=task_id,
         status="rejected",
-        reason="insufficient_permission",
+        reason=refusal,
         response_code=200,
     )
-    return DeliveryRecord(
-        a.delivery_id, "rejected", 200, task_id, to_state.value, "insufficient_permission"
-    )
+    return DeliveryRecord(a.delivery_id, "rejected", 200, task_id, to_state.value, refusal)
 
 
 def repo_status(conn: Connection, repo_key: str) -> str | None:

@@ -44,7 +44,10 @@ def receipts_owed(conn: Connection, limit: int = 100) -> list[dict[str, Any]]:
 
 
 def results_owed(conn: Connection, limit: int = 100) -> list[dict[str, Any]]:
-    return _owed(conn, ":result", RESULT_STATES, limit)
+    owed = _owed(conn, ":result", (*RESULT_STATES, "rejected"), limit)
+    # A rejected mention is answered only when a budget refused it; an unauthorised
+    # commenter gets no reply from the bot.
+    return [t for t in owed if t["state"] != "rejected" or t["error_code"] == "budget_exceeded"]
 
 
 def result_text(task: dict[str, Any]) -> str:
@@ -53,6 +56,8 @@ def result_text(task: dict[str, Any]) -> str:
         return "任务已取消 / the task was cancelled by an operator."
     if state == "aborted":
         return "任务已中止 / the task was aborted by an operator."
+    if state == "rejected":
+        return f"任务被拒绝 / the task was not started: {task['execution_error']}."
     if state == "failed_reply":
         return (
             "回复未能确认 / the answer could not be confirmed on Gitea "

@@ -80,7 +80,11 @@ def event_seen(conn: Connection, turn_key: str, seq: int) -> bool:
 
 def add_tokens(
     conn: Connection, turn_key: str, task_id: str, input_tokens: int, output_tokens: int
-) -> None:
+) -> int:
+    """Set the turn's running totals; returns how many tokens this call added."""
+    before = conn.execute(
+        select(turns.c.input_tokens + turns.c.output_tokens).where(turns.c.turn_key == turn_key)
+    ).scalar_one()
     conn.execute(
         update(turns)
         .where(turns.c.turn_key == turn_key)
@@ -92,6 +96,7 @@ def add_tokens(
         .where(tasks.c.task_id == task_id)
         .values(input_tokens=total_in, output_tokens=total_out)
     )
+    return input_tokens + output_tokens - int(before)
 
 
 def _totals(conn: Connection, task_id: str) -> tuple[int, int]:
