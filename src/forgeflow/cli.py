@@ -8,13 +8,18 @@ from typing import Annotated
 import typer
 
 import forgeflow
+from forgeflow.cli_ops import doctor, gitea_app
 from forgeflow.config import ConfigError, Role, Settings, capability_warnings, load_settings
+from forgeflow.pipelines.cli import app as pipelines_app
 
 app = typer.Typer(
     add_completion=False,
     no_args_is_help=True,
     help="Drive a coding agent from Gitea comments, durably.",
 )
+app.add_typer(pipelines_app, name="pipelines")
+app.add_typer(gitea_app, name="gitea")
+app.command()(doctor)
 
 ConfigOption = Annotated[
     Path | None, typer.Option("--config", help="TOML file; the environment wins over it.")

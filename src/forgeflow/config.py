@@ -67,6 +67,7 @@ class Settings(BaseSettings):
     host: str = "127.0.0.1"
     port: int = Field(default=8080, ge=0, le=65535)
     gitea_url: str | None = None
+    public_url: str | None = None
     gitea_token: SecretStr | None = None
     webhook_secret: SecretStr | None = None
     bot_login: str = "ccweb-bot"
@@ -106,7 +107,7 @@ class Settings(BaseSettings):
             self.price_output_per_mtok,
         )
 
-    @field_validator("gitea_url")
+    @field_validator("gitea_url", "public_url")
     @classmethod
     def _check_url(cls, value: str | None) -> str | None:
         if value is None or value == "":

@@ -128,6 +128,26 @@ class GiteaClient:
             raise GiteaError("comment list is not a JSON array")
         return comments
 
+    async def get_repo(self, owner: str, repo: str) -> dict[str, Any]:
+        """The repository (clone_url, default_branch, …), per Gitea's GET /repos/{o}/{r}."""
+        found: dict[str, Any] = await self._json("GET", self._repo_path(owner, repo), (200,))
+        return found
+
+    async def add_labels(
+        self, owner: str, repo: str, index: int, labels: list[str]
+    ) -> list[dict[str, Any]]:
+        """Add labels by name to an issue or pull request (Gitea AddIssueLabels accepts
+        names since 1.19); returns the issue's labels."""
+        result = await self._json(
+            "POST",
+            f"{self._repo_path(owner, repo)}/issues/{int(index)}/labels",
+            (200,),
+            json={"labels": labels},
+        )
+        if not isinstance(result, list):
+            raise GiteaError("label list is not a JSON array")
+        return result
+
     async def create_comment(self, owner: str, repo: str, index: int, body: str) -> dict[str, Any]:
         comment: dict[str, Any] = await self._json(
             "POST",
@@ -136,6 +156,39 @@ class GiteaClient:
             json={"body": body},
         )
         return comment
+
+    async def current_user(self) -> dict[str, Any]:
+        user: dict[str, Any] = await self._json("GET", "/user", (200,))
+        return user
+
+    async def version(self) -> str:
+        body = await self._json("GET", "/version", (200,))
+        return str(body.get("version", ""))
+
+    async def request_status(self, method: str, path: str, **kwargs: Any) -> int:
+        """Only the status of a request (the doctor's scope probes)."""
+        return (await self._request(method, path, **kwargs)).status_code
+
+    async def list_hooks(self, base: str) -> list[dict[str, Any]]:
+        hooks = await self._json("GET", f"{base}/hooks", (200,))
+        return list(hooks) if isinstance(hooks, list) else []
+
+    async def create_hook(self, base: str, body: dict[str, Any]) -> dict[str, Any]:
+        hook: dict[str, Any] = await self._json("POST", f"{base}/hooks", (201,), json=body)
+        return hook
+
+    async def edit_hook(self, base: str, hook_id: int, body: dict[str, Any]) -> dict[str, Any]:
+        hook: dict[str, Any] = await self._json(
+            "PATCH", f"{base}/hooks/{int(hook_id)}", (200,), json=body
+        )
+        return hook
+
+    async def delete_hook(self, base: str, hook_id: int) -> None:
+        response = await self._request("DELETE", f"{base}/hooks/{int(hook_id)}")
+        if response.status_code not in (204, 404):
+            raise GiteaError(
+                f"DELETE hook {hook_id}: HTTP {response.status_code}", response.status_code
+            )
 
 
 class PermissionCache:

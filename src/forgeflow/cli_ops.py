@@ -1,0 +1,135 @@
+"""Operator commands: ``forgeflow doctor`` and ``forgeflow gitea connect|disconnect``."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from forgeflow.config import ConfigError, Settings, load_settings
+
+gitea_app = typer.Typer(no_args_is_help=True, help="Set up the Gitea webhook.")
+
+ConfigOption = Annotated[
+    Path | None, typer.Option("--config", help="TOML file; the environment wins over it.")
+]
+
+
+def _settings(config: Path | None) -> Settings:
+    try:
+        return load_settings(config)
+    except ConfigError as exc:
+        typer.echo(f"forgeflow: invalid configuration: {exc}", err=True)
+        raise typer.Exit(2) from None
+
+
+def doctor(config: ConfigOption = None) -> None:
+    """Check configuration, database, Gitea, Codex, gitea-mcp and disk, one line each."""
+    from forgeflow.doctor import doctor as run
+
+    checks, code = run(_settings(config))
+    for check in checks:
+        typer.echo(check.line())
+    raise typer.Exit(code)
+
+
+def _hook_url(s: Settings, url: str | None) -> str:
+    base = url or s.public_url
+    if not base:
+        typer.echo(
+            "forgeflow: give --url or set FORGEFLOW_PUBLIC_URL (where Gitea reaches forgeflow)",
+            err=True,
+        )
+        raise typer.Exit(2)
+    return base.rstrip("/") + "/api/gitea/webhook"
+
+
+def _client(s: Settings) -> object:
+    from forgeflow.gitea.client import GiteaClient
+
+    if s.gitea_url is None or s.gitea_token is None:
+        typer.echo("forgeflow: FORGEFLOW_GITEA_URL and FORGEFLOW_GITEA_TOKEN are needed", err=True)
+        raise typer.Exit(2)
+    return GiteaClient(s.gitea_url, s.gitea_token.get_secret_value())
+
+
+@gitea_app.command()
+def connect(
+    target: Annotated[str, typer.Argument(help="OWNER/REPO or ORG")],
+    url: Annotated[str | None, typer.Option(help="forgeflow's public base URL.")] = None,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Only say what would change.")] = False,
+    config: ConfigOption = None,
+) -> None:
+    """Create or update the webhook of a repository or organisation (idempotent)."""
+    from forgeflow.domain.ids import InvalidName
+    from forgeflow.gitea import hooks
+    from forgeflow.gitea.client import GiteaClient, GiteaError
+
+    s = _settings(config)
+    if s.webhook_secret is None:
+        typer.echo("forgeflow: FORGEFLOW_WEBHOOK_SECRET is needed", err=True)
+        raise typer.Exit(2)
+    try:
+        where = hooks.Target.parse(target)
+    except InvalidName as exc:
+        typer.echo(f"forgeflow: {exc}", err=True)
+        raise typer.Exit(2) from None
+    hook_url = _hook_url(s, url)
+    client = _client(s)
+    assert isinstance(client, GiteaClient)
+
+    secret = s.webhook_secret.get_secret_value()
+
+    async def go() -> hooks.Plan:
+        try:
+            return await hooks.connect(client, where, url=hook_url, secret=secret, dry_run=dry_run)
+        finally:
+            await client.aclose()
+
+    try:
+        plan = asyncio.run(go())
+    except GiteaError as exc:
+        typer.echo(f"forgeflow: Gitea refused: {exc}", err=True)
+        raise typer.Exit(1) from None
+    prefix = "would " if dry_run else ""
+    if plan.action == "create":
+        typer.echo(
+            f"{prefix}create a webhook on {where} for {hook_url}"
+            + ("" if dry_run else f" (hook {plan.hook_id})")
+        )
+    elif plan.action == "update":
+        typer.echo(f"{prefix}update hook {plan.hook_id} on {where}: {', '.join(plan.changes)}")
+    else:
+        typer.echo(f"hook {plan.hook_id} on {where} is up to date")
+
+
+@gitea_app.command()
+def disconnect(
+    target: Annotated[str, typer.Argument(help="OWNER/REPO or ORG")],
+    url: Annotated[str | None, typer.Option(help="forgeflow's public base URL.")] = None,
+    dry_run: Annotated[bool, typer.Option("--dry-run")] = False,
+    config: ConfigOption = None,
+) -> None:
+    """Remove forgeflow's webhook from a repository or organisation."""
+    from forgeflow.gitea import hooks
+    from forgeflow.gitea.client import GiteaClient
+
+    s = _settings(config)
+    where = hooks.Target.parse(target)
+    hook_url = _hook_url(s, url)
+    client = _client(s)
+    assert isinstance(client, GiteaClient)
+
+    async def go() -> list[int]:
+        try:
+            return await hooks.disconnect(client, where, url=hook_url, dry_run=dry_run)
+        finally:
+            await client.aclose()
+
+    ids = asyncio.run(go())
+    verb = "would remove" if dry_run else "removed"
+    typer.echo(
+        f"{verb} {len(ids)} webhook(s) from {where}" if ids else f"no forgeflow webhook on {where}"
+    )
