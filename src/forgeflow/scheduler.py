@@ -20,7 +20,7 @@ from forgeflow.domain.retry import RetryPolicy
 from forgeflow.execution import Execution
 from forgeflow.gitea.client import GiteaError
 from forgeflow.replies import Replies
-from forgeflow.store import StaleStateVersion, Store, outbox, scheduling
+from forgeflow.store import StaleStateVersion, Store, outbox, scheduling, workers
 from forgeflow.store.sql import TASKS_CHANNEL
 from forgeflow.store.types import utcnow
 
@@ -39,7 +39,9 @@ class Scheduler:
         lease_ttl: timedelta,
         retry: RetryPolicy,
         poll_seconds: float = 5.0,
+        worker_id: str | None = None,
     ) -> None:
+        self.worker_id = worker_id
         self.store = store
         self.execution = execution
         self.replies = replies
@@ -68,6 +70,7 @@ class Scheduler:
         for task in changed:
             log.info("recovery.task", task_id=task["task_id"], state=task["state"])
         self._loops = [
+            asyncio.create_task(self._heartbeat(), name="scheduler.heartbeat"),
             asyncio.create_task(self._claim_loop(), name="scheduler.claim"),
             asyncio.create_task(self._outbox_loop(), name="scheduler.outbox"),
         ]
@@ -82,6 +85,18 @@ class Scheduler:
         for t in [*self._loops, *self._running.values()]:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await t
+
+    async def _heartbeat(self) -> None:
+        """Keep this worker's row fresh: its repositories stay bound to it."""
+        if self.worker_id is None:
+            return
+        worker_id = self.worker_id
+        while not self._stopping:
+            await asyncio.sleep(self.lease_ttl.total_seconds() / 3)
+            try:
+                await self.store.write(partial(workers.beat, worker_id=worker_id, owner=self.owner))
+            except Exception as exc:
+                log.warning("worker.heartbeat_failed", error=type(exc).__name__)
 
     async def _listen(self) -> None:
         """PostgreSQL LISTEN: tasks accepted by another process wake this one at once."""
@@ -125,7 +140,8 @@ class Scheduler:
             await self._sleep(self._wake, delay)
 
     async def _claim_round(self) -> None:
-        for cand in await self.store.read(scheduling.candidates):
+        candidates = partial(scheduling.candidates, worker_id=self.worker_id, ttl=self.lease_ttl)
+        for cand in await self.store.read(candidates):
             if cand["repo_key"] in self._busy_repos or cand["task_id"] in self._running:
                 continue
             try:
@@ -135,6 +151,7 @@ class Scheduler:
                         task_id=cand["task_id"],
                         owner=self.owner,
                         ttl=self.lease_ttl,
+                        worker_id=self.worker_id,
                     )
                 )
             except (IntegrityError, StaleStateVersion):

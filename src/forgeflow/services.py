@@ -9,6 +9,7 @@ import socket
 import uuid
 from dataclasses import dataclass, field
 from datetime import timedelta
+from functools import partial
 from pathlib import Path
 
 import structlog
@@ -111,10 +112,35 @@ class Services:
             lease_ttl=ttl,
             retry=self.retry,
             poll_seconds=s.poll_seconds,
+            worker_id=self.worker_id,
         )
+        await self._register_worker()
         self.ingress.on_accept = scheduler.wake
         self.scheduler = scheduler
         await scheduler.start()
+
+    async def _register_worker(self) -> None:
+        """Refuse to run beside a live process with the same worker id: both would take
+        the other's leases for a dead predecessor's."""
+        from forgeflow.store import workers
+
+        host, pid = socket.gethostname(), os.getpid()
+        previous = await self.store.write(
+            partial(
+                workers.register, worker_id=self.worker_id, owner=self.owner, host=host, pid=pid
+            )
+        )
+        if (
+            previous is not None
+            and previous["owner"] != self.owner
+            and previous["host"] == host
+            and previous["pid"] != pid
+            and _alive(previous["pid"])
+        ):
+            raise WorkerIdInUse(
+                f"another forgeflow process (pid {previous['pid']}) runs with worker id "
+                f"{self.worker_id!r}; give each worker its own FORGEFLOW_WORKER_ID"
+            )
 
     async def aclose(self) -> None:
         from forgeflow.scheduler import Scheduler
@@ -128,6 +154,20 @@ class Services:
         if self.gitea is not None:
             await self.gitea.aclose()
         self.store.close()
+
+
+class WorkerIdInUse(RuntimeError):
+    code = "worker_id_in_use"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def ensure_admin_token(settings: Settings) -> tuple[str, bool]:

@@ -13,7 +13,8 @@ from forgeflow.domain.retry import RetryPolicy
 from forgeflow.domain.states import ACTIVE_STATES, TaskState
 from forgeflow.store import control, leases
 from forgeflow.store import tasks as task_q
-from forgeflow.store.schema import repositories, tasks
+from forgeflow.store import workers as worker_q
+from forgeflow.store.schema import repositories, tasks, workers
 from forgeflow.store.tasks import Transition
 from forgeflow.store.types import utcnow
 
@@ -22,8 +23,18 @@ from forgeflow.store.types import utcnow
 _WAITING = ("queued", "retry_wait", "blocked_workspace")
 
 
-def candidates(conn: Connection, limit: int = 200) -> list[dict[str, Any]]:
-    """Claimable tasks, oldest first: queued, and retry_wait whose time has come."""
+def candidates(
+    conn: Connection,
+    *,
+    worker_id: str | None = None,
+    ttl: timedelta | None = None,
+    limit: int = 200,
+) -> list[dict[str, Any]]:
+    """Claimable tasks, oldest first: queued, and retry_wait whose time has come.
+
+    With ``worker_id``, only repositories bound to this worker, to nobody, or to a worker
+    whose heartbeat is older than ``ttl`` (repository affinity).
+    """
     now = utcnow()
     older = aliased(tasks)
     stmt = (
@@ -46,6 +57,15 @@ def candidates(conn: Connection, limit: int = 200) -> list[dict[str, Any]]:
         .order_by(tasks.c.created_at, tasks.c.task_id)
         .limit(limit)
     )
+    if worker_id is not None and ttl is not None:
+        stmt = stmt.outerjoin(workers, workers.c.worker_id == repositories.c.worker_id).where(
+            or_(
+                repositories.c.worker_id.is_(None),
+                repositories.c.worker_id == worker_id,
+                workers.c.heartbeat_at.is_(None),
+                workers.c.heartbeat_at < now - ttl,
+            )
+        )
     return [dict(r._mapping) for r in conn.execute(stmt)]
 
 
@@ -64,12 +84,23 @@ class Claim:
     lease_id: str | None
 
 
-def claim(conn: Connection, task_id: str, *, owner: str, ttl: timedelta) -> Claim | None:
+def claim(
+    conn: Connection, task_id: str, *, owner: str, ttl: timedelta, worker_id: str | None = None
+) -> Claim | None:
     """Move one task into work under its repository's lease, or return None."""
     if control.get(conn)["global_paused"]:
         return None
-    row = task_q.get(conn, task_id)
-    if row is None:
+    stmt = select(tasks).where(tasks.c.task_id == task_id)
+    if conn.dialect.name == "postgresql":
+        # Another worker holding this row is claiming it: skip instead of waiting.
+        stmt = stmt.with_for_update(skip_locked=True)
+    found = conn.execute(stmt).first()
+    if found is None:
+        return None
+    row = dict(found._mapping)
+    if worker_id is not None and not worker_q.claim_repository(
+        conn, row["repo_key"], worker_id=worker_id, ttl=ttl
+    ):
         return None
     state = TaskState(row["state"])
     if state is TaskState.QUEUED:

@@ -228,6 +228,19 @@ domain_events = Table(
     Index("ix_domain_events_pending", "dispatched_at", "seq"),
 )
 
+# One row per worker node: who it is now and when it last said so (repository affinity
+# is handed over when a worker stops beating).
+workers = Table(
+    "workers",
+    metadata,
+    Column("worker_id", String(200), primary_key=True),
+    Column("owner", String(200), nullable=False),
+    Column("host", String(255), nullable=False),
+    Column("pid", Integer, nullable=False),
+    Column("started_at", UTCDateTime(), nullable=False),
+    Column("heartbeat_at", UTCDateTime(), nullable=False),
+)
+
 repo_leases = Table(
     "repo_leases",
     metadata,

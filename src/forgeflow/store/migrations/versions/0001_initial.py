@@ -199,6 +199,15 @@ def upgrade() -> None:
     )
     op.create_index("ix_domain_events_pending", "domain_events", ["dispatched_at", "seq"])
     op.create_table(
+        "workers",
+        sa.Column("worker_id", sa.String(200), primary_key=True),
+        sa.Column("owner", sa.String(200), nullable=False),
+        sa.Column("host", sa.String(255), nullable=False),
+        sa.Column("pid", sa.Integer, nullable=False),
+        sa.Column("started_at", UTCDateTime(), nullable=False),
+        sa.Column("heartbeat_at", UTCDateTime(), nullable=False),
+    )
+    op.create_table(
         "repo_leases",
         sa.Column("repo_key", sa.String(220), primary_key=True),
         sa.Column("lease_id", sa.String(64), nullable=False),
@@ -212,6 +221,7 @@ def upgrade() -> None:
 def downgrade() -> None:
     for table in (
         "repo_leases",
+        "workers",
         "domain_events",
         "control_requests",
         "control",
