@@ -95,7 +95,12 @@ def machine() -> dict[str, Any]:
 
 
 def run_one(
-    kind: str, mode: str, args: argparse.Namespace, pool_file: Path, work: Path, emu_info: dict
+    kind: str,
+    mode: str,
+    args: argparse.Namespace,
+    pool_file: Path,
+    work: Path,
+    emu_info: dict[str, str],
 ) -> dict[str, Any]:
     run_dir = Path(tempfile.mkdtemp(prefix=f"{kind}-{mode}-", dir=work))
     load, waited = servers.wait_quiet(args.quiet_below, args.quiet_wait)
@@ -108,6 +113,7 @@ def run_one(
             gitea_url=emu_info["url"],
             gitea_token=emu_info["token"],
             role=args.role,
+            src=emu_info["src"],
         )
     else:
         server = servers.start_baseline(run_dir)
@@ -136,6 +142,33 @@ def run_one(
     return result
 
 
+def measure(
+    kind: str,
+    mode: str,
+    args: argparse.Namespace,
+    pool_file: Path,
+    work: Path,
+    emu_info: dict[str, str],
+) -> dict[str, Any]:
+    """One run, repeated (up to --attempts) while other processes disturbed its measured
+    phase; the discarded attempts are kept in the result, audits included."""
+    discarded: list[dict[str, Any]] = []
+    for attempt in range(1, args.attempts + 1):
+        res = run_one(kind, mode, args, pool_file, work, emu_info)
+        disturbed = res["other_cpu_cores"] >= args.quiet_below
+        if not disturbed or attempt == args.attempts:
+            res.update(attempt=attempt, disturbed=disturbed, discarded_attempts=discarded)
+            return res
+        print(
+            f"  {kind} {mode}: other processes used {res['other_cpu_cores']:.2f} cores "
+            f"meanwhile ({res['accepted_per_s']:.0f}/s, p99 {res['p99_ms']} ms); repeating",
+            file=sys.stderr,
+        )
+        keep = ("accepted_per_s", "p50_ms", "p99_ms", "other_cpu_cores", "verification")
+        discarded.append({k: res[k] for k in keep})
+    raise AssertionError("unreachable")
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description="forgeflow ingest benchmark (see module doc)")
     p.add_argument("--rounds", type=int, default=3)
@@ -158,6 +191,14 @@ def main() -> int:
         help="before each run, wait until the machine's other load is under this many cores",
     )
     p.add_argument("--quiet-wait", type=float, default=900.0, help="longest such wait, s")
+    p.add_argument(
+        "--attempts", type=int, default=4, help="tries per run while neighbours disturb it"
+    )
+    p.add_argument(
+        "--ref",
+        default="HEAD",
+        help="git ref of the forgeflow code to serve, or 'worktree' (copied once at start)",
+    )
     p.add_argument("--no-docs", action="store_true", help="leave docs/BENCHMARKS.md alone")
     args = p.parse_args()
     needed = args.warmup + round(args.rate * args.duration)
@@ -182,7 +223,12 @@ def main() -> int:
                 f"in {time.perf_counter() - t0:.1f} s",
                 file=sys.stderr,
             )
-            emu_info = {"url": emu.url, "token": token}
+            code = servers.snapshot_source(args.ref, work / "code")
+            where = servers.imported_from(code["src"])
+            if not where.startswith(code["src"]):
+                raise RuntimeError(f"the snapshot is not what forgeflow imports: {where}")
+            print(f"forgeflow code: {code['label']}", file=sys.stderr)
+            emu_info = {"url": emu.url, "token": token, "src": code["src"]}
             runs: list[dict[str, Any]] = []
             for rnd in range(args.rounds):
                 for mode in ("fixed", "saturate"):
@@ -190,7 +236,7 @@ def main() -> int:
                     if rnd % 2:
                         order.reverse()
                     for kind in order:
-                        res = run_one(kind, mode, args, pool_file, work, emu_info)
+                        res = measure(kind, mode, args, pool_file, work, emu_info)
                         res["round"] = rnd + 1
                         runs.append(res)
                         print(report.one_line(res), file=sys.stderr)
@@ -203,6 +249,7 @@ def main() -> int:
         "started": started.isoformat(timespec="seconds"),
         "command": "bench/ingest.py " + " ".join(sys.argv[1:]),
         "machine": machine(),
+        "forgeflow_code": {k: code[k] for k in ("ref", "commit", "label")},
         "settings": {**vars(args), "avg_request_bytes": round(size)},
         "generator": report.GENERATOR,
         "summary": summary,

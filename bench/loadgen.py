@@ -160,9 +160,12 @@ def _cpu_seconds(pid: int | None) -> float:
 
 
 def _machine_busy() -> float:
-    """CPU seconds all cores of the machine have been busy (not idle nor in iowait)."""
-    fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
-    return (sum(fields[:8]) - fields[3] - fields[4]) / os.sysconf("SC_CLK_TCK")
+    """CPU seconds the machine's cores spent in user, system or steal time; interrupt
+    time is left out, as it is of the per-process figures (same as servers.py)."""
+    user, nice, system, _idle, _iowait, _irq, _softirq, steal = (
+        int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:9]
+    )
+    return (user + nice + system + steal) / os.sysconf("SC_CLK_TCK")
 
 
 def _own_cpu() -> float:

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import io
 import os
+import shutil
 import signal
 import socket
 import sqlite3
 import subprocess
 import sys
+import tarfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,9 +40,9 @@ class Server:
 def machine_load(seconds: float = 2.0) -> float:
     """Cores the whole machine kept busy over the next `seconds`."""
 
-    def busy() -> float:
-        fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
-        return (sum(fields[:8]) - fields[3] - fields[4]) / os.sysconf("SC_CLK_TCK")
+    def busy() -> float:  # user + nice + system + steal, as in loadgen.py
+        fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:9]]
+        return (sum(fields[:3]) + fields[7]) / os.sysconf("SC_CLK_TCK")
 
     b0, t0 = busy(), time.monotonic()
     time.sleep(seconds)
@@ -59,6 +62,39 @@ def wait_quiet(threshold: float, max_wait: float) -> tuple[float, float]:
     return round(load, 3), round(time.monotonic() - start, 1)
 
 
+def snapshot_source(ref: str, dest: Path) -> dict[str, str]:
+    """Copy forgeflow's `src/` at git `ref` (or the work tree as it is now, for
+    "worktree") to `dest`/src, so that every server of a run executes the same code even
+    while the work tree changes. Read-only git commands; returns what was taken."""
+    root = BENCH.parent
+    head = subprocess.run(
+        ["git", "-C", str(root), "rev-parse", "HEAD" if ref == "worktree" else ref],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    dest.mkdir(parents=True, exist_ok=True)
+    if ref == "worktree":
+        shutil.copytree(root / "src", dest / "src", ignore=shutil.ignore_patterns("__pycache__"))
+        dirty = subprocess.run(
+            ["git", "-C", str(root), "status", "--porcelain", "--", "src"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+        label = f"work tree on {head[:10]}" + (" with uncommitted changes" if dirty else "")
+    else:
+        archive = subprocess.run(
+            ["git", "-C", str(root), "archive", "--format=tar", head, "src"],
+            capture_output=True,
+            check=True,
+        ).stdout
+        with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
+            tar.extractall(dest, filter="data")
+        label = f"commit {head[:10]}"
+    return {"ref": ref, "commit": head, "label": label, "src": str(dest / "src")}
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -73,8 +109,9 @@ def _clean_env(**extra: str) -> dict[str, str]:
 
 
 def start_forgeflow(
-    run_dir: Path, *, secret: str, gitea_url: str, gitea_token: str, role: str
+    run_dir: Path, *, secret: str, gitea_url: str, gitea_token: str, role: str, src: str
 ) -> Server:
+    """`forgeflow serve` importing forgeflow from `src` (a snapshot_source copy)."""
     data_dir = run_dir / "data"
     port = free_port()
     env = _clean_env(
@@ -83,6 +120,7 @@ def start_forgeflow(
         FORGEFLOW_GITEA_URL=gitea_url,
         FORGEFLOW_GITEA_TOKEN=gitea_token,
         FORGEFLOW_ADMIN_TOKEN="bench-admin-token-0123456789",
+        PYTHONPATH=src,  # ahead of the editable install's .pth entry
     )
     log = run_dir / "forgeflow.stderr"
     with log.open("ab") as err:
@@ -111,6 +149,24 @@ def start_baseline(run_dir: Path) -> Server:
     server = Server("baseline", proc, port, db, log)
     _wait_healthy(server)
     return server
+
+
+def imported_from(src: str) -> str:
+    """Where `forgeflow` resolves with PYTHONPATH=src (proof the snapshot is used), after
+    importing what `forgeflow serve` needs; raises when that code cannot even import."""
+    probe = "import forgeflow, forgeflow.api, forgeflow.cli, forgeflow.services as s; "
+    probe += "print(forgeflow.__file__)"
+    done = subprocess.run(
+        [sys.executable, "-c", probe],
+        env=_clean_env(PYTHONPATH=src),
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if done.returncode != 0:
+        last = done.stderr.strip().splitlines()[-1:] or ["?"]
+        raise RuntimeError(f"forgeflow does not import from {src}: {last[0]} (try --ref)")
+    return done.stdout.strip()
 
 
 def _wait_healthy(server: Server, timeout: float = 60.0) -> None:

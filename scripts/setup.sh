@@ -35,3 +35,10 @@ fi
 if [ ! -x tools/node/node_modules/.bin/codex ]; then
   (cd tools/node && npm ci --no-audit --no-fund --loglevel=error)
 fi
+
+# Debian's chromium for the browser tests: Playwright drives it through executable_path
+# (`playwright install` would download a browser build, which this machine cannot).
+if [ "$kind" = "test" ] && [ ! -x /usr/bin/chromium ]; then
+  echo "setup: installing Debian's chromium for the browser tests" >&2
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
+fi

@@ -6,7 +6,9 @@ to the Gitea (emulator) REST API with the bot's token, as the agent's MCP tool w
 Behaviour comes from the environment because ``forgeflow serve`` builds it from
 ``FORGEFLOW_AGENT_RUNTIME=forgeflow_testkit.runtimes:scripted_runtime``:
 
-- ``FORGEFLOW_TEST_TURN_SECONDS``: how long a turn takes (default 0.2);
+- ``FORGEFLOW_TEST_TURN_SECONDS``: how long a turn takes (default 0.2); a range such as
+  ``0.05-0.5`` gives each task its own length in that range, the same for every turn of
+  the task and in every process (derived from the task id);
 - ``FORGEFLOW_TEST_REPLY``: ``mcp`` (post the final comment), ``none`` (forget to);
   ``none-once`` forgets only the first turn of a task; ``ask`` asks the user a
   question instead of answering (``item/tool/requestUserInput``);
@@ -16,6 +18,7 @@ Behaviour comes from the environment because ``forgeflow serve`` builds it from
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import os
 import time
@@ -49,6 +52,7 @@ class ScriptedRuntime:
         turn_seconds: float = 0.2,
         reply: str = "mcp",
         trace: str | None = None,
+        turn_range: tuple[float, float] | None = None,
     ) -> None:
         self._http = httpx.AsyncClient(
             base_url=gitea_url.rstrip("/") + "/api/v1",
@@ -56,6 +60,7 @@ class ScriptedRuntime:
             timeout=30,
         )
         self.turn_seconds = turn_seconds
+        self.turn_range = turn_range
         self.reply = reply
         self.trace = trace
         self._threads: dict[str, str] = {}
@@ -77,6 +82,15 @@ class ScriptedRuntime:
         self._turns[handle.turn_id] = (turn, asyncio.Event())
         return handle
 
+    def seconds_for(self, task_id: str) -> float:
+        """The turn length of ``task_id``: fixed, or a point of ``turn_range`` that only
+        depends on the task id."""
+        if self.turn_range is None:
+            return self.turn_seconds
+        low, high = self.turn_range
+        digest = hashlib.sha256(task_id.encode()).digest()
+        return low + (high - low) * int.from_bytes(digest[:8], "big") / 2**64
+
     def _trace(self, **record: Any) -> None:
         if self.trace:
             with open(self.trace, "a") as fh:
@@ -87,7 +101,7 @@ class ScriptedRuntime:
         repo_key = turn.task_id and f"{turn.owner}/{turn.repo}"
         self._trace(event="start", task=turn.task_id, repo=repo_key, turn=turn.turn_key)
         try:
-            async with asyncio.timeout(self.turn_seconds):
+            async with asyncio.timeout(self.seconds_for(turn.task_id)):
                 await interrupted.wait()
         except TimeoutError:
             pass
@@ -134,12 +148,25 @@ class ScriptedRuntime:
         await self._http.aclose()
 
 
+def parse_turn_seconds(text: str) -> tuple[float, tuple[float, float] | None]:
+    """``"0.3"`` → (0.3, None); ``"0.05-0.5"`` → (0.5, (0.05, 0.5))."""
+    low, sep, high = text.strip().partition("-")
+    if not sep:
+        return float(low), None
+    bounds = (float(low), float(high))
+    if not 0 <= bounds[0] <= bounds[1]:
+        raise ValueError(f"FORGEFLOW_TEST_TURN_SECONDS: bad range {text!r}")
+    return bounds[1], bounds
+
+
 def scripted_runtime(settings: Settings) -> ScriptedRuntime:
     assert settings.gitea_url is not None and settings.gitea_token is not None
+    seconds, spread = parse_turn_seconds(os.environ.get("FORGEFLOW_TEST_TURN_SECONDS", "0.2"))
     return ScriptedRuntime(
         settings.gitea_url,
         settings.gitea_token.get_secret_value(),
-        turn_seconds=float(os.environ.get("FORGEFLOW_TEST_TURN_SECONDS", "0.2")),
+        turn_seconds=seconds,
+        turn_range=spread,
         reply=os.environ.get("FORGEFLOW_TEST_REPLY", "mcp"),
         trace=os.environ.get("FORGEFLOW_TEST_TRACE"),
     )

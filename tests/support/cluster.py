@@ -6,7 +6,7 @@ import json
 import signal
 import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -166,28 +166,82 @@ def overlapping(intervals: list[tuple[str, str, float, float]]) -> list[tuple[st
 
 def secret_hits(cluster: Cluster) -> list[str]:
     """Where any of the cluster's secrets appear: log, files under the data folder, rows."""
-    from sqlalchemy import create_engine, select
-
-    from forgeflow.store.schema import metadata
-
     secrets = {
         "bot token": cluster.bot_token,
         "webhook secret": WEBHOOK_SECRET,
         "admin token": ADMIN_TOKEN,
     }
+    return scan_for_secrets(
+        secrets,
+        logs=[cluster.workdir / "serve.log"],
+        folders=[cluster.workdir / "data"],
+        db_url=cluster.db_url,
+    )
+
+
+def scan_for_secrets(
+    secrets: dict[str, str],
+    *,
+    logs: Sequence[Path] = (),
+    folders: Sequence[Path] = (),
+    db_url: str | None = None,
+    texts: dict[str, str] | None = None,
+) -> list[str]:
+    """Where any secret value appears: each log line, every file below ``folders``, every
+    row of every table of the database (reflected, so tables added later are covered
+    too), a data dump of it (``pg_dump``, or the SQLite file with its WAL), and ``texts``
+    (for example comments read from Gitea), named by where they came from."""
+    hits: list[str] = []
+    values = {name: value for name, value in secrets.items() if value}
+    for log in logs:
+        if log.exists():
+            for number, line in enumerate(log.read_text(errors="replace").splitlines(), 1):
+                hits += [
+                    f"{name} in {log.name} line {number}" for name, v in values.items() if v in line
+                ]
+    for folder in folders:
+        for path in sorted(folder.rglob("*")) if folder.exists() else []:
+            if path.is_file() and not path.is_symlink():
+                data = path.read_bytes()
+                hits += [f"{name} in {path}" for name, v in values.items() if v.encode() in data]
+    for where, text in (texts or {}).items():
+        hits += [f"{name} in {where}" for name, v in values.items() if v in text]
+    if db_url is not None:
+        hits += _database_hits(values, db_url)
+    return hits
+
+
+def _database_hits(values: dict[str, str], db_url: str) -> list[str]:
+    from sqlalchemy import MetaData, create_engine, select
+    from sqlalchemy.engine import make_url
+
     hits = []
-    for name, value in secrets.items():
-        if value in cluster.log():
-            hits.append(f"{name} in serve.log")
-        for path in (cluster.workdir / "data").rglob("*"):
-            if path.is_file() and value.encode() in path.read_bytes():
-                hits.append(f"{name} in {path}")
-    engine = create_engine(cluster.db_url)
-    with engine.connect() as conn:
-        for table in metadata.sorted_tables:
-            for row in conn.execute(select(table)):
-                for name, value in secrets.items():
-                    if value in repr(tuple(row)):
-                        hits.append(f"{name} in table {table.name}")
-    engine.dispose()
+    engine = create_engine(db_url)
+    try:
+        reflected = MetaData()
+        reflected.reflect(engine)
+        with engine.connect() as conn:
+            for table in reflected.sorted_tables:
+                for row in conn.execute(select(table)):
+                    text = repr(tuple(row))
+                    hits += [f"{n} in table {table.name}" for n, v in values.items() if v in text]
+    finally:
+        engine.dispose()
+    url = make_url(db_url)
+    if url.get_backend_name() == "sqlite":
+        assert url.database
+        for path in (Path(url.database), Path(url.database + "-wal")):
+            if path.exists():
+                data = path.read_bytes()
+                hits += [f"{n} in {path.name}" for n, v in values.items() if v.encode() in data]
+    else:
+        libpq = url.set(drivername="postgresql").render_as_string(hide_password=False)
+        dump = subprocess.run(
+            ["pg_dump", "--data-only", "--no-owner", libpq],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=True,
+        ).stdout
+        hits += [f"{n} in pg_dump" for n, v in values.items() if v in dump]
     return hits

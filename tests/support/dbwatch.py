@@ -15,9 +15,11 @@ from forgeflow.store.schema import tasks
 class DbWatch:
     """Samples the active tasks per repository continuously in a thread."""
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, *, interval: float = 0.005) -> None:
         self.engine = create_engine(url)
+        self.interval = interval
         self.samples = 0
+        self.max_active = 0
         self.violations: list[dict[str, int]] = []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
@@ -43,10 +45,11 @@ class DbWatch:
                 time.sleep(0.01)
                 continue
             self.samples += 1
+            self.max_active = max(self.max_active, sum(active.values()))
             crowded = {k: n for k, n in active.items() if n > 1}
             if crowded:
                 self.violations.append(crowded)
-            time.sleep(0.005)
+            time.sleep(self.interval)
 
     def __enter__(self) -> DbWatch:
         self._thread.start()

@@ -12,7 +12,8 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 import forgeflow
-from forgeflow.api import control, errors, ops, webhook
+from forgeflow import web
+from forgeflow.api import control, errors, ops, pipelines, webhook
 from forgeflow.metrics import Metrics
 from forgeflow.services import Services
 from forgeflow.store import StoreUnavailable
@@ -69,6 +70,8 @@ def create_app(services: Services, *, close_on_shutdown: bool = True) -> FastAPI
     app.add_exception_handler(StoreUnavailable, errors.store_unavailable)
     app.include_router(webhook.router)
     app.include_router(control.router)
+    app.include_router(pipelines.router)
     app.include_router(ops.router)
+    app.include_router(web.router)  # the admin pages under /ui/
     app.add_middleware(_LatencyMiddleware, metrics=services.metrics)
     return app

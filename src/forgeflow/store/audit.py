@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, insert, select
+from sqlalchemy import Connection, func, insert, select
 
 from forgeflow.domain.ids import new_event_id
 from forgeflow.redaction import redact
@@ -66,10 +66,13 @@ class AuditQuery:
     until: datetime | None = None
     after_seq: int | None = None
     limit: int = 200
+    before_seq: int | None = None
+    newest_first: bool = False
 
 
 def query(conn: Connection, q: AuditQuery) -> list[dict[str, Any]]:
-    stmt = select(audit_events).order_by(audit_events.c.seq).limit(q.limit)
+    order = audit_events.c.seq.desc() if q.newest_first else audit_events.c.seq
+    stmt = select(audit_events).order_by(order).limit(q.limit)
     if q.task_id is not None:
         stmt = stmt.where(audit_events.c.task_id == q.task_id)
     if q.session_key is not None:
@@ -84,7 +87,23 @@ def query(conn: Connection, q: AuditQuery) -> list[dict[str, Any]]:
         stmt = stmt.where(audit_events.c.timestamp < q.until)
     if q.after_seq is not None:
         stmt = stmt.where(audit_events.c.seq > q.after_seq)
+    if q.before_seq is not None:
+        stmt = stmt.where(audit_events.c.seq < q.before_seq)
     return [to_json(row._mapping) for row in conn.execute(stmt)]
+
+
+def change_marker(conn: Connection) -> str:
+    """A value that changes whenever an event is committed (live pages poll it).
+
+    Every state change appends an event, so this is "has anything changed". The count
+    of the newest events catches a PostgreSQL transaction that committed a lower
+    ``seq`` after a higher one.
+    """
+    top = conn.execute(select(func.coalesce(func.max(audit_events.c.seq), 0))).scalar_one()
+    recent = conn.execute(
+        select(func.count()).select_from(audit_events).where(audit_events.c.seq > top - 1000)
+    ).scalar_one()
+    return f"{int(top)}.{int(recent)}"
 
 
 def to_json(row: Any) -> dict[str, Any]:

@@ -8,10 +8,11 @@ from typing import Any
 
 from sqlalchemy import Connection, func, insert, select, update
 
+from forgeflow.domain.ids import ResourceRef
 from forgeflow.domain.states import IllegalTransition, TaskState, is_allowed
 
 __all__ = ["IllegalTransition", "StaleStateVersion", "TaskNotFound", "Transition", "transition"]
-from forgeflow.store import audit, events
+from forgeflow.store import audit, events, repos, sessions
 from forgeflow.store.schema import tasks
 from forgeflow.store.types import iso, utcnow
 
@@ -193,6 +194,74 @@ def insert_received(conn: Connection, values: dict[str, Any]) -> None:
             state_version=1,
             **values,
         )
+    )
+
+
+class RepositoryDisabled(Exception):
+    code = "repository_disabled"
+
+
+def create_pipeline_task(
+    conn: Connection,
+    *,
+    task_id: str,
+    resource: ResourceRef,
+    instruction: str,
+    run_id: str,
+    clone_url: str | None = None,
+    default_branch: str | None = None,
+    workspace_path: str | None = None,
+) -> dict[str, Any]:
+    """An agent task asked for by a pipeline step, queued in the caller's transaction.
+
+    It has no delivery and no comment (``delivery_key`` and ``comment_id`` NULL); its
+    author is ``pipeline:<runId>``. It is created in ``received`` and queued through
+    :func:`transition` like every other task. Idempotent on ``task_id``. The repository
+    is registered when it is not yet (then ``clone_url``/``default_branch``/
+    ``workspace_path`` are needed); a disabled repository refuses.
+    """
+    existing = get(conn, task_id)
+    if existing is not None:
+        return existing
+    repo_row = repos.get(conn, resource.repo.key)
+    if repo_row is None:
+        if clone_url is None or default_branch is None or workspace_path is None:
+            raise ValueError(f"repository {resource.repo.key} is not registered")
+        repo_row = repos.register(
+            conn,
+            repo=resource.repo,
+            clone_url=clone_url,
+            default_branch=default_branch,
+            workspace_path=workspace_path,
+        )
+    if repo_row["status"] == repos.DISABLED:
+        raise RepositoryDisabled(f"repository {resource.repo.key} is disabled")
+    sessions.ensure(conn, resource)
+    actor = f"pipeline:{run_id}"
+    insert_received(
+        conn,
+        {
+            "task_id": task_id,
+            "delivery_key": None,
+            "repo_key": resource.repo.key,
+            "resource_key": resource.key,
+            "session_key": resource.session_key,
+            "comment_id": None,
+            "author": actor,
+            "instruction": instruction,
+            "refs": None,
+        },
+    )
+    return transition(
+        conn,
+        Transition(
+            task_id=task_id,
+            to_state=TaskState.QUEUED,
+            expected_version=1,
+            actor=actor,
+            action="pipeline.task.create",
+            metadata={"runId": run_id},
+        ),
     )
 
 
