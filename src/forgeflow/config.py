@@ -6,7 +6,7 @@ import shlex
 import tomllib
 from enum import StrEnum
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import (
@@ -60,6 +60,7 @@ class _TomlSource(PydanticBaseSettingsSource):
 
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="ignore")
+    toml_file: ClassVar[Path | None] = None
 
     data_dir: Path = Path("./.forgeflow")
     database_url: SecretStr | None = None
@@ -153,7 +154,11 @@ class Settings(BaseSettings):
         dotenv_settings: PydanticBaseSettingsSource,
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
-        return (init_settings, env_settings)
+        # The environment wins over the file, as DESIGN "Contracts" says.
+        toml_file = getattr(settings_cls, "toml_file", None)
+        if toml_file is None:
+            return (init_settings, env_settings)
+        return (init_settings, env_settings, _TomlSource(settings_cls, toml_file))
 
     # Derived values -------------------------------------------------------------
 
@@ -220,21 +225,11 @@ def load_settings(config_file: Path | None = None, **overrides: Any) -> Settings
 def _settings_class(config_file: Path | None) -> type[Settings]:
     if config_file is None:
         return Settings
+    # A subclass per file: pydantic-settings asks the class, not the call, for sources.
+    class SettingsFromFile(Settings):
+        toml_file: ClassVar[Path | None] = config_file
 
-    class _WithToml(Settings):
-        # The environment wins over the file, as DESIGN "Contracts" says.
-        @classmethod
-        def settings_customise_sources(
-            cls,
-            settings_cls: type[BaseSettings],
-            init_settings: PydanticBaseSettingsSource,
-            env_settings: PydanticBaseSettingsSource,
-            dotenv_settings: PydanticBaseSettingsSource,
-            file_secret_settings: PydanticBaseSettingsSource,
-        ) -> tuple[PydanticBaseSettingsSource, ...]:
-            return (init_settings, env_settings, _TomlSource(settings_cls, config_file))
-
-    return _WithToml
+    return SettingsFromFile
 
 
 def capability_warnings(settings: Settings) -> list[str]:
