@@ -1,0 +1,85 @@
+"""What the admin pages fetch besides pages: the change marker that live regions poll,
+the audit export, and the packaged CSS and JavaScript."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from dataclasses import replace
+from functools import partial
+from importlib import resources
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, Query, Request
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+
+from forgeflow.store import audit
+from forgeflow.web.pages import audit_params
+from forgeflow.web.pipelines import run_marker
+from forgeflow.web.render import UiRoute, services
+from forgeflow.web.security import NotFound, UiSession, require_session
+
+router = APIRouter(prefix="/ui", route_class=UiRoute, include_in_schema=False)
+assets = APIRouter(prefix="/ui/static", include_in_schema=False)
+Session = Annotated[UiSession, Depends(require_session)]
+
+EXPORT_BATCH = 1000
+_ASSETS = {"app.css": "text/css; charset=utf-8", "live.js": "text/javascript; charset=utf-8"}
+
+
+@router.get("/live")
+async def live(request: Request, _session: Session, run: str | None = None) -> JSONResponse:
+    """The change marker: a page refreshes its live regions when it moves. A run page
+    adds its run, whose steps change without audit events."""
+    if run is not None:
+        stamp = await services(request).store.read(partial(run_marker, run_id=run))
+    else:
+        stamp = await services(request).store.read(audit.change_marker)
+    return JSONResponse({"stamp": stamp})
+
+
+@router.get("/audit/export.jsonl")
+async def audit_export(
+    request: Request,
+    _session: Session,
+    task: str | None = None,
+    session_key: Annotated[str | None, Query(alias="session")] = None,
+    repo: str | None = None,
+    action: str | None = None,
+    since: str | None = None,
+    until: str | None = None,
+) -> Response:
+    """Every matching event as JSON lines, oldest first, read in batches."""
+    _params, q, error = audit_params(task, session_key, repo, action, since, until)
+    if error:
+        raise NotFound(error)
+    store = services(request).store
+
+    async def _lines() -> AsyncIterator[str]:
+        after: int | None = None
+        while True:
+            batch = replace(q, after_seq=after, limit=EXPORT_BATCH)
+            events = await store.read(partial(audit.query, q=batch))
+            for event in events:
+                yield json.dumps(event, ensure_ascii=False) + "\n"
+            if len(events) < EXPORT_BATCH:
+                return
+            after = events[-1]["seq"]
+
+    return StreamingResponse(
+        _lines(),
+        media_type="application/x-ndjson",
+        headers={"Content-Disposition": 'attachment; filename="forgeflow-audit.jsonl"'},
+    )
+
+
+@assets.get("/{name}")
+async def asset(name: str) -> Response:
+    if name not in _ASSETS:
+        return Response("not found", status_code=404, media_type="text/plain")
+    body = resources.files("forgeflow.web").joinpath("static", name).read_bytes()
+    return Response(
+        body,
+        media_type=_ASSETS[name],
+        headers={"Cache-Control": "no-cache", "X-Content-Type-Options": "nosniff"},
+    )

@@ -1,0 +1,292 @@
+"""The admin pages that only read: overview, tasks, sessions, repositories, deliveries,
+audit. Each reads its data in one unit of work, together with the change marker that
+lets the page update itself in place."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import UTC, datetime
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, Query, Request
+from fastapi.responses import Response
+from sqlalchemy import Connection
+
+from forgeflow.api.control import overview_snapshot, task_detail_snapshot
+from forgeflow.domain.ids import InvalidName, parse_resource_key
+from forgeflow.domain.paths import session_worktree
+from forgeflow.domain.states import TaskState
+from forgeflow.store import audit, deliveries, repos, sessions, tasks
+from forgeflow.web.render import PAGE_SIZE, UiRoute, render, services
+from forgeflow.web.security import NotFound, UiSession, require_session
+
+router = APIRouter(prefix="/ui", route_class=UiRoute, include_in_schema=False)
+Session = Annotated[UiSession, Depends(require_session)]
+Offset = Annotated[int, Query(ge=0, le=10_000_000)]
+
+STATES = [s.value for s in TaskState]
+DELIVERY_STATUSES = ["accepted", "ignored", "duplicate", "rejected"]
+CANCELLABLE = {"queued", "waiting_user", "blocked_workspace"}
+
+
+def opt(value: str | None) -> str | None:
+    """Empty form fields mean "any"."""
+    value = (value or "").strip()
+    return value or None
+
+
+def paging(offset: int, total: int) -> dict[str, Any]:
+    return {
+        "offset": offset,
+        "total": total,
+        "size": PAGE_SIZE,
+        "prev": max(offset - PAGE_SIZE, 0) if offset > 0 else None,
+        "next": offset + PAGE_SIZE if offset + PAGE_SIZE < total else None,
+    }
+
+
+def _repo_keys(conn: Connection) -> list[str]:
+    return [r["repo_key"] for r in repos.list_all(conn)]
+
+
+@router.get("/")
+async def overview(request: Request, session: Session) -> Response:
+    def _read(conn: Connection) -> dict[str, Any]:
+        stamp = audit.change_marker(conn)
+        midnight = datetime.now(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
+        snap = overview_snapshot(conn)
+        by_repo: dict[str, list[dict[str, Any]]] = {}
+        for item in snap["running"]:
+            by_repo.setdefault(item["repoKey"], []).append(item)
+        return {
+            "stamp": stamp,
+            "ov": snap,
+            "running_by_repo": sorted(by_repo.items()),
+            "tokens_today": tasks.tokens_since(conn, midnight),
+        }
+
+    data = await services(request).store.read(_read)
+    stamp = data.pop("stamp")
+    return render(
+        request, "overview.html", {**data, "nav": "overview"}, session=session, stamp=stamp
+    )
+
+
+@router.get("/tasks")
+async def task_list(
+    request: Request,
+    session: Session,
+    repo: str | None = None,
+    resource: str | None = None,
+    state: str | None = None,
+    offset: Offset = 0,
+) -> Response:
+    params = {"repo": opt(repo), "resource": opt(resource), "state": opt(state)}
+    if params["state"] not in (None, *STATES):
+        params["state"] = None
+    f = tasks.TaskFilter(params["repo"], params["resource"], params["state"], PAGE_SIZE, offset)
+
+    def _read(conn: Connection) -> dict[str, Any]:
+        stamp = audit.change_marker(conn)
+        rows, total = tasks.list_page(conn, f)
+        return {
+            "stamp": stamp,
+            "rows": [tasks.to_json(r) for r in rows],
+            "page": paging(offset, total),
+            "repo_keys": _repo_keys(conn),
+        }
+
+    data = await services(request).store.read(_read)
+    stamp = data.pop("stamp")
+    context = {**data, "params": params, "states": STATES, "nav": "tasks"}
+    return render(request, "tasks.html", context, session=session, stamp=stamp)
+
+
+@router.get("/tasks/{task_id}")
+async def task_page(request: Request, session: Session, task_id: str) -> Response:
+    def _read(conn: Connection) -> dict[str, Any] | None:
+        stamp = audit.change_marker(conn)
+        detail = task_detail_snapshot(conn, task_id)
+        if detail is None:
+            return None
+        task = detail["task"]
+        repo_row = repos.get(conn, task["repoKey"])
+        session_row = sessions.get(conn, task["sessionKey"])
+        return {
+            "stamp": stamp,
+            **detail,
+            "repo": repos.to_json(repo_row) if repo_row else None,
+            "thread": sessions.to_json(session_row) if session_row else None,
+        }
+
+    data = await services(request).store.read(_read)
+    if data is None:
+        raise NotFound(f"no task {task_id}")
+    stamp = data.pop("stamp")
+    task = data["task"]
+    try:
+        root = str(services(request).settings.resolved_workspace_root)
+        worktree: str | None = session_worktree(root, parse_resource_key(task["resourceKey"]))
+    except InvalidName:
+        worktree = None
+    context = {
+        **data,
+        "worktree": worktree,
+        "can_cancel": task["state"] in CANCELLABLE,
+        "can_abort": task["state"] == "running",
+        "can_release": task["state"] == "blocked_workspace",
+        "tokens": (task["inputTokens"] or 0) + (task["outputTokens"] or 0),
+        "nav": "tasks",
+    }
+    return render(request, "task.html", context, session=session, stamp=stamp)
+
+
+@router.get("/sessions")
+async def session_list(
+    request: Request, session: Session, repo: str | None = None, offset: Offset = 0
+) -> Response:
+    repo_key = opt(repo)
+
+    def _read(conn: Connection) -> dict[str, Any]:
+        stamp = audit.change_marker(conn)
+        rows, total = sessions.list_page(conn, repo_key, PAGE_SIZE, offset)
+        return {
+            "stamp": stamp,
+            "rows": [sessions.to_json(r) for r in rows],
+            "page": paging(offset, total),
+            "repo_keys": _repo_keys(conn),
+        }
+
+    data = await services(request).store.read(_read)
+    stamp = data.pop("stamp")
+    context = {**data, "params": {"repo": repo_key}, "nav": "sessions"}
+    return render(request, "sessions.html", context, session=session, stamp=stamp)
+
+
+@router.get("/repos")
+async def repo_list(request: Request, session: Session) -> Response:
+    def _read(conn: Connection) -> dict[str, Any]:
+        stamp = audit.change_marker(conn)
+        blocked, _ = tasks.list_page(conn, tasks.TaskFilter(state="blocked_workspace", limit=200))
+        counts: dict[str, dict[str, int]] = {}
+        for state in ("queued", "preparing", "running", "aborting"):
+            for row in tasks.list_page(conn, tasks.TaskFilter(state=state, limit=1000))[0]:
+                per = counts.setdefault(row["repo_key"], {})
+                per[state] = per.get(state, 0) + 1
+        return {
+            "stamp": stamp,
+            "rows": [repos.to_json(r) for r in repos.list_all(conn)],
+            "blocked": [tasks.to_json(r) for r in blocked],
+            "counts": counts,
+        }
+
+    data = await services(request).store.read(_read)
+    stamp = data.pop("stamp")
+    return render(request, "repos.html", {**data, "nav": "repos"}, session=session, stamp=stamp)
+
+
+@router.get("/deliveries")
+async def delivery_list(
+    request: Request,
+    session: Session,
+    status: str | None = None,
+    repo: str | None = None,
+    offset: Offset = 0,
+) -> Response:
+    params = {"status": opt(status), "repo": opt(repo)}
+    if params["status"] not in (None, *DELIVERY_STATUSES):
+        params["status"] = None
+
+    def _read(conn: Connection) -> dict[str, Any]:
+        stamp = audit.change_marker(conn)
+        rows, total = deliveries.list_page(
+            conn, params["status"], params["repo"], PAGE_SIZE, offset
+        )
+        return {
+            "stamp": stamp,
+            "rows": rows,
+            "page": paging(offset, total),
+            "repo_keys": _repo_keys(conn),
+        }
+
+    data = await services(request).store.read(_read)
+    stamp = data.pop("stamp")
+    context = {**data, "params": params, "statuses": DELIVERY_STATUSES, "nav": "deliveries"}
+    return render(request, "deliveries.html", context, session=session, stamp=stamp)
+
+
+def _time(value: str | None) -> datetime | None:
+    """A ``datetime-local`` field (or ISO-8601) read as UTC; raises ValueError."""
+    text = opt(value)
+    if text is None:
+        return None
+    parsed = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+
+
+def audit_params(
+    task: str | None,
+    session_key: str | None,
+    repo: str | None,
+    action: str | None,
+    since: str | None,
+    until: str | None,
+) -> tuple[dict[str, Any], audit.AuditQuery, str | None]:
+    params = {
+        "task": opt(task),
+        "session": opt(session_key),
+        "repo": opt(repo),
+        "action": opt(action),
+        "since": opt(since),
+        "until": opt(until),
+    }
+    error = None
+    try:
+        since_at, until_at = _time(since), _time(until)
+    except ValueError:
+        since_at = until_at = None
+        error = "since and until must be dates and times, e.g. 2024-05-01T10:00 (UTC)"
+    q = audit.AuditQuery(
+        task_id=params["task"],
+        session_key=params["session"],
+        repo_key=params["repo"],
+        action=params["action"],
+        since=since_at,
+        until=until_at,
+    )
+    return params, q, error
+
+
+@router.get("/audit")
+async def audit_search(
+    request: Request,
+    session: Session,
+    task: str | None = None,
+    session_key: Annotated[str | None, Query(alias="session")] = None,
+    repo: str | None = None,
+    action: str | None = None,
+    since: str | None = None,
+    until: str | None = None,
+    before: Annotated[int | None, Query(ge=1, le=2**31 - 1)] = None,
+) -> Response:
+    params, q, error = audit_params(task, session_key, repo, action, since, until)
+    page_q = replace(q, limit=PAGE_SIZE, before_seq=before, newest_first=True)
+
+    def _read(conn: Connection) -> dict[str, Any]:
+        stamp = audit.change_marker(conn)
+        events = [] if error else audit.query(conn, page_q)
+        return {"stamp": stamp, "events": events, "repo_keys": _repo_keys(conn)}
+
+    data = await services(request).store.read(_read)
+    stamp = data.pop("stamp")
+    events = data["events"]
+    older = events[-1]["seq"] if len(events) == PAGE_SIZE else None
+    context = {
+        **data,
+        "params": params,
+        "before": before,
+        "older": older,
+        "error": error,
+        "nav": "audit",
+    }
+    return render(request, "audit.html", context, session=session, stamp=stamp)

@@ -1,0 +1,317 @@
+"""Pipeline pages: templates (with their triggers and a manual start form), runs, and a
+run's DAG, state bag and approval gates.
+
+Controls go through :func:`forgeflow.controls.run` with the same action names and
+targets as ``/api/pipelines``, so a ``requestId`` means the same thing on both.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, Request
+from fastapi.responses import Response
+from sqlalchemy import Connection
+
+from forgeflow import controls
+from forgeflow.pipelines import runs, steps, templates, views
+from forgeflow.pipelines.definition import DefinitionError, load_definition
+from forgeflow.pipelines.kinds import NODE_ROW, RunStatus
+from forgeflow.pipelines.runs import PipelineError
+from forgeflow.pipelines.steps import APPROVAL
+from forgeflow.redaction import redact
+from forgeflow.store import audit
+from forgeflow.store import pipelines as q
+from forgeflow.web.actions import run_control
+from forgeflow.web.dag import layout
+from forgeflow.web.pages import Offset, opt, paging
+from forgeflow.web.render import PAGE_SIZE, UiRoute, render, services
+from forgeflow.web.security import NotFound, Posted, UiSession, require_post, require_session
+
+router = APIRouter(prefix="/ui/pipelines", route_class=UiRoute, include_in_schema=False)
+Session = Annotated[UiSession, Depends(require_session)]
+Post = Annotated[Posted, Depends(require_post)]
+RUN_STATUSES = [s.value for s in RunStatus]
+Fn = Callable[[Connection, controls.ControlRequest], controls.Outcome]
+
+
+def run_marker(conn: Connection, run_id: str) -> str:
+    """The audit marker plus the run's and its steps' versions: steps move unaudited."""
+    run = q.get_run(conn, run_id)
+    rows = q.steps_of(conn, run_id) if run is not None else []
+    versions = sum(int(r["version"]) for r in rows)
+    return f"{audit.change_marker(conn)}:{run['version'] if run else 0}.{versions}.{len(rows)}"
+
+
+def _bodies(request: Request) -> frozenset[str] | None:
+    engine = services(request).pipelines
+    return engine.registry.keys() if engine is not None else None
+
+
+@router.get("")
+async def template_list(request: Request, session: Session) -> Response:
+    def _read(conn: Connection) -> dict[str, Any]:
+        stamp = audit.change_marker(conn)
+        rows = [
+            views.template_json(row, q.list_triggers(conn, row["key"]), full=False)
+            for row in q.list_definitions(conn)
+        ]
+        return {"stamp": stamp, "rows": rows}
+
+    data = await services(request).store.read(_read)
+    stamp = data.pop("stamp")
+    context = {**data, "nav": "pipelines"}
+    return render(request, "pipelines.html", context, session=session, stamp=stamp)
+
+
+@router.get("/templates/{key}")
+async def template_page(request: Request, session: Session, key: str) -> Response:
+    def _read(conn: Connection) -> dict[str, Any] | None:
+        stamp = audit.change_marker(conn)
+        row = q.get_definition(conn, key)
+        if row is None:
+            return None
+        recent, total = q.list_runs(conn, template_key=key, limit=10)
+        return {
+            "stamp": stamp,
+            "raw": row["definition"],
+            "template": views.template_json(row, q.list_triggers(conn, key)),
+            "recent": [views.run_json(r, state=False) for r in recent],
+            "total_runs": total,
+            "manual": templates.has_manual_trigger(conn, key),
+        }
+
+    data = await services(request).store.read(_read)
+    if data is None:
+        raise NotFound(f"no pipeline template {key}")
+    stamp = data.pop("stamp")
+    try:
+        warnings = load_definition(data.pop("raw"), bodies=_bodies(request)).warnings
+    except DefinitionError as exc:
+        warnings = exc.errors
+    definition = data["template"]["definition"]
+    context = {
+        **data,
+        "definition": definition,
+        "dag": layout(definition),
+        "warnings": warnings,
+        "nav": "pipelines",
+    }
+    return render(request, "pipeline_template.html", context, session=session, stamp=stamp)
+
+
+@router.get("/runs")
+async def run_list(
+    request: Request,
+    session: Session,
+    template: str | None = None,
+    status: str | None = None,
+    offset: Offset = 0,
+) -> Response:
+    params = {"template": opt(template), "status": opt(status)}
+    if params["status"] not in (None, *RUN_STATUSES):
+        params["status"] = None
+
+    def _read(conn: Connection) -> dict[str, Any]:
+        stamp = audit.change_marker(conn)
+        rows, total = q.list_runs(
+            conn,
+            template_key=params["template"],
+            status=params["status"],
+            limit=PAGE_SIZE,
+            offset=offset,
+        )
+        return {
+            "stamp": stamp,
+            "rows": [views.run_json(r, state=False) for r in rows],
+            "page": paging(offset, total),
+            "keys": [d["key"] for d in q.list_definitions(conn)],
+        }
+
+    data = await services(request).store.read(_read)
+    stamp = data.pop("stamp")
+    context = {**data, "params": params, "statuses": RUN_STATUSES, "nav": "pipelines"}
+    return render(request, "pipeline_runs.html", context, session=session, stamp=stamp)
+
+
+def _node_view(step_rows: list[dict[str, Any]]) -> tuple[dict[str, str], dict[str, str]]:
+    """Each node's status (its own row) and a short note (forEach items, gates)."""
+    status: dict[str, str] = {}
+    items: dict[str, list[str]] = {}
+    note: dict[str, str] = {}
+    for s in step_rows:
+        if s["itemIndex"] is None:
+            status[s["stepId"]] = s["status"]
+            if s["status"] == "suspended" and (s["suspend"] or {}).get("reason") == APPROVAL:
+                note[s["stepId"]] = "awaiting approval"
+        else:
+            items.setdefault(s["stepId"], []).append(s["status"])
+    for step_id, states in items.items():
+        done = sum(1 for x in states if x in ("succeeded", "failed", "skipped", "cancelled"))
+        note[step_id] = f"{done}/{len(states)} items"
+    return status, note
+
+
+@router.get("/runs/{run_id}")
+async def run_page(request: Request, session: Session, run_id: str) -> Response:
+    def _read(conn: Connection) -> dict[str, Any] | None:
+        stamp = run_marker(conn, run_id)
+        row = q.get_run(conn, run_id)
+        if row is None:
+            return None
+        children = [views.run_json(c, state=False) for c in q.child_runs(conn, run_id)]
+        return {
+            "stamp": stamp,
+            "run": views.run_json(row, q.steps_of(conn, run_id)),
+            "definition": redact(row["definition"]),
+            "children": children,
+        }
+
+    data = await services(request).store.read(_read)
+    if data is None:
+        raise NotFound(f"no run {run_id}")
+    stamp = data.pop("stamp")
+    run = data["run"]
+    status, note = _node_view(run["steps"])
+    gates = [
+        s
+        for s in run["steps"]
+        if s["status"] == "suspended" and (s["suspend"] or {}).get("reason") == APPROVAL
+    ]
+    context = {
+        **data,
+        "dag": layout(data["definition"], status, note),
+        "gates": gates,
+        "nav": "pipelines",
+        "stamp_url": f"/ui/live?run={run_id}",
+    }
+    return render(request, "pipeline_run.html", context, session=session, stamp=stamp)
+
+
+# -- controls ---------------------------------------------------------------------------
+
+
+def _guarded(fn: Fn) -> Fn:
+    def _apply(conn: Connection, req: controls.ControlRequest) -> controls.Outcome:
+        try:
+            return fn(conn, req)
+        except PipelineError as exc:
+            return exc.status, {"error": exc.code, "message": exc.message, **exc.extra}
+
+    return _apply
+
+
+def _switch(key: str, enabled: bool) -> Fn:
+    def _apply(conn: Connection, req: controls.ControlRequest) -> controls.Outcome:
+        row = templates.set_enabled(conn, key, enabled, actor=req.actor)
+        return 200, views.template_json(row, q.list_triggers(conn, key))
+
+    return _guarded(_apply)
+
+
+def _switched(body: dict[str, Any]) -> str:
+    return f"Template {body.get('key')} is {'enabled' if body.get('enabled') else 'disabled'}."
+
+
+@router.post("/templates/{key}/enable")
+async def enable_template(request: Request, posted: Post, key: str) -> Response:
+    fn = _switch(key, True)
+    action = "pipeline.template.enable"
+    return await run_control(request, posted, action, key, fn, describe=_switched)
+
+
+@router.post("/templates/{key}/disable")
+async def disable_template(request: Request, posted: Post, key: str) -> Response:
+    fn = _switch(key, False)
+    action = "pipeline.template.disable"
+    return await run_control(request, posted, action, key, fn, describe=_switched)
+
+
+@router.post("/templates/{key}/runs")
+async def start_run(request: Request, posted: Post, key: str) -> Response:
+    """Manual start from the form of declared inputs (text, parsed by declared type)."""
+    inputs = {
+        name.removeprefix("in."): value
+        for name, value in posted.form.items()
+        if name.startswith("in.") and value.strip() != ""
+    }
+    request_id = posted.form.get("requestId", "")
+
+    def _start(conn: Connection, req: controls.ControlRequest) -> controls.Outcome:
+        templates.require(conn, key)
+        if not templates.has_manual_trigger(conn, key):
+            raise PipelineError(
+                "manual_trigger_missing",
+                f"template {key} has no enabled manual trigger; it cannot be run by hand",
+            )
+        started = templates.start(
+            conn,
+            key,
+            trigger_type="manual",
+            inputs=inputs,
+            dedupe_key=f"request:{request_id}",
+            actor=req.actor,
+            coerce_text=True,
+        )
+        return 201, {"run": views.run_json(started.run), "created": started.created}
+
+    def _run_page(body: dict[str, Any]) -> str | None:
+        run_id = (body.get("run") or {}).get("runId")
+        return f"/ui/pipelines/runs/{run_id}" if run_id else None
+
+    def _started(body: dict[str, Any]) -> str:
+        return f"Run {(body.get('run') or {}).get('runId')} started."
+
+    return await run_control(
+        request,
+        posted,
+        "pipeline.run.start",
+        key,
+        _guarded(_start),
+        describe=_started,
+        goto=_run_page,
+    )
+
+
+@router.post("/runs/{run_id}/cancel")
+async def cancel_run(request: Request, posted: Post, run_id: str) -> Response:
+    def _cancel(conn: Connection, req: controls.ControlRequest) -> controls.Outcome:
+        row = runs.cancel_run(conn, run_id, actor=req.actor, reason=req.reason)
+        return 200, {"run": views.run_json(row, state=False)}
+
+    def _said(body: dict[str, Any]) -> str:
+        return f"Run {run_id} is {(body.get('run') or {}).get('status')}."
+
+    fn = _guarded(_cancel)
+    return await run_control(request, posted, "pipeline.run.cancel", run_id, fn, describe=_said)
+
+
+async def _decide(
+    request: Request, posted: Posted, run_id: str, step_id: str, approve: bool
+) -> Response:
+    raw = posted.form.get("itemIndex", "").strip()
+    item = int(raw) if raw.isdigit() else None
+    index = NODE_ROW if item is None else item
+
+    def _apply(conn: Connection, req: controls.ControlRequest) -> controls.Outcome:
+        return steps.decide(
+            conn, run_id, step_id, index, approve=approve, actor=req.actor, reason=req.reason
+        )
+
+    def _said(body: dict[str, Any]) -> str:
+        return f"Step {step_id} {body.get('decision')}; the run is {body.get('runStatus')}."
+
+    action = f"pipeline.step.{'approve' if approve else 'reject'}"
+    target = f"{run_id}/{step_id}/{item}"
+    return await run_control(request, posted, action, target, _guarded(_apply), describe=_said)
+
+
+@router.post("/runs/{run_id}/steps/{step_id}/approve")
+async def approve_step(request: Request, posted: Post, run_id: str, step_id: str) -> Response:
+    return await _decide(request, posted, run_id, step_id, True)
+
+
+@router.post("/runs/{run_id}/steps/{step_id}/reject")
+async def reject_step(request: Request, posted: Post, run_id: str, step_id: str) -> Response:
+    return await _decide(request, posted, run_id, step_id, False)

@@ -1,0 +1,263 @@
+"""Sign-in sessions, CSRF tokens and the checks every admin page goes through.
+
+The session is a signed cookie (HMAC-SHA256 over a small JSON payload), so any
+forgeflow process of an installation accepts it without shared state; its key is
+derived from the admin token, so changing the token signs everyone out. Hand-written
+because starlette's SessionMiddleware would need ``itsdangerous`` for twenty lines.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import json
+import re
+import secrets
+import time
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import parse_qs
+
+from fastapi import Request
+from fastapi.responses import Response
+
+SESSION_COOKIE = "ff_session"
+LOGIN_COOKIE = "ff_login"
+FLASH_COOKIE = "ff_flash"
+COOKIE_PATH = "/ui"
+SESSION_SECONDS = 12 * 3600
+LOGIN_SECONDS = 3600
+FLASH_SECONDS = 120
+MAX_FORM_BYTES = 64 * 1024
+OPERATOR_RE = re.compile(r"^[A-Za-z0-9_.@-]{1,100}$")
+
+SECURITY_HEADERS = {
+    "Content-Security-Policy": (
+        "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+        "connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
+    ),
+    "X-Frame-Options": "DENY",
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+    "Cache-Control": "no-store",
+}
+
+
+class UiError(Exception):
+    """Raised by a page or a check; the web routes turn it into a response."""
+
+
+class SignInRequired(UiError):
+    """A page was asked for without a valid session: go to the sign-in page."""
+
+    def __init__(self, next_url: str) -> None:
+        super().__init__("sign in first")
+        self.next_url = next_url
+
+
+class Forbidden(UiError):
+    """A state-changing request without a session, a CSRF token or from another site."""
+
+    def __init__(self, why: str) -> None:
+        super().__init__(why)
+        self.why = why
+
+
+class BadRequest(UiError):
+    """Input no page can use (a NUL character, a number out of range)."""
+
+    def __init__(self, why: str) -> None:
+        super().__init__(why)
+        self.why = why
+
+
+class NotFound(UiError):
+    def __init__(self, what: str) -> None:
+        super().__init__(what)
+        self.what = what
+
+
+@dataclass(frozen=True, slots=True)
+class UiSession:
+    operator: str
+    csrf: str
+
+    @property
+    def actor(self) -> str:
+        return f"admin:{self.operator}"
+
+
+def _b64(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode("ascii")
+
+
+def _unb64(text: str) -> bytes:
+    return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+
+
+def signing_key(admin_token: str) -> bytes:
+    return hmac.new(admin_token.encode(), b"forgeflow.web.cookie.v1", hashlib.sha256).digest()
+
+
+def sign(key: bytes, kind: str, payload: dict[str, Any]) -> str:
+    body = _b64(json.dumps({**payload, "typ": kind, "iat": int(time.time())}).encode())
+    mac = hmac.new(key, body.encode("ascii"), hashlib.sha256).digest()
+    return f"{body}.{_b64(mac)}"
+
+
+def unsign(key: bytes, kind: str, value: str | None, max_age: int) -> dict[str, Any] | None:
+    """The payload of a cookie we signed, of this kind and not older than ``max_age``."""
+    if not value or value.count(".") != 1:
+        return None
+    body, mac = value.split(".")
+    expected = hmac.new(key, body.encode("ascii", "replace"), hashlib.sha256).digest()
+    try:
+        if not hmac.compare_digest(_unb64(mac), expected):
+            return None
+        payload = json.loads(_unb64(body))
+    except (ValueError, UnicodeDecodeError):
+        return None
+    if not isinstance(payload, dict) or payload.get("typ") != kind:
+        return None
+    issued = payload.get("iat")
+    if not isinstance(issued, int) or not 0 <= time.time() - issued <= max_age:
+        return None
+    return payload
+
+
+def _key(request: Request) -> bytes:
+    token: str = request.app.state.services.admin_token
+    return signing_key(token)
+
+
+def read_session(request: Request) -> UiSession | None:
+    payload = unsign(_key(request), "s", request.cookies.get(SESSION_COOKIE), SESSION_SECONDS)
+    if payload is None:
+        return None
+    operator, csrf = payload.get("op"), payload.get("csrf")
+    if not isinstance(operator, str) or not OPERATOR_RE.match(operator):
+        return None
+    if not isinstance(csrf, str) or len(csrf) < 32:
+        return None
+    return UiSession(operator, csrf)
+
+
+def require_session(request: Request) -> UiSession:
+    """Dependency of every page: the session, or off to the sign-in page."""
+    session = read_session(request)
+    if session is None:
+        target = request.url.path + (f"?{request.url.query}" if request.url.query else "")
+        raise SignInRequired(target)
+    return session
+
+
+def _set_cookie(request: Request, response: Response, name: str, value: str, age: int) -> None:
+    response.set_cookie(
+        name,
+        value,
+        max_age=age,
+        path=COOKIE_PATH,
+        httponly=True,
+        samesite="strict",
+        secure=request.url.scheme == "https",
+    )
+
+
+def _clear_cookie(request: Request, response: Response, name: str) -> None:
+    _set_cookie(request, response, name, "", 0)
+
+
+def start_session(request: Request, response: Response, operator: str) -> None:
+    value = sign(_key(request), "s", {"op": operator, "csrf": secrets.token_urlsafe(32)})
+    _set_cookie(request, response, SESSION_COOKIE, value, SESSION_SECONDS)
+    _clear_cookie(request, response, LOGIN_COOKIE)
+
+
+def end_session(request: Request, response: Response) -> None:
+    _clear_cookie(request, response, SESSION_COOKIE)
+
+
+def login_nonce(request: Request) -> str:
+    """The CSRF token of the sign-in form: the one in its cookie, or a new one."""
+    old = unsign(_key(request), "l", request.cookies.get(LOGIN_COOKIE), LOGIN_SECONDS)
+    nonce = old.get("n") if old else None
+    return nonce if isinstance(nonce, str) else secrets.token_urlsafe(32)
+
+
+def remember_login_nonce(request: Request, response: Response, nonce: str) -> None:
+    value = sign(_key(request), "l", {"n": nonce})
+    _set_cookie(request, response, LOGIN_COOKIE, value, LOGIN_SECONDS)
+
+
+def check_login_nonce(request: Request, submitted: str) -> None:
+    payload = unsign(_key(request), "l", request.cookies.get(LOGIN_COOKIE), LOGIN_SECONDS)
+    nonce = payload.get("n") if payload else None
+    if not isinstance(nonce, str) or not hmac.compare_digest(nonce, submitted):
+        raise Forbidden("the sign-in form expired; load it again")
+
+
+def check_token(request: Request, submitted: str) -> bool:
+    expected: str = request.app.state.services.admin_token
+    return hmac.compare_digest(submitted.encode(), expected.encode())
+
+
+def set_flash(request: Request, response: Response, ok: bool, text: str) -> None:
+    value = sign(_key(request), "f", {"ok": ok, "text": text[:500]})
+    _set_cookie(request, response, FLASH_COOKIE, value, FLASH_SECONDS)
+
+
+def read_flash(request: Request) -> dict[str, Any] | None:
+    """The message left by the last action; :func:`clear_flash` makes it show once."""
+    return unsign(_key(request), "f", request.cookies.get(FLASH_COOKIE), FLASH_SECONDS)
+
+
+def clear_flash(request: Request, response: Response) -> None:
+    if FLASH_COOKIE in request.cookies:
+        _clear_cookie(request, response, FLASH_COOKIE)
+
+
+async def read_form(request: Request) -> dict[str, str]:
+    """A urlencoded form body (our forms send nothing else); the first value of each name."""
+    ctype = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    if ctype != "application/x-www-form-urlencoded":
+        return {}
+    body = await request.body()
+    if len(body) > MAX_FORM_BYTES:
+        raise Forbidden("form too large")
+    parsed = parse_qs(body.decode("utf-8", "replace"), keep_blank_values=True)
+    form = {k: v[0] for k, v in parsed.items() if v}
+    if any("\x00" in k or "\x00" in v for k, v in form.items()):
+        raise BadRequest("a form field holds a NUL character")
+    return form
+
+
+def check_same_site(request: Request) -> None:
+    """Browsers say where a request came from; refuse one sent by another site."""
+    if request.headers.get("sec-fetch-site", "same-origin") not in ("same-origin", "none"):
+        raise Forbidden("cross-site request refused")
+
+
+@dataclass(frozen=True, slots=True)
+class Posted:
+    session: UiSession
+    form: dict[str, str]
+
+
+async def require_post(request: Request) -> Posted:
+    """Dependency of every state-changing route: session, same site and CSRF token."""
+    session = read_session(request)
+    if session is None:
+        raise Forbidden("not signed in")
+    check_same_site(request)
+    form = await read_form(request)
+    if not hmac.compare_digest(form.get("csrf", "").encode(), session.csrf.encode()):
+        raise Forbidden("missing or wrong CSRF token")
+    return Posted(session, form)
+
+
+def safe_next(value: str | None) -> str:
+    """A redirect target inside the admin pages, never another site."""
+    if not value or not value.startswith("/ui/") or "//" in value or "\\" in value:
+        return "/ui/"
+    return value
