@@ -53,6 +53,7 @@ from forgeflow.workspace import (
     WorkspaceDirty,
     WorkspaceError,
     WorkspaceManager,
+    WorktreeStatus,
 )
 
 log = structlog.get_logger("forgeflow.execution")
@@ -94,6 +95,10 @@ class Execution:
         self.gitea = gitea
         self.replies = replies
         self.runtime = runtime
+        # Per task, between the steps of one run: the worktree status measured while
+        # preparing, and the Gitea context being fetched meanwhile.
+        self._status: dict[str, WorktreeStatus] = {}
+        self._context: dict[str, asyncio.Task[tuple[str | None, list[tuple[str, str]]]]] = {}
 
     # -- plumbing ---------------------------------------------------------------
 
@@ -185,6 +190,10 @@ class Execution:
                 task = await self._verify(task)
             return task
         finally:
+            self._status.pop(task["task_id"], None)
+            leftover = self._context.pop(task["task_id"], None)
+            if leftover is not None:
+                leftover.cancel()
             if beat is not None:
                 beat.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
@@ -198,6 +207,8 @@ class Execution:
         assert repo_row is not None
         branch = repo_row["default_branch"]
         refs = task["refs"]
+        # The Gitea reads for the prompt overlap the git work instead of following it.
+        self._context[task["task_id"]] = asyncio.create_task(self._discussion(task, resource))
         try:
             checkout = await self.workspace.prepare_repo(
                 resource.repo, repo_row["clone_url"], branch
@@ -247,6 +258,7 @@ class Execution:
             return await self._retry_or_fail(task, exc.code, str(exc))
         except GiteaError as exc:
             return await self._retry_or_fail(task, "gitea_unavailable", str(exc))
+        self._status[task["task_id"]] = worktree.status
         await self._audit(
             task,
             "workspace.status",
@@ -361,9 +373,13 @@ class Execution:
         markers: tuple[str, str],
         tool: CommentTool,
     ) -> str:
-        status = await self.workspace.worktree_status(cwd)
+        # Fresh from preparing in this same run, else (a retry) read again.
+        status = self._status.pop(task["task_id"], None) or await self.workspace.worktree_status(
+            cwd
+        )
         refs = task["refs"] or {}
-        title, discussion = await self._discussion(task, resource)
+        pending = self._context.pop(task["task_id"], None)
+        title, discussion = await (pending or self._discussion(task, resource))
         return prompt.turn_prompt(
             prompt.TurnContext(
                 repo_full_name=resource.repo.full_name,
