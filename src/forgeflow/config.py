@@ -225,6 +225,7 @@ def load_settings(config_file: Path | None = None, **overrides: Any) -> Settings
 def _settings_class(config_file: Path | None) -> type[Settings]:
     if config_file is None:
         return Settings
+
     # A subclass per file: pydantic-settings asks the class, not the call, for sources.
     class SettingsFromFile(Settings):
         toml_file: ClassVar[Path | None] = config_file

@@ -63,9 +63,14 @@ class Services:
         return lines
 
     async def start(self) -> None:
-        """Start the scheduler when this process runs tasks and can."""
+        """Start the scheduler when this process runs tasks and can, then the pipeline
+        engine unless this process is ingress only (after the duplicate-worker check:
+        both recover what a dead predecessor with this worker id left running)."""
+        await self._start_scheduler()
         if self.pipelines is not None and self.role is not Role.INGRESS:
             await self.pipelines.start_loop()
+
+    async def _start_scheduler(self) -> None:
         if self.worker_blockers():
             return
         from forgeflow.agent.factory import RuntimeUnavailable, create_runtime

@@ -14,19 +14,22 @@ from sqlalchemy import Connection
 from forgeflow import controls
 from forgeflow.api.auth import require_admin
 from forgeflow.api.errors import ApiError
+from forgeflow.api.inputs import MAX_INT32, MAX_INT64, Text, no_nul_parameters
 from forgeflow.domain.states import TERMINAL_STATES, TaskState
 from forgeflow.services import Services
 from forgeflow.store import audit, control, details, repos, scheduling, tasks, usage
 from forgeflow.store.types import iso, utcnow
 
 router = APIRouter(
-    prefix="/api/gitea-workflow", dependencies=[Depends(require_admin)], tags=["control"]
+    prefix="/api/gitea-workflow",
+    dependencies=[Depends(require_admin), Depends(no_nul_parameters)],
+    tags=["control"],
 )
 
 
 class ControlBody(BaseModel):
-    requestId: str = Field(min_length=1, max_length=200)
-    reason: str | None = Field(default=None, max_length=2000)
+    requestId: Text = Field(min_length=1, max_length=200)
+    reason: Text | None = Field(default=None, max_length=2000)
     operator: str | None = Field(
         default=None, min_length=1, max_length=100, pattern=r"^[A-Za-z0-9_.@-]+$"
     )
@@ -101,7 +104,7 @@ async def list_tasks(
     resourceKey: str | None = None,
     state: TaskState | None = None,
     limit: Annotated[int, Query(ge=1, le=200)] = 50,
-    offset: Annotated[int, Query(ge=0)] = 0,
+    offset: Annotated[int, Query(ge=0, le=MAX_INT64)] = 0,
 ) -> dict[str, Any]:
     """Tasks, newest first, filtered by repository, resource and state."""
     f = tasks.TaskFilter(repoKey, resourceKey, state.value if state else None, limit, offset)
@@ -242,7 +245,7 @@ async def audit_query(
     action: str | None = None,
     since: str | None = None,
     until: str | None = None,
-    afterSeq: Annotated[int | None, Query(ge=0)] = None,
+    afterSeq: Annotated[int | None, Query(ge=0, le=MAX_INT32)] = None,
     limit: Annotated[int, Query(ge=1, le=5000)] = 200,
     format: Annotated[str, Query(pattern="^(json|jsonl)$")] = "json",
 ) -> dict[str, Any] | Response:

@@ -1,0 +1,10 @@
+"""The pipeline engine (spec PIPELINES): DAGs of steps with triggers, branches, fan-out,
+approval gates and a state bag, durable in the store.
+
+- :mod:`definition`, :mod:`graph`, :mod:`inputs` — the YAML/JSON format and its checks;
+- :mod:`planner` — which steps become runnable or skipped (pure);
+- :mod:`state`, :mod:`render` — reducers of the state bag, the ``{{…}}`` renderer (pure);
+- :mod:`registry`, :mod:`bodies`, :mod:`script`, :mod:`ports`, :mod:`adapters` — bodies;
+- :mod:`runs`, :mod:`steps`, :mod:`templates` — units of work on the store;
+- :mod:`engine`, :mod:`wiring` — the asyncio loop and how a process builds it.
+"""

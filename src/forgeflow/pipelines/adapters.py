@@ -1,0 +1,173 @@
+"""Adapters of the pipeline ports onto forgeflow: tasks, Gitea, workspaces."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import Connection
+
+from forgeflow.domain.ids import RepoRef, ResourceRef
+from forgeflow.domain.paths import repo_workspace
+from forgeflow.domain.states import TERMINAL_STATES, TaskState
+from forgeflow.gitea.client import GiteaClient, GiteaError
+from forgeflow.pipelines.ports import AgentRequest, AgentTaskStatus
+from forgeflow.pipelines.registry import StepFailed
+from forgeflow.store import Store, sessions
+from forgeflow.store import repos as repo_q
+from forgeflow.store import tasks as task_q
+from forgeflow.store import turns as turn_q
+from forgeflow.workspace import WorkspaceDirty, WorkspaceError, WorkspaceManager
+
+PIPELINE_TASK_PREFIX = "pipeline-task-"
+_SUCCEEDED = {TaskState.SUCCEEDED.value, TaskState.SUCCEEDED_WITH_REST_FALLBACK.value}
+
+
+def pipeline_task_id(key: str) -> str:
+    return PIPELINE_TASK_PREFIX + hashlib.sha256(key.encode()).hexdigest()[:24]
+
+
+class StoreAgentDispatch:
+    """AgentDispatchPort: agent work is an ordinary task in the tasks table, run by the
+    scheduler like a mention; the task's last turn message is the final reply."""
+
+    def __init__(
+        self,
+        store: Store,
+        *,
+        workspace_root: str,
+        gitea: GiteaClient | None,
+        wake: Callable[[], None] | None = None,
+    ) -> None:
+        self.store = store
+        self.workspace_root = workspace_root
+        self.gitea = gitea
+        self.wake = wake
+
+    async def create_space(self, resource: ResourceRef, mode: str) -> str:
+        row = await self.store.write(lambda c: sessions.ensure(c, resource))
+        return str(row["session_key"])
+
+    async def _repo_facts(self, repo: RepoRef) -> dict[str, str | None]:
+        known = await self.store.read(lambda c: repo_q.get(c, repo.key))
+        if known is not None:
+            return {"clone_url": None, "default_branch": None, "workspace_path": None}
+        if self.gitea is None:
+            raise StepFailed(
+                "not_configured",
+                f"repository {repo.full_name} is unknown and FORGEFLOW_GITEA_URL is not set",
+                retryable=False,
+            )
+        try:
+            found = await self.gitea.get_repo(repo.owner, repo.name)
+        except GiteaError as exc:
+            raise StepFailed("gitea_unavailable", str(exc)) from None
+        return {
+            "clone_url": str(found["clone_url"]),
+            "default_branch": str(found.get("default_branch") or "main"),
+            "workspace_path": repo_workspace(self.workspace_root, repo),
+        }
+
+    async def dispatch(self, request: AgentRequest) -> str:
+        task_id = pipeline_task_id(request.key)
+        facts = await self._repo_facts(request.resource.repo)
+
+        def _create(conn: Connection) -> dict[str, Any]:
+            return task_q.create_pipeline_task(
+                conn,
+                task_id=task_id,
+                resource=request.resource,
+                instruction=request.prompt,
+                run_id=request.run_id,
+                **facts,
+            )
+
+        try:
+            await self.store.write(_create)
+        except task_q.RepositoryDisabled as exc:
+            raise StepFailed(exc.code, str(exc), retryable=False) from None
+        if self.wake is not None:
+            self.wake()
+        return task_id
+
+    async def poll(self, task_id: str) -> AgentTaskStatus:
+        def _read(conn: Connection) -> AgentTaskStatus | None:
+            task = task_q.get(conn, task_id)
+            if task is None:
+                return None
+            turn = turn_q.last_normal(conn, task_id)
+            return AgentTaskStatus(
+                task_id=task_id,
+                state=task["state"],
+                terminal=TaskState(task["state"]) in TERMINAL_STATES,
+                succeeded=task["state"] in _SUCCEEDED,
+                reply=turn["last_message"] if turn else None,
+                error=task["execution_error"] or task["reply_error"] or task["error_code"],
+                input_tokens=int(task["input_tokens"]),
+                output_tokens=int(task["output_tokens"]),
+            )
+
+        status = await self.store.read(_read)
+        if status is None:
+            raise StepFailed("task_missing", f"task {task_id} does not exist", retryable=False)
+        return status
+
+
+class GiteaAdapter:
+    """GiteaPort on the bot's REST client."""
+
+    def __init__(self, client: GiteaClient) -> None:
+        self.client = client
+
+    async def comment(self, repo: RepoRef, number: int, body: str, *, marker: str) -> int:
+        try:
+            for c in await self.client.list_comments(repo.owner, repo.name, number):
+                if marker in str(c.get("body") or ""):
+                    return int(c["id"])
+            made = await self.client.create_comment(
+                repo.owner, repo.name, number, f"{body}\n\n{marker}"
+            )
+        except GiteaError as exc:
+            raise StepFailed("gitea_unavailable", str(exc)) from None
+        return int(made["id"])
+
+    async def add_labels(self, repo: RepoRef, number: int, labels: list[str]) -> list[str]:
+        try:
+            result = await self.client.add_labels(repo.owner, repo.name, number, labels)
+        except GiteaError as exc:
+            raise StepFailed("gitea_unavailable", str(exc)) from None
+        return [str(x.get("name")) for x in result]
+
+
+class LocalWorkspace:
+    """WorkspacePort on this process's workspace root."""
+
+    def __init__(
+        self, workspace_root: str, scratch_root: str, manager: WorkspaceManager | None = None
+    ) -> None:
+        self.workspace_root = workspace_root
+        self.scratch_root = scratch_root
+        self.manager = manager
+
+    def script_dir(self, run_id: str, repo: RepoRef | None) -> str:
+        if repo is not None:
+            path = repo_workspace(self.workspace_root, repo)
+            if os.path.isdir(path):
+                return path
+        scratch = Path(self.scratch_root) / run_id
+        scratch.mkdir(parents=True, exist_ok=True)
+        return str(scratch)
+
+    async def cleanup(self, resource: ResourceRef) -> dict[str, Any]:
+        if self.manager is None:
+            raise StepFailed("not_configured", "no workspace manager here", retryable=False)
+        try:
+            removed = await self.manager.remove_session(resource)
+        except WorkspaceDirty as exc:
+            raise StepFailed(exc.code, str(exc), retryable=False) from None
+        except WorkspaceError as exc:
+            raise StepFailed(exc.code, str(exc)) from None
+        return {"resourceKey": resource.key, "removed": removed}

@@ -1,0 +1,430 @@
+"""PipelineEngine: starts runs, claims due steps, runs their bodies, keeps them alive.
+
+One asyncio loop per process (started from ``Services.start``): it claims due steps
+with compare-and-swap (``steps.claim``), runs each body in its own task, renews the
+leases of the bodies it runs, recovers steps whose executor died, and fails steps
+suspended for too long. Any number of processes may run it against one PostgreSQL
+database: the database decides who runs what.
+
+Everything a run does is recorded before and after it happens, so a run survives a
+restart: the engine reloads unfinished runs from the store and goes on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from datetime import timedelta
+from functools import partial
+from typing import Any
+
+import structlog
+from sqlalchemy import Connection
+
+from forgeflow.pipelines import runs, steps, templates
+from forgeflow.pipelines.definition import NodeSpec
+from forgeflow.pipelines.kinds import NODE_ROW, TERMINAL_RUN_STATUSES, Code, RunStatus, StepKind
+from forgeflow.pipelines.ports import AgentDispatchPort, ChildRun, GiteaPort, Ports, WorkspacePort
+from forgeflow.pipelines.registry import (
+    Done,
+    PipelineBodyRegistry,
+    RunInfo,
+    StepContext,
+    StepFailed,
+    Suspend,
+)
+from forgeflow.pipelines.render import RenderError, TemplateRenderer
+from forgeflow.pipelines.runs import Parent, PipelineError, Started
+from forgeflow.redaction import redact_text
+from forgeflow.store import Store
+from forgeflow.store import pipelines as q
+from forgeflow.store.pipelines import Row, StepKey
+from forgeflow.store.types import utcnow
+
+log = structlog.get_logger("forgeflow.pipelines")
+
+MAX_DEPTH = 8
+
+
+def routes_of(value: Any) -> tuple[str, ...]:
+    """The branch(es) a router's plain output chooses."""
+    if isinstance(value, str):
+        return (value,)
+    if isinstance(value, list | tuple) and all(isinstance(v, str) for v in value):
+        return tuple(value)
+    return ()
+
+
+class PipelineEngine:
+    def __init__(
+        self,
+        store: Store,
+        registry: PipelineBodyRegistry,
+        *,
+        owner: str,
+        node_prefix: str,
+        workspace: WorkspacePort,
+        agent: AgentDispatchPort | None = None,
+        gitea: GiteaPort | None = None,
+        lease_ttl: float = 30.0,
+        poll_seconds: float = 5.0,
+        max_parallel: int = 64,
+    ) -> None:
+        self.store = store
+        self.registry = registry
+        self.owner = owner
+        self.node_prefix = node_prefix
+        self.lease_ttl = timedelta(seconds=lease_ttl)
+        self.poll_seconds = poll_seconds
+        self.max_parallel = max_parallel
+        self.ports = Ports(runs=self, workspace=workspace, agent=agent, gitea=gitea)
+        self._tasks: dict[StepKey, asyncio.Task[None]] = {}
+        self._lost: set[StepKey] = set()
+        self._wake: asyncio.Event | None = None
+        self._loop_task: asyncio.Task[None] | None = None
+        self._stopping = False
+        self._started = False
+
+    # -- operations (units of work, then a wake-up) -----------------------------------
+
+    async def start(
+        self,
+        template_key: str,
+        *,
+        trigger_type: str = "manual",
+        event_type: str | None = None,
+        inputs: dict[str, Any] | None = None,
+        event: dict[str, Any] | None = None,
+        dedupe_key: str | None = None,
+        actor: str = "system",
+    ) -> Started:
+        """Start a run; raises :class:`PipelineError` (``template_disabled``, …)."""
+        started = await self.store.write(
+            partial(
+                templates.start,
+                key=template_key,
+                trigger_type=trigger_type,
+                event_type=event_type,
+                inputs=inputs,
+                event=event,
+                dedupe_key=dedupe_key,
+                actor=actor,
+            )
+        )
+        self.wake()
+        return started
+
+    async def cancel(self, run_id: str, *, actor: str = "system", reason: str | None = None) -> Row:
+        run = await self.store.write(
+            partial(runs.cancel_run, run_id=run_id, actor=actor, reason=reason)
+        )
+        await self._after(run)
+        return run
+
+    async def decide(
+        self,
+        run_id: str,
+        step_id: str,
+        *,
+        approve: bool,
+        actor: str = "system",
+        reason: str | None = None,
+        item_index: int = NODE_ROW,
+    ) -> tuple[int, dict[str, Any]]:
+        result = await self.store.write(
+            partial(
+                steps.decide,
+                run_id=run_id,
+                step_id=step_id,
+                item_index=item_index,
+                approve=approve,
+                actor=actor,
+                reason=reason,
+            )
+        )
+        run = await self.store.read(lambda c: q.get_run(c, run_id))
+        await self._after(run)
+        return result
+
+    # -- RunsPort: pipelines starting pipelines -------------------------------------
+
+    async def start_child(
+        self,
+        template_key: str,
+        *,
+        parent_run_id: str,
+        parent_step_id: str,
+        parent_item_index: int,
+        inputs: dict[str, Any],
+        dedupe_key: str,
+    ) -> str:
+        def _start(conn: Connection) -> str:
+            chain: list[str] = []
+            run = q.get_run(conn, parent_run_id)
+            while run is not None:
+                chain.append(run["template_key"])
+                run = q.get_run(conn, run["parent_run_id"]) if run["parent_run_id"] else None
+            if template_key in chain or len(chain) >= MAX_DEPTH:
+                raise PipelineError(
+                    "recursive_pipeline",
+                    f"{template_key} is already running above this step ({' > '.join(chain)})",
+                )
+            started = templates.start(
+                conn,
+                template_key,
+                trigger_type="pipeline",
+                inputs=inputs,
+                dedupe_key=dedupe_key,
+                actor=f"pipeline:{parent_run_id}",
+                parent=Parent(parent_run_id, parent_step_id, parent_item_index),
+            )
+            return str(started.run["run_id"])
+
+        run_id = await self.store.write(_start)
+        self.wake()
+        return run_id
+
+    async def child(self, run_id: str) -> ChildRun:
+        row = await self.store.read(lambda c: q.get_run(c, run_id))
+        if row is None:
+            raise StepFailed("child_run_missing", f"child run {run_id} does not exist")
+        return ChildRun(row["run_id"], row["status"], row["state"], row["error"])
+
+    # -- the loop -----------------------------------------------------------------------
+
+    def wake(self) -> None:
+        if self._wake is not None:
+            self._wake.set()
+
+    async def start_loop(self) -> None:
+        """Start the loop; its first round takes back what a dead predecessor of this
+        node left running (retried each round until it succeeds, so a database that is
+        briefly unavailable never stops the process from starting)."""
+        self._wake = asyncio.Event()
+        self._loop_task = asyncio.create_task(self._loop(), name="pipelines.loop")
+
+    async def stop(self) -> None:
+        """Stop claiming; bodies still running are left to recovery on the next start."""
+        self._stopping = True
+        pending = [t for t in (self._loop_task, *self._tasks.values()) if t is not None]
+        for t in pending:
+            t.cancel()
+        for t in pending:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await t
+
+    async def _loop(self) -> None:
+        housekeeping = min(self.poll_seconds, self.lease_ttl.total_seconds() / 3)
+        last = 0.0
+        while not self._stopping:
+            due = None
+            try:
+                if time.monotonic() - last >= housekeeping:
+                    last = time.monotonic()
+                    await self._housekeeping()
+                await self._claim_round()
+                due = await self.store.read(q.next_due)
+            except Exception:
+                log.exception("pipeline.round_failed")
+            delay = min(self.poll_seconds, housekeeping)
+            if due is not None:
+                delay = min(delay, max((due - utcnow()).total_seconds(), 0.01))
+            assert self._wake is not None
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(delay):
+                    await self._wake.wait()
+            self._wake.clear()
+
+    async def _housekeeping(self) -> None:
+        keys = sorted(self._tasks, key=lambda k: (k.run_id, k.step_id, k.item_index))
+        if keys:
+            until = utcnow() + self.lease_ttl
+            held = await self.store.write(lambda c: q.renew_leases(c, self.owner, keys, until))
+            for key in keys:
+                task = self._tasks.get(key)
+                if key not in held and task is not None:
+                    # Cancelled, decided or recovered elsewhere: the result would be dropped.
+                    self._lost.add(key)
+                    task.cancel()
+        await self._recover(startup=not self._started)
+        self._started = True
+        for seen in await self.store.read(lambda c: steps.overdue(c, utcnow())):
+            await self._after(await self.store.write(partial(steps.expire, seen=seen)))
+
+    async def _recover(self, *, startup: bool) -> None:
+        # Read first (on SQLite every write transaction takes the one write lock), then
+        # one transaction per step, so each locks only its own run.
+        now = utcnow()
+        for seen in await self.store.read(q.claimed_steps):
+            if not steps.abandoned(
+                seen,
+                owner=self.owner,
+                node_prefix=self.node_prefix,
+                startup=startup,
+                now=now,
+                executing=frozenset(self._tasks),
+            ):
+                continue
+            run = await self.store.write(partial(steps.recover, seen=seen))
+            if run is not None:
+                log.info("pipeline.recover", run_id=run["run_id"], step_id=seen["step_id"])
+            await self._after(run)
+
+    async def _claim_round(self) -> None:
+        for seen in await self.store.read(lambda c: q.due_steps(c, utcnow())):
+            if len(self._tasks) >= self.max_parallel or self._stopping:
+                return
+            key = StepKey.of(seen)
+            if key in self._tasks:
+                continue
+            claimed = await self.store.write(
+                partial(steps.claim, seen=seen, owner=self.owner, ttl=self.lease_ttl)
+            )
+            if claimed is None:
+                continue
+            self._tasks[key] = asyncio.create_task(
+                self._run(claimed.step, claimed.run), name=f"step {key.run_id}/{key.step_id}"
+            )
+
+    async def _run(self, step: Row, run: Row) -> None:
+        key = StepKey.of(step)
+        try:
+            await self._execute(step, run)
+        except asyncio.CancelledError:
+            if not self._stopping and key not in self._lost:
+                raise
+        except Exception:
+            log.exception("pipeline.step_crashed", run_id=key.run_id, step_id=key.step_id)
+        finally:
+            self._tasks.pop(key, None)
+            self._lost.discard(key)
+            self.wake()
+
+    # -- one execution ------------------------------------------------------------------
+
+    def _context(self, run: Row, node: NodeSpec, step: Row) -> dict[str, Any]:
+        context = dict(run["state"])
+        context["run"] = {
+            "id": run["run_id"],
+            "templateKey": run["template_key"],
+            "triggerType": run["trigger_type"],
+            "eventType": run["event_type"],
+            "parentRunId": run["parent_run_id"],
+        }
+        if step["item_index"] != NODE_ROW:
+            context[str(node.extras.get("itemKey") or "item")] = step["item"]
+            context["itemIndex"] = step["item_index"]
+        return context
+
+    async def _execute(self, step: Row, run: Row) -> None:
+        node = runs.definition_of(run).node(step["step_id"])
+        context = self._context(run, node, step)
+        renderer = TemplateRenderer(
+            allow_unresolved=node.extras.get("allowUnresolvedPlaceholders") is True
+        )
+        try:
+            inputs = renderer.render(node.inputs, context)
+        except RenderError as exc:
+            await self._fail(step, node, exc.code, str(exc), retryable=False)
+            return
+        body = self.registry.get(step["body_key"] or "")
+        if body is None:
+            message = f"no body is registered under {step['body_key']!r}"
+            await self._fail(step, node, Code.UNREGISTERED_BODY, message, retryable=False)
+            return
+        suspend = step["suspend"] if step["suspended_at"] is not None else None
+        ctx = StepContext(
+            run=RunInfo(
+                run["run_id"],
+                run["template_key"],
+                run["trigger_type"],
+                run["event_type"],
+                run["parent_run_id"],
+            ),
+            step_id=step["step_id"],
+            kind=node.kind,
+            item_index=None if step["item_index"] == NODE_ROW else step["item_index"],
+            attempt=step["attempt"],
+            inputs=inputs,
+            extras=dict(node.extras),
+            state=run["state"],
+            ports=self.ports,
+            item=step["item"],
+            resume=(suspend or {}).get("data"),
+            renderer=renderer,
+            context=context,
+        )
+        timeout = node.extras.get("timeoutSeconds")
+        try:
+            async with asyncio.timeout(float(timeout) if timeout else None):
+                result = await body(ctx)
+        except StepFailed as exc:
+            await self._fail(step, node, exc.code, str(exc), retryable=exc.retryable, inputs=inputs)
+            return
+        except PipelineError as exc:
+            await self._fail(step, node, exc.code, exc.message, retryable=False, inputs=inputs)
+            return
+        except TimeoutError:
+            message = f"the body did not finish within {timeout}s"
+            await self._fail(step, node, Code.STEP_TIMEOUT, message, retryable=True, inputs=inputs)
+            return
+        except Exception as exc:
+            message = f"{type(exc).__name__}: {exc}"
+            await self._fail(step, node, Code.BODY_ERROR, message, retryable=True, inputs=inputs)
+            return
+        if isinstance(result, Suspend):
+            await self.store.write(
+                partial(steps.suspend, seen=step, s=result, input_snapshot=inputs)
+            )
+            return
+        done = result if isinstance(result, Done) else Done(output=result)
+        if node.kind is StepKind.ROUTER and done.routes is None:
+            done = Done(done.output, routes_of(done.output), done.input_tokens, done.output_tokens)
+        after = await self.store.write(
+            partial(steps.succeed, seen=step, done=done, input_snapshot=inputs)
+        )
+        await self._after(after)
+
+    async def _fail(
+        self,
+        step: Row,
+        node: NodeSpec,
+        code: str,
+        message: str,
+        *,
+        retryable: bool,
+        inputs: Any = None,
+    ) -> None:
+        retry_at = None
+        if retryable and node.retry is not None and step["attempt"] < node.attempts:
+            retry_at = utcnow() + timedelta(seconds=node.retry.delay(step["attempt"]))
+        log.info(
+            "pipeline.step_failed",
+            run_id=step["run_id"],
+            step_id=step["step_id"],
+            code=code,
+            attempt=step["attempt"],
+            retry=retry_at is not None,
+        )
+        after = await self.store.write(
+            partial(
+                steps.fail,
+                seen=step,
+                code=code,
+                error=redact_text(message)[:4000],
+                retry_at=retry_at,
+                input_snapshot=inputs,
+            )
+        )
+        await self._after(after)
+
+    async def _after(self, run: Row | None) -> None:
+        """Wake the loop; a finished child run wakes the step waiting for it."""
+        if (
+            run is not None
+            and run["parent_run_id"]
+            and RunStatus(run["status"]) in TERMINAL_RUN_STATUSES
+        ):
+            await self.store.write(lambda c: runs.wake_parent(c, run))
+        self.wake()

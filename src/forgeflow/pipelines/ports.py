@@ -1,0 +1,106 @@
+"""Ports: what pipeline bodies need from the rest of forgeflow, as Protocols.
+
+The engine knows nothing of tasks, Gitea or workspaces; bodies registered in the
+:class:`~forgeflow.pipelines.registry.PipelineBodyRegistry` hold these ports. Adapters live in
+:mod:`forgeflow.pipelines.adapters`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from forgeflow.domain.ids import RepoRef, ResourceRef
+
+
+@dataclass(frozen=True, slots=True)
+class AgentRequest:
+    """One agent task for a resource; ``key`` makes creating it idempotent."""
+
+    key: str
+    run_id: str
+    resource: ResourceRef
+    prompt: str
+    space_id: str | None = None
+    mode: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class AgentTaskStatus:
+    task_id: str
+    state: str
+    terminal: bool
+    succeeded: bool
+    reply: str | None = None
+    error: str | None = None
+    input_tokens: int = 0
+    output_tokens: int = 0
+
+
+class AgentDispatchPort(Protocol):
+    async def create_space(self, resource: ResourceRef, mode: str) -> str:
+        """Open (or reuse) the conversation of a resource; returns its spaceId."""
+        ...
+
+    async def dispatch(self, request: AgentRequest) -> str:
+        """Create the agent task (once per ``request.key``); returns its task id."""
+        ...
+
+    async def poll(self, task_id: str) -> AgentTaskStatus:
+        """Whether the task is terminal, and its final reply text when it is."""
+        ...
+
+
+class GiteaPort(Protocol):
+    async def comment(self, repo: RepoRef, number: int, body: str, *, marker: str) -> int:
+        """Post a comment once: a comment already carrying ``marker`` is not re-posted.
+        Returns the comment id."""
+        ...
+
+    async def add_labels(self, repo: RepoRef, number: int, labels: list[str]) -> list[str]:
+        """Add labels (by name) to an issue or pull request; returns its labels."""
+        ...
+
+
+class WorkspacePort(Protocol):
+    def script_dir(self, run_id: str, repo: RepoRef | None) -> str:
+        """Where ``pipeline.bashScript`` runs: the repository's workspace, else the run's
+        own scratch folder."""
+        ...
+
+    async def cleanup(self, resource: ResourceRef) -> dict[str, Any]:
+        """Remove the clean session worktree of a closed issue or merged pull request."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class ChildRun:
+    run_id: str
+    status: str
+    state: dict[str, Any]
+    error: str | None = None
+
+
+class RunsPort(Protocol):
+    """Pipelines starting pipelines (``flow.callPipeline``)."""
+
+    async def start_child(
+        self,
+        template_key: str,
+        *,
+        parent_run_id: str,
+        parent_step_id: str,
+        parent_item_index: int,
+        inputs: dict[str, Any],
+        dedupe_key: str,
+    ) -> str: ...
+
+    async def child(self, run_id: str) -> ChildRun: ...
+
+
+@dataclass(frozen=True)
+class Ports:
+    runs: RunsPort
+    workspace: WorkspacePort
+    agent: AgentDispatchPort | None = None
+    gitea: GiteaPort | None = None

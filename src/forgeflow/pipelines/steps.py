@@ -1,0 +1,352 @@
+"""A step's moves as units of work: claim, succeed, suspend, fail, gate decisions,
+and the two safety catches (interrupted non-idempotent steps, long suspensions).
+
+Every move takes the run row lock first, then compare-and-swaps the step row on its
+version: a result for a row that moved on (cancelled, recovered, decided) is dropped.
+A step's completion, its state-bag write and the planning that follows commit together.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import Connection
+
+from forgeflow.pipelines import runs
+from forgeflow.pipelines import state as bag
+from forgeflow.pipelines.kinds import NODE_ROW, Code, RunStatus, StepKind, StepStatus
+from forgeflow.pipelines.planner import has_slot, over_budget
+from forgeflow.pipelines.registry import Done, Suspend
+from forgeflow.redaction import redact
+from forgeflow.store import pipelines as q
+from forgeflow.store.pipelines import Row, StepKey
+from forgeflow.store.types import utcnow
+
+S = StepStatus
+APPROVAL = "awaiting_approval"
+
+
+@dataclass(frozen=True, slots=True)
+class Claimed:
+    step: Row
+    run: Row
+
+
+def _current(conn: Connection, seen: Row) -> tuple[Row, Row] | None:
+    """The run (locked) and the step row, if the step is still as the caller saw it."""
+    run = q.lock_run(conn, seen["run_id"])
+    if run is None or run["status"] != RunStatus.RUNNING:
+        return None
+    row = q.get_step(conn, StepKey.of(seen))
+    if row is None or row["version"] != seen["version"]:
+        return None
+    return run, row
+
+
+def claim(conn: Connection, seen: Row, *, owner: str, ttl: timedelta) -> Claimed | None:
+    """Start a due step (compare-and-swap), within the run's limits."""
+    current = _current(conn, seen)
+    if current is None:
+        return None
+    run, row = current
+    now = utcnow()
+    fresh = row["status"] == S.RUNNABLE
+    due = row["next_attempt_at"] is None or row["next_attempt_at"] <= now
+    if not (fresh and due) and not (
+        row["status"] == S.SUSPENDED and row["next_attempt_at"] and due
+    ):
+        return None
+    d = runs.definition_of(run)
+    if not has_slot(d.config.maxConcurrentSteps, q.executing_count(conn, run["run_id"])):
+        return None
+    if fresh and over_budget(d.config.maxSteps, q.executed_count(conn, run["run_id"])):
+        runs.finish_run(
+            conn,
+            run,
+            RunStatus.FAILED,
+            error_code=Code.MAX_STEPS_EXCEEDED,
+            error=f"the run reached its limit of {d.config.maxSteps} step executions",
+        )
+        return None
+    row = q.update_step(
+        conn,
+        row,
+        status=S.RUNNING.value,
+        claimed_by=owner,
+        lease_expires_at=now + ttl,
+        attempt=row["attempt"] + 1 if fresh else row["attempt"],
+        started_at=row["started_at"] or now,
+        next_attempt_at=None,
+    )
+    return Claimed(row, run)
+
+
+def _node(run: Row, row: Row) -> Any:
+    return runs.definition_of(run).node(row["step_id"])
+
+
+def succeed(conn: Connection, seen: Row, done: Done, *, input_snapshot: Any = None) -> Row | None:
+    """Record a step's output, merge it into the state bag, plan what follows."""
+    current = _current(conn, seen)
+    if current is None or current[1]["status"] != S.RUNNING:
+        return None
+    run, row = current
+    return _succeed(conn, run, row, done, input_snapshot=input_snapshot)
+
+
+def _succeed(
+    conn: Connection, run: Row, row: Row, done: Done, *, input_snapshot: Any
+) -> Row | None:
+    node = _node(run, row)
+    output = redact(done.output)
+    new_state = run["state"]
+    if row["item_index"] == NODE_ROW:
+        try:
+            new_state = runs.write_output(run, node, output)
+        except bag.ReducerError as exc:
+            runs.fail_node(conn, run, node, row, Code.REDUCER_ERROR, str(exc))
+            return runs.advance(conn, run["run_id"])
+    routes = list(done.routes) if done.routes is not None and node.kind is StepKind.ROUTER else None
+    extra = {} if input_snapshot is None else {"input": redact(input_snapshot)}
+    q.update_step(
+        conn,
+        row,
+        status=S.SUCCEEDED.value,
+        output=output,
+        routes=routes,
+        finished_at=utcnow(),
+        claimed_by=None,
+        lease_expires_at=None,
+        next_attempt_at=None,
+        error_code=None,
+        error=None,
+        **extra,
+    )
+    q.update_run(
+        conn,
+        run,
+        state=new_state,
+        input_tokens=run["input_tokens"] + done.input_tokens,
+        output_tokens=run["output_tokens"] + done.output_tokens,
+        cost=run["cost"] + done.cost,
+    )
+    return runs.advance(conn, run["run_id"])
+
+
+def suspend(conn: Connection, seen: Row, s: Suspend, *, input_snapshot: Any = None) -> bool:
+    """Park a step until ``s.until`` (or until an approval / a cancel)."""
+    current = _current(conn, seen)
+    if current is None or current[1]["status"] != S.RUNNING:
+        return False
+    _, row = current
+    now = utcnow()
+    extra = {} if input_snapshot is None else {"input": redact(input_snapshot)}
+    until = s.until
+    woken = row["next_attempt_at"]  # set while running: woken before it could suspend
+    if woken is not None and (until is None or woken < until):
+        until = woken
+    q.update_step(
+        conn,
+        row,
+        status=S.SUSPENDED.value,
+        suspended_at=row["suspended_at"] or now,
+        next_attempt_at=until,
+        suspend=redact({"reason": s.reason, "data": s.data or {}}),
+        claimed_by=None,
+        lease_expires_at=None,
+        **extra,
+    )
+    return True
+
+
+def fail(
+    conn: Connection,
+    seen: Row,
+    code: str,
+    error: str,
+    *,
+    retry_at: datetime | None = None,
+    input_snapshot: Any = None,
+) -> Row | None:
+    """A failed execution: try again at ``retry_at``, else the step fails (and with it
+    the run, unless the node continues on failure)."""
+    current = _current(conn, seen)
+    if current is None or current[1]["status"] != S.RUNNING:
+        return None
+    run, row = current
+    extra = {} if input_snapshot is None else {"input": redact(input_snapshot)}
+    if retry_at is not None:
+        q.update_step(
+            conn,
+            row,
+            status=S.RUNNABLE.value,
+            next_attempt_at=retry_at,
+            error_code=code,
+            error=redact(error),
+            claimed_by=None,
+            lease_expires_at=None,
+            suspend=None,
+            suspended_at=None,
+            **extra,
+        )
+        return run
+    if extra:
+        row = q.update_step(conn, row, **extra)
+    runs.fail_node(conn, run, _node(run, row), row, code, error)
+    return runs.advance(conn, run["run_id"])
+
+
+def _safety_fail(conn: Connection, run: Row, row: Row, code: str, error: str) -> Row:
+    """The safety catches fail the whole run, whatever ``continueOnFail`` says."""
+    row = q.update_step(
+        conn,
+        row,
+        status=S.FAILED.value,
+        error_code=code,
+        error=error,
+        finished_at=utcnow(),
+        claimed_by=None,
+        lease_expires_at=None,
+        next_attempt_at=None,
+    )
+    return runs.finish_run(
+        conn, run, RunStatus.FAILED, error_code=code, error=f"step {row['step_id']}: {error}"
+    )
+
+
+def decide(
+    conn: Connection,
+    run_id: str,
+    step_id: str,
+    item_index: int,
+    *,
+    approve: bool,
+    actor: str,
+    reason: str | None,
+) -> tuple[int, dict[str, Any]]:
+    """Approve or reject a suspended gate step; (HTTP status, answer)."""
+    run = q.lock_run(conn, run_id)
+    if run is None:
+        return 404, {"error": "run_not_found", "message": f"no run {run_id}"}
+    row = q.get_step(conn, StepKey(run_id, step_id, item_index))
+    if row is None:
+        return 404, {"error": "step_not_found", "message": f"no step {step_id} in run {run_id}"}
+    answer = {"runId": run_id, "stepId": step_id, "itemIndex": item_index}
+    suspended = (row["suspend"] or {}).get("reason") == APPROVAL
+    if run["status"] != RunStatus.RUNNING or row["status"] != S.SUSPENDED or not suspended:
+        return 409, {
+            "error": "step_not_awaiting_approval",
+            "message": f"step {step_id} is {row['status']}, not waiting for an approval",
+            "status": row["status"],
+            **answer,
+        }
+    decision = "approved" if approve else "rejected"
+    output = {"decision": decision, "by": actor, "reason": reason}
+    runs.audit_run(
+        conn,
+        f"pipeline.step.{'approve' if approve else 'reject'}",
+        run,
+        actor,
+        stepId=step_id,
+        itemIndex=None if item_index == NODE_ROW else item_index,
+        reason=reason,
+    )
+    if approve:
+        run_after = _succeed(conn, run, row, Done(output), input_snapshot=None)
+    else:
+        row = q.update_step(conn, row, output=output)
+        runs.fail_node(
+            conn, run, _node(run, row), row, Code.GATE_REJECTED, f"rejected by {actor}: {reason}"
+        )
+        run_after = runs.advance(conn, run_id)
+    return 200, {**answer, "decision": decision, "runStatus": (run_after or run)["status"]}
+
+
+def abandoned(
+    row: Row,
+    *,
+    owner: str,
+    node_prefix: str,
+    startup: bool,
+    now: datetime,
+    executing: frozenset[StepKey] = frozenset(),
+) -> bool:
+    """Whether a claimed step's executor is gone: its lease expired (and this engine is
+    not executing it), or — at start-up — a dead incarnation of this node held it. Pure."""
+    holder = row["claimed_by"] or ""
+    if not holder or StepKey.of(row) in executing:
+        return False
+    expired = row["lease_expires_at"] is not None and row["lease_expires_at"] <= now
+    return expired or (startup and holder.startswith(node_prefix) and holder != owner)
+
+
+def recover(conn: Connection, seen: Row) -> Row | None:
+    """Take back a step whose executor died (see :func:`abandoned`); one step per
+    transaction, so only its own run is locked.
+
+    An idempotent step runs again (a suspended one is polled again); a step with
+    ``extras.idempotent: false`` may have applied its side effect, so it fails the run.
+    Returns the run when the step was taken back.
+    """
+    current = _current(conn, seen)
+    if current is None or current[1]["status"] != S.RUNNING:
+        return None
+    run, row = current
+    if not _node(run, row).idempotent:
+        return _safety_fail(
+            conn,
+            run,
+            row,
+            Code.INTERRUPTED_NON_IDEMPOTENT,
+            "interrupted while running and declared idempotent: false; "
+            "not run again (start a new run to retry it deliberately)",
+        )
+    polled = row["suspended_at"] is not None and row["suspend"] is not None
+    q.update_step(
+        conn,
+        row,
+        status=(S.SUSPENDED if polled else S.RUNNABLE).value,
+        next_attempt_at=utcnow() if polled else None,
+        claimed_by=None,
+        lease_expires_at=None,
+        error_code="interrupted_by_restart",
+    )
+    return run
+
+
+def overdue(conn: Connection, now: datetime) -> list[Row]:
+    """Suspended steps past their run's ``suspendedStepTimeout`` (read-only), except
+    those with ``extras.awaitApproval: true``."""
+    out = []
+    for row in q.suspended_since(conn, now):
+        d = runs.definition_for(conn, row["run_id"])
+        if d is None or d.node(row["step_id"]).awaits_approval:
+            continue
+        if row["suspended_at"] + timedelta(seconds=d.config.suspendedStepTimeout) <= now:
+            out.append(row)
+    return out
+
+
+def expire(conn: Connection, seen: Row) -> Row | None:
+    """Fail a step suspended longer than its run's ``suspendedStepTimeout`` — except
+    ``extras.awaitApproval: true`` (``human.gate`` is not exempt). The safety catch
+    fails the whole run; returns it then."""
+    now = utcnow()
+    current = _current(conn, seen)
+    if current is None or current[1]["status"] != S.SUSPENDED:
+        return None
+    run, row = current
+    if _node(run, row).awaits_approval:
+        return None
+    limit = timedelta(seconds=runs.definition_of(run).config.suspendedStepTimeout)
+    if row["suspended_at"] + limit > now:
+        return None
+    return _safety_fail(
+        conn,
+        run,
+        row,
+        Code.SUSPENDED_TIMEOUT,
+        f"suspended longer than suspendedStepTimeout ({limit.total_seconds():g}s)",
+    )

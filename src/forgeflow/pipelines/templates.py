@@ -1,0 +1,154 @@
+"""Templates as units of work: create, replace, enable/disable, and starting a run.
+
+``PipelineEngine.start`` refuses a disabled template with ``template_disabled``: the
+template is the switch, not its trigger (spec "Những mẫu xuất xưởng ở trạng thái tắt").
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import Connection
+
+from forgeflow.pipelines.definition import Loaded, PipelineDefinition
+from forgeflow.pipelines.inputs import InputError, validate_inputs
+from forgeflow.pipelines.runs import Parent, PipelineError, Started, create_run
+from forgeflow.store import audit
+from forgeflow.store import pipelines as q
+from forgeflow.store.pipelines import Row
+
+
+def _audit(conn: Connection, action: str, key: str, actor: str, **meta: Any) -> None:
+    audit.append(
+        conn, audit.AuditEvent(action=action, actor=actor, metadata={"templateKey": key, **meta})
+    )
+
+
+def _triggers(d: PipelineDefinition) -> list[dict[str, Any]]:
+    return [t.model_dump(exclude_none=True) for t in d.triggers]
+
+
+def require(conn: Connection, key: str) -> Row:
+    row = q.get_definition(conn, key)
+    if row is None:
+        raise PipelineError("template_not_found", f"no pipeline template {key}", status=404)
+    return row
+
+
+def definition(row: Row) -> PipelineDefinition:
+    return PipelineDefinition.model_validate(row["definition"])
+
+
+def create(conn: Connection, loaded: Loaded, *, actor: str, built_in: bool = False) -> Row:
+    d = loaded.definition
+    if not q.insert_definition(
+        conn,
+        key=d.key,
+        name=d.name,
+        version=d.version,
+        definition=d.to_json(),
+        is_enabled=d.enabled,
+        built_in=built_in,
+    ):
+        raise PipelineError("template_exists", f"a pipeline template {d.key} already exists")
+    q.sync_triggers(conn, d.key, _triggers(d))
+    _audit(conn, "pipeline.template.create", d.key, actor, version=d.version)
+    return require(conn, d.key)
+
+
+def replace(conn: Connection, key: str, loaded: Loaded, *, actor: str, enabled: bool | None) -> Row:
+    """Replace a template's definition; ``enabled`` None keeps the current switch.
+
+    The version moves forward when the content changed (runs keep their snapshot).
+    """
+    row = require(conn, key)
+    d = loaded.definition
+    if d.key != key:
+        raise PipelineError(
+            "key_mismatch", f"the document's key {d.key!r} is not {key!r}", status=400
+        )
+    is_enabled = row["is_enabled"] if enabled is None else enabled
+    old = definition(row)
+    version = row["version"]
+    if old.model_copy(update={"version": 1, "enabled": True}) != d.model_copy(
+        update={"version": 1, "enabled": True}
+    ):
+        version = max(d.version, row["version"] + 1)
+    d = d.model_copy(update={"version": version, "enabled": is_enabled})
+    if not q.update_definition(
+        conn,
+        key,
+        row["revision"],
+        name=d.name,
+        version=version,
+        definition=d.to_json(),
+        is_enabled=is_enabled,
+    ):
+        raise PipelineError("stale_version", f"template {key} changed concurrently; retry")
+    q.sync_triggers(conn, key, _triggers(d))
+    _audit(conn, "pipeline.template.update", key, actor, version=version)
+    return require(conn, key)
+
+
+def set_enabled(conn: Connection, key: str, enabled: bool, *, actor: str) -> Row:
+    row = require(conn, key)
+    if row["is_enabled"] == enabled:
+        return row
+    d = definition(row).model_copy(update={"enabled": enabled})
+    if not q.update_definition(
+        conn, key, row["revision"], is_enabled=enabled, definition=d.to_json()
+    ):
+        raise PipelineError("stale_version", f"template {key} changed concurrently; retry")
+    _audit(conn, f"pipeline.template.{'enable' if enabled else 'disable'}", key, actor)
+    return require(conn, key)
+
+
+def start(
+    conn: Connection,
+    key: str,
+    *,
+    trigger_type: str,
+    event_type: str | None = None,
+    inputs: dict[str, Any] | None = None,
+    event: dict[str, Any] | None = None,
+    dedupe_key: str | None = None,
+    actor: str = "system",
+    coerce_text: bool = False,
+    parent: Parent | None = None,
+) -> Started:
+    """Start a run of a template (the unit of work behind ``PipelineEngine.start``).
+
+    A ``dedupe_key`` already used returns that run; a disabled template refuses with
+    ``template_disabled``; inputs are checked against the declared ones.
+    """
+    if dedupe_key is not None:
+        existing = q.run_by_dedupe(conn, dedupe_key)
+        if existing is not None:
+            return Started(existing, False)
+    row = require(conn, key)
+    if not row["is_enabled"]:
+        raise PipelineError(
+            "template_disabled", f"pipeline template {key} is disabled; enable it first"
+        )
+    d = definition(row)
+    try:
+        checked = validate_inputs(d.inputs, inputs or {}, coerce_text=coerce_text)
+    except InputError as exc:
+        raise PipelineError("invalid_inputs", str(exc), status=400, errors=exc.errors) from None
+    return create_run(
+        conn,
+        d,
+        trigger_type=trigger_type,
+        event_type=event_type,
+        inputs=checked,
+        event=event,
+        dedupe_key=dedupe_key,
+        actor=actor,
+        parent=parent,
+    )
+
+
+def has_manual_trigger(conn: Connection, key: str) -> bool:
+    return any(
+        t["trigger_type"] == "manual" and t["is_enabled"] for t in q.list_triggers(conn, key)
+    )

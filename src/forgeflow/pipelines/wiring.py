@@ -1,0 +1,47 @@
+"""Build a process's PipelineEngine: built-in bodies, port adapters, settings."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from forgeflow.config import Settings
+from forgeflow.gitea.client import GiteaClient
+from forgeflow.pipelines.adapters import GiteaAdapter, LocalWorkspace, StoreAgentDispatch
+from forgeflow.pipelines.bodies import register_builtins
+from forgeflow.pipelines.engine import PipelineEngine
+from forgeflow.pipelines.registry import PipelineBodyRegistry
+from forgeflow.store import Store
+from forgeflow.workspace import WorkspaceManager
+
+
+def build_engine(
+    settings: Settings,
+    store: Store,
+    *,
+    gitea: GiteaClient | None,
+    owner: str,
+    node_prefix: str,
+    wake_tasks: Callable[[], None] | None = None,
+) -> PipelineEngine:
+    """No I/O here: the loop starts with :meth:`PipelineEngine.start_loop`."""
+    registry = PipelineBodyRegistry()
+    register_builtins(registry)
+    root = str(settings.resolved_workspace_root)
+    token = settings.gitea_token.get_secret_value() if settings.gitea_token else None
+    workspace = LocalWorkspace(
+        root,
+        str(Path(settings.data_dir) / "pipelines"),
+        WorkspaceManager(Path(root), token=token),
+    )
+    return PipelineEngine(
+        store,
+        registry,
+        owner=owner,
+        node_prefix=node_prefix,
+        workspace=workspace,
+        agent=StoreAgentDispatch(store, workspace_root=root, gitea=gitea, wake=wake_tasks),
+        gitea=GiteaAdapter(gitea) if gitea is not None else None,
+        lease_ttl=settings.lease_ttl_seconds,
+        poll_seconds=settings.poll_seconds,
+    )

@@ -1,0 +1,370 @@
+"""All SQL of the pipeline tables (definitions, runs, steps, triggers).
+
+Each function takes the caller's ``Connection`` so a unit of work composes several of
+them into one transaction. Every change of a run or step row is a compare-and-swap on
+its ``version``; :func:`lock_run` takes the run row first (``FOR UPDATE`` on
+PostgreSQL — SQLite has one writer anyway), so whatever changes one run's steps and
+state is serialised per run.
+"""
+
+from __future__ import annotations
+
+import secrets
+import uuid
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Connection, and_, func, insert, or_, select, update
+
+from forgeflow.store.pipeline_schema import (
+    pipeline_definitions as defs,
+)
+from forgeflow.store.pipeline_schema import (
+    pipeline_runs as runs,
+)
+from forgeflow.store.pipeline_schema import (
+    pipeline_steps as steps,
+)
+from forgeflow.store.pipeline_schema import (
+    pipeline_triggers as triggers,
+)
+from forgeflow.store.sql import insert_ignore
+from forgeflow.store.types import utcnow
+
+Row = dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class StepKey:
+    run_id: str
+    step_id: str
+    item_index: int
+
+    @classmethod
+    def of(cls, row: Row) -> StepKey:
+        return cls(row["run_id"], row["step_id"], row["item_index"])
+
+
+def _where_step(key: StepKey) -> Any:
+    return and_(
+        steps.c.run_id == key.run_id,
+        steps.c.step_id == key.step_id,
+        steps.c.item_index == key.item_index,
+    )
+
+
+# -- definitions --------------------------------------------------------------------
+
+
+def get_definition(conn: Connection, key: str) -> Row | None:
+    row = conn.execute(select(defs).where(defs.c.key == key)).first()
+    return dict(row._mapping) if row else None
+
+
+def list_definitions(conn: Connection) -> list[Row]:
+    return [dict(r._mapping) for r in conn.execute(select(defs).order_by(defs.c.key))]
+
+
+def insert_definition(
+    conn: Connection,
+    *,
+    key: str,
+    name: str,
+    version: int,
+    definition: dict[str, Any],
+    is_enabled: bool,
+    built_in: bool = False,
+) -> bool:
+    """Create a template; False when the key is taken."""
+    now = utcnow()
+    return insert_ignore(
+        conn,
+        defs,
+        {
+            "key": key,
+            "name": name,
+            "version": version,
+            "definition": definition,
+            "is_enabled": is_enabled,
+            "built_in": built_in,
+            "created_at": now,
+            "updated_at": now,
+            "revision": 1,
+        },
+    )
+
+
+def update_definition(conn: Connection, key: str, expected_revision: int, **values: Any) -> bool:
+    result = conn.execute(
+        update(defs)
+        .where(defs.c.key == key)
+        .where(defs.c.revision == expected_revision)
+        .values(revision=expected_revision + 1, updated_at=utcnow(), **values)
+    )
+    return result.rowcount == 1
+
+
+def list_triggers(conn: Connection, template_key: str | None = None) -> list[Row]:
+    stmt = select(triggers).order_by(
+        triggers.c.template_key, triggers.c.trigger_type, triggers.c.event_type
+    )
+    if template_key is not None:
+        stmt = stmt.where(triggers.c.template_key == template_key)
+    return [dict(r._mapping) for r in conn.execute(stmt)]
+
+
+def sync_triggers(conn: Connection, template_key: str, wanted: list[dict[str, Any]]) -> None:
+    """Make the template's trigger rows match its definition.
+
+    A row that already exists keeps its ``is_enabled`` (the operator's choice) and its
+    webhook token; new rows take the definition's ``enabled``; rows no longer declared
+    are deleted.
+    """
+    now = utcnow()
+    existing = {(r["trigger_type"], r["event_type"]): r for r in list_triggers(conn, template_key)}
+    keep = set()
+    for t in wanted:
+        ident = (t["type"], t.get("eventType") or "")
+        keep.add(ident)
+        values = {"match": t.get("match"), "schedule": t.get("schedule"), "updated_at": now}
+        if ident in existing:
+            conn.execute(
+                update(triggers)
+                .where(triggers.c.trigger_id == existing[ident]["trigger_id"])
+                .values(**values)
+            )
+            continue
+        conn.execute(
+            insert(triggers).values(
+                trigger_id=f"trg-{uuid.uuid4().hex}",
+                template_key=template_key,
+                trigger_type=ident[0],
+                event_type=ident[1],
+                webhook_token=secrets.token_urlsafe(24) if ident[0] == "webhook" else None,
+                is_enabled=bool(t.get("enabled", True)),
+                created_at=now,
+                **values,
+            )
+        )
+    for ident, row in existing.items():
+        if ident not in keep:
+            conn.execute(triggers.delete().where(triggers.c.trigger_id == row["trigger_id"]))
+
+
+# -- runs -----------------------------------------------------------------------------
+
+
+def insert_run(conn: Connection, values: dict[str, Any]) -> bool:
+    """Insert a run; False when its ``dedupe_key`` is already used."""
+    now = utcnow()
+    return insert_ignore(
+        conn,
+        runs,
+        {"created_at": now, "updated_at": now, "version": 1, **values},
+    )
+
+
+def get_run(conn: Connection, run_id: str) -> Row | None:
+    row = conn.execute(select(runs).where(runs.c.run_id == run_id)).first()
+    return dict(row._mapping) if row else None
+
+
+def lock_run(conn: Connection, run_id: str) -> Row | None:
+    """Read a run row and hold it for the rest of the transaction."""
+    row = conn.execute(select(runs).where(runs.c.run_id == run_id).with_for_update()).first()
+    return dict(row._mapping) if row else None
+
+
+def run_by_dedupe(conn: Connection, dedupe_key: str) -> Row | None:
+    row = conn.execute(select(runs).where(runs.c.dedupe_key == dedupe_key)).first()
+    return dict(row._mapping) if row else None
+
+
+def update_run(conn: Connection, run: Row, **values: Any) -> Row:
+    """Compare-and-swap a run row; returns the new row (raises when it moved)."""
+    result = conn.execute(
+        update(runs)
+        .where(runs.c.run_id == run["run_id"])
+        .where(runs.c.version == run["version"])
+        .values(version=run["version"] + 1, updated_at=utcnow(), **values)
+    )
+    if result.rowcount != 1:
+        raise StaleRow(f"run {run['run_id']} changed under us")
+    return {**run, **values, "version": run["version"] + 1}
+
+
+def list_runs(
+    conn: Connection,
+    *,
+    template_key: str | None = None,
+    status: str | None = None,
+    limit: int = 50,
+    offset: int = 0,
+) -> tuple[list[Row], int]:
+    conds = []
+    if template_key is not None:
+        conds.append(runs.c.template_key == template_key)
+    if status is not None:
+        conds.append(runs.c.status == status)
+    total = conn.execute(select(func.count()).select_from(runs).where(*conds)).scalar_one()
+    rows = conn.execute(
+        select(runs)
+        .where(*conds)
+        .order_by(runs.c.created_at.desc(), runs.c.run_id)
+        .limit(limit)
+        .offset(offset)
+    )
+    return [dict(r._mapping) for r in rows], int(total)
+
+
+def child_runs(conn: Connection, parent_run_id: str) -> list[Row]:
+    rows = conn.execute(select(runs).where(runs.c.parent_run_id == parent_run_id))
+    return [dict(r._mapping) for r in rows]
+
+
+# -- steps ----------------------------------------------------------------------------
+
+
+class StaleRow(Exception):
+    """A compare-and-swap found the row moved on: the caller's view is out of date."""
+
+    code = "stale_version"
+
+
+def insert_steps(conn: Connection, rows: list[dict[str, Any]]) -> None:
+    if not rows:
+        return
+    now = utcnow()
+    conn.execute(
+        insert(steps),
+        [{"attempt": 0, "created_at": now, "updated_at": now, "version": 1, **r} for r in rows],
+    )
+
+
+def steps_of(conn: Connection, run_id: str) -> list[Row]:
+    rows = conn.execute(
+        select(steps)
+        .where(steps.c.run_id == run_id)
+        .order_by(steps.c.created_at, steps.c.step_id, steps.c.item_index)
+    )
+    return [dict(r._mapping) for r in rows]
+
+
+def get_step(conn: Connection, key: StepKey) -> Row | None:
+    row = conn.execute(select(steps).where(_where_step(key))).first()
+    return dict(row._mapping) if row else None
+
+
+def update_step(conn: Connection, row: Row, **values: Any) -> Row:
+    """Compare-and-swap a step row on its version; returns the new row."""
+    result = conn.execute(
+        update(steps)
+        .where(_where_step(StepKey.of(row)))
+        .where(steps.c.version == row["version"])
+        .values(version=row["version"] + 1, updated_at=utcnow(), **values)
+    )
+    if result.rowcount != 1:
+        raise StaleRow(f"step {row['run_id']}/{row['step_id']}#{row['item_index']} changed")
+    return {**row, **values, "version": row["version"] + 1}
+
+
+def wake_at(conn: Connection, key: StepKey, at: datetime) -> None:
+    """Ask for a step to be called again by ``at`` (no version bump: a running body's
+    own result must still find its row as it claimed it)."""
+    conn.execute(update(steps).where(_where_step(key)).values(next_attempt_at=at))
+
+
+def due_steps(conn: Connection, now: datetime, limit: int = 200) -> list[Row]:
+    """Steps to start now: runnable ones whose time came, and suspended ones whose body
+    asked to be called again by now — of running runs, oldest first."""
+    stmt = (
+        select(steps)
+        .join(runs, runs.c.run_id == steps.c.run_id)
+        .where(runs.c.status == "running")
+        .where(
+            or_(
+                and_(
+                    steps.c.status == "runnable",
+                    or_(steps.c.next_attempt_at.is_(None), steps.c.next_attempt_at <= now),
+                ),
+                and_(steps.c.status == "suspended", steps.c.next_attempt_at <= now),
+            )
+        )
+        .order_by(steps.c.updated_at, steps.c.run_id, steps.c.step_id, steps.c.item_index)
+        .limit(limit)
+    )
+    return [dict(r._mapping) for r in conn.execute(stmt)]
+
+
+def next_due(conn: Connection) -> datetime | None:
+    value: datetime | None = conn.execute(
+        select(func.min(steps.c.next_attempt_at))
+        .join(runs, runs.c.run_id == steps.c.run_id)
+        .where(runs.c.status == "running")
+        .where(steps.c.status.in_(("runnable", "suspended")))
+    ).scalar_one()
+    return value
+
+
+def executing_count(conn: Connection, run_id: str) -> int:
+    """Steps of the run whose body is executing now (claimed rows)."""
+    return int(
+        conn.execute(
+            select(func.count())
+            .select_from(steps)
+            .where(steps.c.run_id == run_id)
+            .where(steps.c.status == "running")
+            .where(steps.c.claimed_by.is_not(None))
+        ).scalar_one()
+    )
+
+
+def executed_count(conn: Connection, run_id: str) -> int:
+    """Executions started so far in the run (every attempt of every step and item)."""
+    value = conn.execute(
+        select(func.coalesce(func.sum(steps.c.attempt), 0)).where(steps.c.run_id == run_id)
+    ).scalar_one()
+    return int(value)
+
+
+def claimed_steps(conn: Connection) -> list[Row]:
+    """Every step whose body some engine claims to execute."""
+    rows = conn.execute(
+        select(steps)
+        .where(steps.c.status == "running")
+        .where(steps.c.claimed_by.is_not(None))
+        .order_by(steps.c.run_id, steps.c.step_id, steps.c.item_index)
+    )
+    return [dict(r._mapping) for r in rows]
+
+
+def renew_leases(
+    conn: Connection, owner: str, keys: list[StepKey], until: datetime
+) -> set[StepKey]:
+    """Extend the leases this owner holds; returns the keys it still holds."""
+    held = set()
+    for key in keys:
+        result = conn.execute(
+            update(steps)
+            .where(_where_step(key))
+            .where(steps.c.status == "running")
+            .where(steps.c.claimed_by == owner)
+            .values(lease_expires_at=until)
+        )
+        if result.rowcount == 1:
+            held.add(key)
+    return held
+
+
+def suspended_since(conn: Connection, before: datetime) -> list[Row]:
+    """Suspended steps (of running runs) that were first suspended before ``before``."""
+    rows = conn.execute(
+        select(steps)
+        .join(runs, runs.c.run_id == steps.c.run_id)
+        .where(runs.c.status == "running")
+        .where(steps.c.status == "suspended")
+        .where(steps.c.suspended_at < before)
+        .order_by(steps.c.suspended_at)
+    )
+    return [dict(r._mapping) for r in rows]
