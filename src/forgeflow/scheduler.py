@@ -61,14 +61,24 @@ class Scheduler:
         self._wake.set()
         self._outbox_wake.set()
 
-    async def start(self) -> None:
+    async def recover(self) -> None:
+        """Move on work left by dead workers (run at start-up, then every lease period)."""
         changed = await self.store.write(
-            lambda c: scheduling.recover(
-                c, owner=self.owner, node_prefix=self.node_prefix, retry=self.retry
+            partial(
+                scheduling.recover,
+                owner=self.owner,
+                node_prefix=self.node_prefix,
+                retry=self.retry,
+                ttl=self.lease_ttl,
             )
         )
         for task in changed:
             log.info("recovery.task", task_id=task["task_id"], state=task["state"])
+        if changed:
+            self.wake()
+
+    async def start(self) -> None:
+        await self.recover()
         self._loops = [
             asyncio.create_task(self._heartbeat(), name="scheduler.heartbeat"),
             asyncio.create_task(self._claim_loop(), name="scheduler.claim"),
@@ -127,8 +137,14 @@ class Scheduler:
         event.clear()
 
     async def _claim_loop(self) -> None:
+        last_recovery = asyncio.get_running_loop().time()
         while not self._stopping:
             try:
+                now = asyncio.get_running_loop().time()
+                if now - last_recovery >= self.lease_ttl.total_seconds():
+                    # Another worker may have died meanwhile: its leases expire, we recover.
+                    last_recovery = now
+                    await self.recover()
                 await self._claim_round()
                 due = await self.store.read(scheduling.next_wake)
             except Exception:

@@ -38,7 +38,7 @@ def good_env(gitea: GiteaEmulator, tmp_path: Path) -> Iterator[dict[str, str]]:
         FORGEFLOW_WEBHOOK_SECRET=WEBHOOK_SECRET,
         FORGEFLOW_CODEX_COMMAND=f"{CODEX} app-server",
         FORGEFLOW_GITEA_MCP_COMMAND=str(GITEA_MCP),
-        FORGEFLOW_MCP_TIMEOUT_SECONDS="5",
+        FORGEFLOW_MCP_TIMEOUT_SECONDS="30",
         **home.env(),
     )
     assert _run(env, "migrate").returncode == 0
@@ -81,7 +81,11 @@ def test_doctor_passes_when_everything_is_there(good_env: dict[str, str]) -> Non
             "gitea-mcp",
             "mcp_command_missing",
         ),
-        ({"FORGEFLOW_GITEA_MCP_COMMAND": "sleep 60"}, "gitea-mcp", "mcp_initialize_timeout"),
+        (
+            {"FORGEFLOW_GITEA_MCP_COMMAND": "sleep 60", "FORGEFLOW_MCP_TIMEOUT_SECONDS": "2"},
+            "gitea-mcp",
+            "mcp_initialize_timeout",
+        ),
         ({"FORGEFLOW_WORKSPACE_ROOT": "/proc/forgeflow"}, "workspace root", "not writable"),
     ],
 )

@@ -85,7 +85,8 @@ def test_dirty_main_clone_blocks_and_keeps_the_edit(worker: Worker) -> None:  # 
     wait_for(lambda: _state(ff, blocked) == "blocked_workspace")
     assert readme.read_bytes() == edited
     audit = _detail(ff, blocked)["audit"]
-    assert audit[-1]["errorCode"] == "workspace_dirty"
+    block = [e for e in audit if e["toState"] == "blocked_workspace"]
+    assert len(block) == 1 and block[0]["errorCode"] == "workspace_dirty"
     # Released while still dirty: blocked again, and the edit is still there.
     assert _control(ff, f"tasks/{blocked}/release", "rel-1")["state"] == "queued"
     wait_for(

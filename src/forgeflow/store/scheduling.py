@@ -15,7 +15,7 @@ from forgeflow.store import control, leases
 from forgeflow.store import tasks as task_q
 from forgeflow.store import workers as worker_q
 from forgeflow.store.schema import repositories, tasks, workers
-from forgeflow.store.tasks import Transition
+from forgeflow.store.tasks import StaleStateVersion, Transition
 from forgeflow.store.types import utcnow
 
 # An older task of the same resource in one of these states goes first (FR-04: the
@@ -143,12 +143,20 @@ def queue_position(conn: Connection, task: dict[str, Any]) -> int:
 
 
 def recover(
-    conn: Connection, *, owner: str, node_prefix: str, retry: RetryPolicy
+    conn: Connection,
+    *,
+    owner: str,
+    node_prefix: str,
+    retry: RetryPolicy,
+    ttl: timedelta | None = None,
 ) -> list[dict[str, Any]]:
     """ARCHITECTURE §5.5: release dead leases and move interrupted work on.
 
     Work is interrupted when its lease expired or was left by a dead incarnation of
-    this same worker node. Returns the tasks that changed.
+    this same worker node; work that holds no lease (``verifying_reply``) when its
+    worker's heartbeat is older than ``ttl``. Safe to run at any time and from several
+    workers at once: a task another worker moved first is left to it. Returns the tasks
+    that changed.
     """
     now = utcnow()
     for held in leases.stale(conn, now=now, dead_owner_prefix=node_prefix, live_owner=owner):
@@ -157,18 +165,37 @@ def recover(
         )
     changed = []
     in_work = [s.value for s in ACTIVE_STATES] + [TaskState.VERIFYING_REPLY.value]
-    for row in conn.execute(select(tasks).where(tasks.c.state.in_(in_work))).mappings():
+    stmt = select(tasks).where(tasks.c.state.in_(in_work))
+    if conn.dialect.name == "postgresql":
+        stmt = stmt.with_for_update(skip_locked=True)
+    for row in conn.execute(stmt).mappings().all():
         task = dict(row)
         lease = leases.get(conn, task["repo_key"])
         if lease is not None and lease["task_id"] == task["task_id"]:
             continue  # a live worker still holds it
-        claimed_by = task["claimed_by"] or ""
-        if task["state"] == TaskState.VERIFYING_REPLY.value and (
-            not claimed_by.startswith(node_prefix) or claimed_by == owner
+        if task["state"] == TaskState.VERIFYING_REPLY.value and not _verifier_gone(
+            conn, task["claimed_by"] or "", owner=owner, node_prefix=node_prefix, ttl=ttl
         ):
-            continue  # no lease to judge by; only our own dead predecessor's is ours
-        changed.append(interrupt(conn, task, retry, error_code="interrupted_by_restart"))
+            continue
+        try:
+            changed.append(interrupt(conn, task, retry, error_code="interrupted_by_restart"))
+        except StaleStateVersion:
+            continue  # another worker recovered it first
     return changed
+
+
+def _verifier_gone(
+    conn: Connection, claimed_by: str, *, owner: str, node_prefix: str, ttl: timedelta | None
+) -> bool:
+    """Whether the worker verifying a reply is gone (no lease tells us for this state)."""
+    if not claimed_by or claimed_by == owner:
+        return False
+    if claimed_by.startswith(node_prefix):
+        return True  # this node's dead predecessor
+    if ttl is None:
+        return False
+    holder = worker_q.get(conn, claimed_by.split("/", 1)[0])
+    return holder is None or holder["heartbeat_at"] < utcnow() - ttl
 
 
 def interrupt(
