@@ -357,3 +357,32 @@ def test_forgeflow_killed_mid_turn_ends_the_orphaned_app_server_and_resumes(
         assert len(finals) == 1
     finally:
         cluster.stop()
+
+
+def test_under_yolo_codex_declines_a_servers_elicitation_itself(
+    gitea: GiteaEmulator,
+    model: ScriptedModel,
+    tmp_path: Path,
+    sqlite_url: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Observed with 0.171.0: with ``approvalPolicy: never`` codex answers an MCP server's
+    ``elicitation/create`` with ``decline`` and never asks forgeflow, whatever
+    FORGEFLOW_ELICITATION_POLICY says. The answer still lands, through the REST fallback."""
+    asking = f"{sys.executable} -m forgeflow_testkit.asking_mcp"
+    for world in _start(
+        gitea,
+        model,
+        tmp_path,
+        sqlite_url,
+        monkeypatch,
+        gitea_mcp_command=asking,
+        elicitation_policy="accept",
+    ):
+        answering_agent(world.model)
+        task = world.mention()
+        detail = world.finished(task)
+        outputs = [o["output"] for r in world.model.requests for o in r.function_call_outputs()]
+        assert outputs and all("the client answered decline" in o for o in outputs)
+        assert not [e for e in detail["audit"] if e["action"] == "agent.elicitation"]
+        assert detail["task"]["state"] == "succeeded_with_rest_fallback"
