@@ -288,6 +288,12 @@ class Execution:
         assert session is not None
         cwd = session_worktree(self.cfg.workspace_root, resource)
         reply_retry = task["retry_step"] == S.RUNNING and int(task["reply_attempt"]) > 0
+        if not reply_retry and int(task["turn_count"]) > 0:
+            # A turn of this task ran before and was interrupted: if its answer reached
+            # Gitea before the interruption, it is the answer; no second turn.
+            answered = await self._answered_before(task)
+            if answered is not None:
+                return answered
         try:
             tool = await self.runtime.comment_tool()
             thread_id = await self.runtime.ensure_session(
@@ -364,6 +370,26 @@ class Execution:
             )
         )
         return await self._after_turn(task, handle, completed, needs_user, aborted)
+
+    async def _answered_before(self, task: dict[str, Any]) -> dict[str, Any] | None:
+        last = await self.store.read(lambda c: turn_q.last_normal(c, task["task_id"]))
+        if last is None:
+            return None
+        found = await self.replies.verify(task, last["turn_key"])
+        if found.result is not Found.FOUND:
+            return None
+        await self._audit(
+            task,
+            "turn.skipped_answer_exists",
+            comment_id=found.comment_id,
+            metadata={"turnKey": last["turn_key"]},
+        )
+        return await self._move(
+            task,
+            S.VERIFYING_REPLY,
+            action="task.verify",
+            fields={"turn_id": last["turn_id"], "retry_step": None},
+        )
 
     async def _prompt(
         self,

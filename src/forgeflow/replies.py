@@ -204,6 +204,10 @@ class Replies:
             turn=row["turn_key"],
         )
 
+    async def answered(self, task: dict[str, Any]) -> bool:
+        """Whether any answer of the task (a final or fallback of any turn) is on Gitea."""
+        return bool(await self._matching(task, {MarkerKind.FINAL, MarkerKind.FALLBACK}, None))
+
     async def verify(self, task: dict[str, Any], turn: str) -> Verification:
         """Look for the final (or fallback) comment of ``turn`` (FR-06)."""
         try:

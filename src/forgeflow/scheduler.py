@@ -215,6 +215,11 @@ class Scheduler:
                 log.warning("outbox.command_reply_failed", key=row["comment_key"], error=str(exc))
         for task in await self.store.read(outbox.results_owed):
             try:
+                if task["state"] == "failed" and await self.replies.answered(task):
+                    # The task failed after its answer landed (a crash between the agent's
+                    # post and our record): the user has an answer; no failure notice.
+                    await self.store.write(partial(outbox.skip_result, task=task))
+                    continue
                 await self.replies.result(task, outbox.result_text(task))
             except GiteaError as exc:
                 log.warning("outbox.result_failed", task_id=task["task_id"], error=str(exc))

@@ -11,7 +11,8 @@ Behaviour comes from the environment because ``forgeflow serve`` builds it from
   the task and in every process (derived from the task id);
 - ``FORGEFLOW_TEST_REPLY``: ``mcp`` (post the final comment), ``none`` (forget to);
   ``none-once`` forgets only the first turn of a task; ``ask`` asks the user a
-  question instead of answering (``item/tool/requestUserInput``);
+  question instead of answering (``item/tool/requestUserInput``); ``early`` posts the
+  answer at the start of the turn, before it ends;
 - ``FORGEFLOW_TEST_TRACE``: a JSON-lines file receiving turn start/end times.
 """
 
@@ -100,6 +101,11 @@ class ScriptedRuntime:
         turn, interrupted = self._turns[handle.turn_id]
         repo_key = turn.task_id and f"{turn.owner}/{turn.repo}"
         self._trace(event="start", task=turn.task_id, repo=repo_key, turn=turn.turn_key)
+        if self.reply == "early":
+            # Answer first, then keep working: a crash now leaves an answer on Gitea
+            # that forgeflow has not recorded yet.
+            await self._post_final(turn)
+            self._trace(event="posted", task=turn.task_id, repo=repo_key, turn=turn.turn_key)
         try:
             async with asyncio.timeout(self.seconds_for(turn.task_id)):
                 await interrupted.wait()
@@ -118,11 +124,7 @@ class ScriptedRuntime:
             return
         if self._should_reply(turn):
             seq += 1
-            body = f"done: {turn.task_id}\n\n{turn.marker}"
-            r = await self._http.post(
-                f"/repos/{turn.owner}/{turn.repo}/issues/{turn.number}/comments",
-                json={"body": body},
-            )
+            r = await self._post_final(turn)
             yield ToolCall(
                 seq,
                 "add_comment",
@@ -133,7 +135,15 @@ class ScriptedRuntime:
         self._trace(event="end", task=turn.task_id, repo=repo_key, turn=turn.turn_key)
         yield TurnCompleted(seq + 1, TurnStatus.COMPLETED, last_message=f"done: {turn.task_id}")
 
+    async def _post_final(self, turn: TurnSpec) -> httpx.Response:
+        return await self._http.post(
+            f"/repos/{turn.owner}/{turn.repo}/issues/{turn.number}/comments",
+            json={"body": f"done: {turn.task_id}\n\n{turn.marker}"},
+        )
+
     def _should_reply(self, turn: TurnSpec) -> bool:
+        if self.reply == "early":
+            return False  # already posted at the start of the turn
         if self.reply == "none":
             return False
         if self.reply == "none-once" and turn.task_id not in self._forgot:

@@ -141,3 +141,56 @@ def test_restart_keeps_queued_waiting_and_terminal_tasks(cluster: Cluster, db_ur
         assert watch.task(q) == done  # terminal: untouched by a restart
     question = [c for c in cluster.bot_comments(asks) if "Which branch" in c["body"]]
     assert len(question) == 1
+
+
+def test_kill_after_the_answer_landed_never_answers_twice(cluster: Cluster, db_url: str) -> None:
+    """The agent posted its answer, then forgeflow died before recording it: the retry
+    finds the answer on Gitea and confirms it instead of running a second turn."""
+    cluster.start(FORGEFLOW_TEST_TURN_SECONDS="30", FORGEFLOW_TEST_REPLY="early")
+    hook(cluster)
+    issue = cluster.gitea.add_issue("acme", "widget", title="t", author="alice")
+    with DbWatch(db_url) as watch:
+        task = cluster.mention(issue)
+        wait_for(
+            lambda: any(e["event"] == "posted" for e in cluster.trace_events()),
+            what="the answer was posted",
+        )
+        cluster.kill9()
+        cluster.start(FORGEFLOW_TEST_TURN_SECONDS="0.2")
+        wait_for(lambda: _state(watch, task) == "succeeded", what="succeeded")
+    finals = [c for c in cluster.bot_comments(issue) if "kind=final" in c["body"]]
+    assert len(finals) == 1
+    events = admin_audit(cluster, taskId=task)
+    assert any(e["action"] == "turn.skipped_answer_exists" for e in events)
+    assert [e["metadata"]["turnKey"] for e in events if e["action"] == "turn.intent"] == [
+        f"{task}:1"
+    ]
+
+
+def test_exhausted_retries_after_the_answer_landed_post_no_failure_notice(
+    cluster: Cluster, db_url: str
+) -> None:
+    cluster.start(
+        FORGEFLOW_TEST_TURN_SECONDS="30", FORGEFLOW_TEST_REPLY="early", FORGEFLOW_MAX_RETRIES="0"
+    )
+    hook(cluster)
+    issue = cluster.gitea.add_issue("acme", "widget", title="t", author="alice")
+    with DbWatch(db_url) as watch:
+        task = cluster.mention(issue)
+        wait_for(
+            lambda: any(e["event"] == "posted" for e in cluster.trace_events()),
+            what="the answer was posted",
+        )
+        cluster.kill9()
+        cluster.start()
+        wait_for(lambda: _state(watch, task) == "failed", what="failed")
+    wait_for(
+        lambda: any(
+            e["action"] == "comment.result"
+            and e["metadata"].get("how") == "answer_already_on_gitea"
+            for e in admin_audit(cluster, taskId=task)
+        ),
+        what="result skipped",
+    )
+    kinds = sorted(c["body"].rsplit("kind=", 1)[1] for c in cluster.bot_comments(issue))
+    assert kinds == ["final -->", "receipt -->"]

@@ -16,6 +16,7 @@ PENDING = "pending"
 SENT = "sent"
 CONFIRMED = "confirmed"
 FAILED = "failed"
+SKIPPED = "skipped"  # a result comment that is not owed after all
 
 
 def record_final(

@@ -7,7 +7,8 @@ from typing import Any
 from sqlalchemy import Connection, and_, or_, select
 from sqlalchemy.orm import aliased
 
-from forgeflow.store.comments import CONFIRMED, SENT
+from forgeflow.store import comments as comment_q
+from forgeflow.store.comments import CONFIRMED, SENT, SKIPPED
 from forgeflow.store.schema import comments, tasks
 
 _LIVE = (
@@ -32,7 +33,7 @@ def _owed(
         select(tasks)
         .outerjoin(c, c.c.comment_key == tasks.c.task_id + suffix)
         .where(tasks.c.state.in_(states))
-        .where(or_(c.c.comment_key.is_(None), and_(c.c.status.not_in((SENT, CONFIRMED)))))
+        .where(or_(c.c.comment_key.is_(None), and_(c.c.status.not_in((SENT, CONFIRMED, SKIPPED)))))
         .order_by(tasks.c.created_at)
         .limit(limit)
     )
@@ -76,3 +77,20 @@ def command_replies_owed(conn: Connection, limit: int = 100) -> list[dict[str, A
         .limit(limit)
     )
     return [dict(r._mapping) for r in rows]
+
+
+def skip_result(conn: Connection, task: dict[str, Any]) -> None:
+    """Record that a task's result comment is not owed (its answer is on Gitea)."""
+    key = f"{task['task_id']}:result"
+    comment_q.record_intent(
+        conn,
+        comment_key=key,
+        task_id=task["task_id"],
+        kind="result",
+        resource_key=task["resource_key"],
+        turn_key=None,
+        body_hash="",
+    )
+    comment_q.record_result(
+        conn, key, status=SKIPPED, comment_id=None, how="answer_already_on_gitea"
+    )
