@@ -66,3 +66,19 @@ def store(db_url: str) -> Iterator[Store]:
     s.migrate()
     yield s
     s.close()
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """Figures that tests recorded with ``record_property("figures", text)``."""
+    texts = [
+        str(value)
+        for reports in terminalreporter.stats.values()
+        for report in reports
+        if getattr(report, "when", None) == "call"
+        for name, value in getattr(report, "user_properties", ())
+        if name == "figures"
+    ]
+    if texts:
+        terminalreporter.section("figures")
+        for text in texts:
+            terminalreporter.write_line(text)
