@@ -256,3 +256,15 @@ def test_permission_is_not_needed_when_configured_so(
         gitea.add_hook("acme", "open", url=ff.webhook_url, secret=WEBHOOK_SECRET)
         gitea.post_comment("acme", "open", issue, author="bob", body="@ccweb-bot hi")
         assert gitea.deliveries[-1].status_code == 202
+
+
+def test_nul_in_a_signed_comment_is_400_not_500(world: World) -> None:
+    comment = world.gitea.post_comment("acme", "widget", world.issue, author="alice", body="x")
+    payload = world.gitea.comment_payload("acme", "widget", world.issue, comment, sender="alice")
+    payload["comment"]["body"] = "@ccweb-bot do \x00 this"
+    headers, body = world.gitea.build_delivery(
+        "acme", "widget", "issue_comment", payload, secret=WEBHOOK_SECRET
+    )
+    r = httpx.post(world.ff.webhook_url, content=body, headers=headers)
+    assert r.status_code == 400
+    assert r.json()["message"] == "field comment.body contains a NUL character"
