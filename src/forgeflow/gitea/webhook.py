@@ -116,6 +116,9 @@ def _get(payload: Mapping[str, Any], path: str, kind: type | tuple[type, ...]) -
         node = node[part]
     if not isinstance(node, kind) or (isinstance(node, bool) and kind is int):
         raise InvalidPayload(f"field {path} has the wrong type")
+    if isinstance(node, str) and "\x00" in node:
+        # No database keeps NUL in text; Gitea never sends one.
+        raise InvalidPayload(f"field {path} contains a NUL character")
     return node
 
 
