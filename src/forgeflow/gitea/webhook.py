@@ -122,6 +122,13 @@ def _get(payload: Mapping[str, Any], path: str, kind: type | tuple[type, ...]) -
     return node
 
 
+def _text(value: Any, path: str, default: str) -> str:
+    text = str(value or default)
+    if "\x00" in text:
+        raise InvalidPayload(f"field {path} contains a NUL character")
+    return text
+
+
 def normalise_comment(
     delivery_id: str, event_type: str, payload: Mapping[str, Any]
 ) -> CommentEvent:
@@ -158,9 +165,9 @@ def normalise_comment(
         event_type="pull_request_comment" if is_pull else "issue_comment",
         action=action,
         resource=ResourceRef(repo, kind, number),
-        clone_url=str(repository.get("clone_url") or ""),
-        default_branch=str(repository.get("default_branch") or "main"),
-        html_url=str(payload["comment"].get("html_url") or ""),
+        clone_url=_text(repository.get("clone_url"), "repository.clone_url", ""),
+        default_branch=_text(repository.get("default_branch"), "repository.default_branch", "main"),
+        html_url=_text(payload["comment"].get("html_url"), "comment.html_url", ""),
         comment_id=comment_id,
         comment_body=body,
         comment_created_at=payload["comment"].get("created_at"),
