@@ -129,3 +129,24 @@ def test_commands_need_the_trigger_permission(worker: Worker) -> None:
     answer = _say(gitea, issue, "@ccweb-bot stop", author="mallory")
     assert answer["status"] == "rejected" and answer["reason"] == "insufficient_permission"
     assert _detail(ff, task)["task"]["state"] == "queued"
+
+
+def test_the_ui_shows_the_queue_position(worker: Worker) -> None:
+    import httpx
+
+    from tests.support.forgeflow import ADMIN_TOKEN
+
+    gitea, ff = worker
+    issue = gitea.add_issue("acme", "widget", title="t", author="alice")
+    with ff.admin() as admin:
+        admin.post("/api/gitea-workflow/control/pause", json={"requestId": "p"})
+    _say(gitea, issue, "@ccweb-bot first")
+    other = gitea.add_issue("acme", "widget", title="u", author="alice")
+    behind = _say(gitea, other, "@ccweb-bot second")["taskId"]
+    with httpx.Client(base_url=ff.url, follow_redirects=True) as ui:
+        login = ui.get("/ui/login")
+        token = login.text.split('name="csrf" value="', 1)[1].split('"', 1)[0]
+        ui.post("/ui/login", data={"token": ADMIN_TOKEN, "operator": "ops", "csrf": token})
+        page = ui.get(f"/ui/tasks/{behind}")
+    assert page.status_code == 200
+    assert "1 ahead in the queue" in page.text
