@@ -149,14 +149,27 @@ class Client:
                 conn.transport.close()
 
 
-def _cpu_seconds(pid: int | None) -> float:
-    if pid is None:
-        return 0.0
+def _cpu_seconds(pid: int) -> float:
     try:
         fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     except OSError:
         return 0.0
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _runq_wait(pid: int) -> float:
+    """Seconds the threads of `pid` have spent runnable but waiting for a CPU."""
+    total = 0
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return 0.0
+    for tid in tids:
+        try:
+            total += int(Path(f"/proc/{pid}/task/{tid}/schedstat").read_text().split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+    return total / 1e9
 
 
 def _machine_busy() -> float:
@@ -271,6 +284,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         warmup = await closed_loop(client, warm, min(8, args.connections), 60.0)
         cpu0, srv0, t0 = _own_cpu(), _cpu_seconds(args.server_pid), time.perf_counter()
         busy0 = _machine_busy()
+        waits0 = _runq_wait(args.server_pid), _runq_wait(os.getpid())
         if args.mode == "fixed":
             count = min(len(rest), round(args.rate * args.duration))
             result = await open_loop(client, rest[:count], args.rate)
@@ -283,6 +297,9 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         result["server_cpu_cores"] = round(server, 3)
         # Whatever else ran on the machine meanwhile: noise the figures do not account for.
         result["other_cpu_cores"] = round((_machine_busy() - busy0) / wall - own - server, 3)
+        # Time our threads were ready to run but had no CPU: what neighbours cost us.
+        result["server_runq_wait"] = round((_runq_wait(args.server_pid) - waits0[0]) / wall, 4)
+        result["loadgen_runq_wait"] = round((_runq_wait(os.getpid()) - waits0[1]) / wall, 4)
     finally:
         client.close()
     accepted = result["statuses"].get("202", 0) + warmup["statuses"].get("202", 0)
@@ -305,7 +322,7 @@ def main() -> None:
     p.add_argument("--duration", type=float, default=15.0)
     p.add_argument("--connections", type=int, default=32)
     p.add_argument("--warmup", type=int, default=300)
-    p.add_argument("--server-pid", type=int)
+    p.add_argument("--server-pid", type=int, required=True)
     p.add_argument("--out", type=Path, required=True)
     args = p.parse_args()
     import uvloop  # uvicorn[standard] brings it; the servers under test use it too

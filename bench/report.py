@@ -151,11 +151,13 @@ def markdown(results: dict[str, Any]) -> str:
         "- Verified after every forgeflow run, in its SQLite database: tasks = accepted "
         "deliveries = 202 answers, exactly (role ingress: all of them still queued); "
         f"baseline: rows = 202 answers. All runs verified: {verified}.",
-        f"- The machine is shared: each run first waited for other processes to use under "
-        f"{st['quiet_below']} cores, and a run during which they used more was repeated "
-        f"(up to {st['attempts']} tries; {s['discarded_attempts']} repeated, "
-        f"{s['disturbed_runs']} still disturbed). Other processes used at most "
-        f"{s['max_other_cpu_cores']:.2f} cores during any kept measured phase.",
+        f"- The machine is shared with other work: servers and generator run at nice "
+        f"{st['nice']}; each run first waited (up to {st['quiet_wait']:.0f} s) for other "
+        f"processes to use under {st['quiet_below']} cores, and a run during which they "
+        f"used more was repeated (up to {st['attempts']} tries; "
+        f"{s['discarded_attempts']} repeated, {s['disturbed_runs']} kept although "
+        f"disturbed). Other processes used up to {s['max_other_cpu_cores']:.2f} cores "
+        f"during a kept measured phase.",
         "",
         *rows,
         "",

@@ -95,6 +95,12 @@ def snapshot_source(ref: str, dest: Path) -> dict[str, str]:
     return {"ref": ref, "commit": head, "label": label, "src": str(dest / "src")}
 
 
+def niced(nice: int) -> list[str]:
+    """Command prefix running a process at scheduling priority `nice` (nice(1) execs, so
+    the pid stays that of the process itself); negative values need root."""
+    return ["nice", "-n", str(nice)] if nice else []
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -109,7 +115,14 @@ def _clean_env(**extra: str) -> dict[str, str]:
 
 
 def start_forgeflow(
-    run_dir: Path, *, secret: str, gitea_url: str, gitea_token: str, role: str, src: str
+    run_dir: Path,
+    *,
+    secret: str,
+    gitea_url: str,
+    gitea_token: str,
+    role: str,
+    src: str,
+    nice: int = 0,
 ) -> Server:
     """`forgeflow serve` importing forgeflow from `src` (a snapshot_source copy)."""
     data_dir = run_dir / "data"
@@ -124,8 +137,9 @@ def start_forgeflow(
     )
     log = run_dir / "forgeflow.stderr"
     with log.open("ab") as err:
+        argv = [FORGEFLOW, "serve", "--host", "127.0.0.1", "--port", str(port), "--role", role]
         proc = subprocess.Popen(
-            [FORGEFLOW, "serve", "--host", "127.0.0.1", "--port", str(port), "--role", role],
+            [*niced(nice), *argv],
             env=env,
             stdout=subprocess.DEVNULL,
             stderr=err,
@@ -135,13 +149,14 @@ def start_forgeflow(
     return server
 
 
-def start_baseline(run_dir: Path) -> Server:
+def start_baseline(run_dir: Path, *, nice: int = 0) -> Server:
     port = free_port()
     db = run_dir / "baseline.db"
     log = run_dir / "baseline.stderr"
     with log.open("ab") as err:
+        argv = [sys.executable, str(BENCH / "baseline_app.py"), "--port", str(port)]
         proc = subprocess.Popen(
-            [sys.executable, str(BENCH / "baseline_app.py"), "--port", str(port), "--db", str(db)],
+            [*niced(nice), *argv, "--db", str(db)],
             env=_clean_env(),
             stdout=subprocess.DEVNULL,
             stderr=err,
