@@ -188,6 +188,17 @@ class Scheduler:
             raise
         except Exception:
             log.exception("execution.crashed", task_id=task["task_id"])
+            try:
+                await self.store.write(
+                    partial(
+                        scheduling.abandon,
+                        task_id=task["task_id"],
+                        owner=self.owner,
+                        retry=self.retry,
+                    )
+                )
+            except Exception:
+                log.exception("execution.abandon_failed", task_id=task["task_id"])
         finally:
             self._running.pop(task["task_id"], None)
             self._busy_repos.discard(task["repo_key"])

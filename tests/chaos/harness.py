@@ -504,7 +504,14 @@ class ChaosRun:
                     f"task {r['task_id']} ({r['state']}, attempt {r['attempt']}) answered "
                     f"{answers} times: {kinds}; audit: {self._evidence(r['task_id'])}"
                 )
-            if r["state"] in ANSWERED_BY_RESULT and comments.get((r["task_id"], "result")) != 1:
+            # A task that failed after its answer landed owes no failure notice: the one
+            # answer it has is that answer (checked above).
+            landed = any(comments.get((r["task_id"], k)) for k in ("final", "fallback"))
+            if (
+                r["state"] in ANSWERED_BY_RESULT
+                and comments.get((r["task_id"], "result")) != 1
+                and not (r["state"] == "failed" and landed)
+            ):
                 self._violation(f"task {r['task_id']} ({r['state']}) has no result comment")
         if watch.violations:
             self._violation(f"two active tasks on one repository: {watch.violations[:3]}")

@@ -144,10 +144,13 @@ class RpcProcess:
     async def _write(self, msg: Json) -> None:
         if self.closed.is_set() or self.proc.stdin is None:
             raise ProcessGone("the process is gone")
+        if self.proc.stdin.is_closing():
+            raise ProcessGone("the process closed its input")
         try:
             self.proc.stdin.write(json.dumps(msg, separators=(",", ":")).encode() + b"\n")
             await self.proc.stdin.drain()
-        except (BrokenPipeError, ConnectionResetError) as exc:
+        except (ConnectionError, RuntimeError) as exc:
+            # RuntimeError: asyncio's "unable to perform operation on closed transport".
             raise ProcessGone(str(exc)) from None
 
     async def request(self, method: str, params: Json, timeout: float) -> Json:

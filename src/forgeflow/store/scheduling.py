@@ -184,6 +184,20 @@ def recover(
     return changed
 
 
+def abandon(conn: Connection, task_id: str, *, owner: str, retry: RetryPolicy) -> bool:
+    """The execution of a task crashed in this worker: give its lease back and move it
+    on as an interruption, instead of leaving it until the lease expires."""
+    task = task_q.get(conn, task_id)
+    if task is None or task["claimed_by"] != owner:
+        return False
+    if task["state"] not in [s.value for s in ACTIVE_STATES] + [TaskState.VERIFYING_REPLY.value]:
+        return False
+    if task["lease_id"]:
+        leases.release(conn, task["repo_key"], task["lease_id"])
+    interrupt(conn, task, retry, error_code="internal_error")
+    return True
+
+
 def _verifier_gone(
     conn: Connection, claimed_by: str, *, owner: str, node_prefix: str, ttl: timedelta | None
 ) -> bool:
