@@ -2,10 +2,12 @@
 
 Run by hand, never by pytest:
 
-    .venv/bin/python bench/ingest.py            # 3 rounds, ~8 minutes on 2 cores
+    .venv/bin/python bench/ingest.py [--ref REF]   # 3 rounds: 10+ minutes on 2 cores
 
 What it does, in order:
 
+0. Copies forgeflow's src/ at git REF (default HEAD; "worktree" for the work tree) to a
+   temp dir and serves that copy, so the code cannot change under a run.
 1. Starts a Gitea emulator in this process (bot `ccweb-bot` with admin on acme/widget,
    commenter `alice` with write) and pre-generates a pool of distinct, correctly signed
    `issue_comment` deliveries, each a distinct comment that mentions the bot, with the
@@ -15,7 +17,9 @@ What it does, in order:
    fresh SQLite database, driven by bench/loadgen.py in its own process with the same
    request pool.
 3. After each run stops the server and checks its database: forgeflow must hold exactly
-   one queued task per 202 answer, the baseline one row per 202 answer.
+   one queued task per 202 answer, the baseline one row per 202 answer. The machine may
+   be shared: the processes run at a raised priority, each run waits for the machine to
+   be quiet, and a run during which other processes used CPU is repeated.
 4. Writes bench/results/ingest-<timestamp>.json, prints a Markdown table and rewrites the
    generated block of the "Ingest" section of docs/BENCHMARKS.md.
 """

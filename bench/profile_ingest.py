@@ -157,6 +157,8 @@ def statement_styles(work: Path, count: int = 2000) -> None:
         ("exec_driver_sql, DB-API parameters", raw),
     ]
     print(f"\n## One 15-column INSERT, {count} times in one transaction\n")
+    for _label, fn in styles:  # warm-up: compiled caches, file growth
+        store.db.write_sync(lambda c, fn=fn: [fn(c) for _ in range(200)])
     for label, fn in styles:
         t0 = time.perf_counter()
         store.db.write_sync(lambda c, fn=fn: [fn(c) for _ in range(count)])

@@ -109,6 +109,8 @@ def markdown(results: dict[str, Any]) -> str:
         f"| {ratio(ff_s['p50_ms'], ba_s['p50_ms'])} |",
         f"| p99 at saturation (ms) | {_ms(ff_s['p99_ms'])} | {_ms(ba_s['p99_ms'])} "
         f"| {ratio(ff_s['p99_ms'], ba_s['p99_ms'])} |",
+        f"| accepted/s with {rate:.0f} req/s offered | {ff_f['accepted_per_s']:.0f} "
+        f"| {ba_f['accepted_per_s']:.0f} | |",
         f"| p50 at {rate:.0f} req/s (ms) | {_ms(ff_f['p50_ms'])} | {_ms(ba_f['p50_ms'])} "
         f"| {ratio(ff_f['p50_ms'], ba_f['p50_ms'])} |",
         f"| p99 at {rate:.0f} req/s (ms) | {_ms(ff_f['p99_ms'])} | {_ms(ba_f['p99_ms'])} "
@@ -171,6 +173,11 @@ def markdown(results: dict[str, Any]) -> str:
         f"- Goal: p99 ≤ {P99_GOAL_MS:.0f} ms at {rate:.0f} req/s: {_ms(ff_f['p99_ms'])} ms, "
         f"{p99_goal}.",
     ]
+    if (ff_f["accepted_per_s"] or 0) < 0.97 * rate:
+        lines.append(
+            f"- forgeflow could not keep up with {rate:.0f} req/s here, so in the open-loop "
+            "run its latency is mostly the backlog growing for the whole run."
+        )
     if s["pool_exhausted"]:
         lines.append(
             "- Note: a saturation run used up the request pool before its duration; "
