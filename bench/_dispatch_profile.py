@@ -64,7 +64,7 @@ def rank(chains: list[list[tuple[str, float, float]]]) -> list[dict[str, Any]]:
             values[label].append(t1 - t0)
     n = max(len(chains), 1)
     total = sum(sum(v) for v in values.values()) / n
-    rows = []
+    rows: list[dict[str, Any]] = []
     for label, v in values.items():
         mean = sum(v) / n
         rows.append(

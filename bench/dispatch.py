@@ -2,7 +2,7 @@
 
 Run by hand, never by pytest:
 
-    .venv/bin/python bench/dispatch.py              # all scenarios, ~4 minutes on 2 cores
+    .venv/bin/python bench/dispatch.py              # all scenarios, ~5 minutes on 2 cores
 
 A Gitea emulator runs in this process (bot `ccweb-bot` with admin on every repository,
 `alice` with write) and delivers the webhooks itself; each scenario runs a fresh, real
@@ -75,7 +75,10 @@ def breakdown(serve: Serve, mentions: list[Mention], chains: bool = False) -> di
         m.accepted - next(t for a, t in audits[m.task_id] if a == "webhook.accept")
         for m in mentions
     ]
-    out = {"steps": prof.rank(paths), "accept_row_to_202_received": summary_ms(accept)}
+    out: dict[str, Any] = {
+        "steps": prof.rank(paths),
+        "accept_row_to_202_received": summary_ms(accept),
+    }
     if chains:
         out["chains"] = paths
     return out
@@ -288,6 +291,7 @@ def main() -> int:
     )
     args = p.parse_args()
     signal.signal(signal.SIGTERM, _terminate)
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # even if inherited ignored
     root = Path(tempfile.mkdtemp(prefix="forgeflow-dispatch-"))
     servers: list[Serve] = []
     world: World | None = None
