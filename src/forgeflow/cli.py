@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Annotated
 
@@ -87,12 +88,20 @@ def serve(
         f"(role {role.value}, database {services.store.dialect})",
         err=True,
     )
+    # The event loop and the database threads hand the GIL to each other several
+    # times per request; at the default 5 ms switch interval a thread back from
+    # SQLite waits behind the loop for whole intervals (docs/BENCHMARKS.md, "Ingest").
+    sys.setswitchinterval(0.0005)
     uvicorn.run(
         create_app(services),
         host=settings.host,
         port=settings.port,
         log_level="warning",
         access_log=False,
+        # asyncio's own loop, not uvloop: libuv starts every git child with fork(),
+        # copying the page tables of this large process while the loop waits, where
+        # CPython's subprocess uses vfork (docs/BENCHMARKS.md, "Dispatch").
+        loop="asyncio",
     )
 
 

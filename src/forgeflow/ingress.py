@@ -5,25 +5,30 @@ It answers from what the store says and never waits on clone, agent or comment w
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from functools import partial
 from typing import Any
 
 import structlog
+from sqlalchemy import Connection
 
 from forgeflow.config import Permission, Settings
+from forgeflow.domain.events import DomainEvent
 from forgeflow.domain.ids import delivery_key, sha256_ref
 from forgeflow.domain.markers import parse_marker
 from forgeflow.domain.mentions import find_mention
 from forgeflow.domain.paths import repo_workspace
+from forgeflow.gitea import events as gitea_events
 from forgeflow.gitea import webhook
 from forgeflow.gitea.client import GiteaError, GiteaPermissionDenied, PermissionCache
 from forgeflow.store import Store, audit, commands, deliveries
+from forgeflow.store import events as store_events
 from forgeflow.store.deliveries import DeliveryRecord
 
 log = structlog.get_logger("forgeflow.ingress")
+_Unit = Callable[[Connection, deliveries.Accept], DeliveryRecord]
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,6 +40,11 @@ class Reply:
 
 def _error(status: int, code: str, message: str, outcome: str) -> Reply:
     return Reply(status, {"error": code, "message": message}, outcome)
+
+
+def _with_events(unit: _Unit, found: Sequence[DomainEvent]) -> _Unit:
+    """The acceptance unit of work, recording the comment's domain events with it."""
+    return lambda conn, a: store_events.after_delivery(conn, unit(conn, a), found)
 
 
 class WebhookIngress:
@@ -52,6 +62,7 @@ class WebhookIngress:
         self._retention = timedelta(days=settings.delivery_retention_days)
         self._root = str(settings.resolved_workspace_root)
         self._budgets = settings.budgets()
+        self._bot = settings.bot_login
 
     async def handle(self, headers: Mapping[str, str], body: bytes) -> Reply:
         secret = self._settings.webhook_secret
@@ -78,23 +89,28 @@ class WebhookIngress:
                 "invalid",
             )
         key = delivery_key(delivery_id)
+        if event_type in webhook.COMMENT_EVENTS:
+            try:
+                event = webhook.normalise_comment(delivery_id, event_type, payload)
+            except webhook.InvalidPayload as exc:
+                return _error(400, "invalid_payload", str(exc), "invalid")
+            return await self._comment(key, event, body)
         seen = await self._store.read(lambda c: deliveries.get(c, key))
         if seen is not None:
             return self._answer(seen)
-        if event_type not in webhook.COMMENT_EVENTS:
-            return await self._ignore(
-                key,
-                delivery_id,
-                event_type or "unknown",
-                body,
-                "event_not_handled",
-                normalized=False,
-            )
-        try:
-            event = webhook.normalise_comment(delivery_id, event_type, payload)
-        except webhook.InvalidPayload as exc:
-            return _error(400, "invalid_payload", str(exc), "invalid")
-        return await self._comment(key, event, body)
+        # Issues, pull requests, releases…: no task, but maybe pipeline domain events.
+        found = gitea_events.domain_events(
+            event_type, payload, delivery_id=delivery_id, body=body, bot_login=self._bot
+        )
+        return await self._ignore(
+            key,
+            delivery_id,
+            event_type or "unknown",
+            body,
+            "domain_event" if found else "event_not_handled",
+            normalized=False,
+            found=found,
+        )
 
     async def _comment(self, key: str, event: webhook.CommentEvent, body: bytes) -> Reply:
         s = self._settings
@@ -115,17 +131,33 @@ class WebhookIngress:
                 reason or "no_mention",
                 normalized=True,
                 repo_key=event.repo.key,
+                found=[gitea_events.comment_created(event, mentions_bot=False)]
+                if reason == "no_mention"
+                else (),
             )
         repo_key = event.repo.key
-        # The acceptance transaction decides about a disabled repository; this read
-        # only spares Gitea a permission lookup for a repository that refuses anyway.
-        disabled = await self._store.read(lambda c: deliveries.repo_status(c, repo_key))
-        permission = Permission.NONE if disabled == "disabled" else await self._permission(event)
-        if isinstance(permission, Reply):
-            return permission
+        permission = self._known_permission(event)
+        if permission is None:
+            # Gitea must be asked. One read first answers a redelivery and a disabled
+            # repository without that lookup; the acceptance transaction decides both
+            # again, so the read only saves work (and is skipped when nothing is asked).
+            seen, repo_status = await self._store.read(
+                lambda c: (deliveries.get(c, key), deliveries.repo_status(c, repo_key))
+            )
+            if seen is not None:
+                return self._answer(seen)
+            looked_up = (
+                Permission.NONE if repo_status == "disabled" else await self._permission(event)
+            )
+            if isinstance(looked_up, Reply):
+                return looked_up
+            permission = looked_up
         permitted = permission.rank >= s.trigger_permission.rank
         command = mention.command if permitted else None
-        unit = deliveries.accept if command is None else partial(commands.run, command=command)
+        unit: _Unit = (
+            deliveries.accept if command is None else partial(commands.run, command=command)
+        )
+        unit = _with_events(unit, [gitea_events.comment_created(event, mentions_bot=True)])
         record = await self._store.write(
             lambda c: unit(
                 c,
@@ -161,6 +193,13 @@ class WebhookIngress:
             reason=record.reason,
         )
         return self._answer(record)
+
+    def _known_permission(self, event: webhook.CommentEvent) -> Permission | None:
+        if self._settings.trigger_permission is Permission.NONE:
+            return Permission.NONE
+        if self._permissions is None:
+            return None
+        return self._permissions.cached(event.repo.owner, event.repo.name, event.actor_login)
 
     async def _permission(self, event: webhook.CommentEvent) -> Permission | Reply:
         s = self._settings
@@ -203,18 +242,23 @@ class WebhookIngress:
         *,
         normalized: bool,
         repo_key: str | None = None,
+        found: Sequence[DomainEvent] = (),
     ) -> Reply:
         record = await self._store.write(
-            lambda c: deliveries.record_ignored(
+            lambda c: store_events.after_delivery(
                 c,
-                delivery_key=key,
-                delivery_id=delivery_id,
-                event_type=event_type,
-                payload_hash=sha256_ref(body),
-                retention=self._retention,
-                reason=reason,
-                normalized=normalized,
-                repo_key=repo_key,
+                deliveries.record_ignored(
+                    c,
+                    delivery_key=key,
+                    delivery_id=delivery_id,
+                    event_type=event_type,
+                    payload_hash=sha256_ref(body),
+                    retention=self._retention,
+                    reason=reason,
+                    normalized=normalized,
+                    repo_key=repo_key,
+                ),
+                found,
             )
         )
         return self._answer(record)

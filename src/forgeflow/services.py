@@ -22,6 +22,8 @@ from forgeflow.gitea.client import GiteaClient, PermissionCache
 from forgeflow.ingress import WebhookIngress
 from forgeflow.metrics import Metrics
 from forgeflow.pipelines.engine import PipelineEngine
+from forgeflow.pipelines.seeds import seed_builtins
+from forgeflow.pipelines.triggers import TriggerLoops
 from forgeflow.pipelines.wiring import build_engine
 from forgeflow.redaction import register_secrets
 from forgeflow.store import Store
@@ -44,6 +46,7 @@ class Services:
     runtime: AgentRuntime | None = None
     scheduler: object | None = field(default=None)
     pipelines: PipelineEngine | None = field(default=None)
+    triggers: TriggerLoops | None = field(default=None)
 
     @property
     def retry(self) -> RetryPolicy:
@@ -63,12 +66,18 @@ class Services:
         return lines
 
     async def start(self) -> None:
-        """Start the scheduler when this process runs tasks and can, then the pipeline
-        engine unless this process is ingress only (after the duplicate-worker check:
-        both recover what a dead predecessor with this worker id left running)."""
+        """Seed the built-in pipeline templates (every role: idempotent and safe with
+        several processes starting at once), start the scheduler when this process runs
+        tasks and can, then the pipeline engine unless this process is ingress only
+        (after the duplicate-worker check: both recover what a dead predecessor with
+        this worker id left running)."""
+        if self.pipelines is not None:
+            await seed_builtins(self.store, self.pipelines.registry.keys())
         await self._start_scheduler()
         if self.pipelines is not None and self.role is not Role.INGRESS:
             await self.pipelines.start_loop()
+            if self.triggers is not None:  # domain events and schedules start runs
+                await self.triggers.start()
 
     async def _start_scheduler(self) -> None:
         if self.worker_blockers():
@@ -89,7 +98,9 @@ class Services:
         replies = Replies(self.store, self.gitea, s.bot_login)
         assert s.gitea_token is not None
         workspace = WorkspaceManager(
-            s.resolved_workspace_root, token=s.gitea_token.get_secret_value()
+            s.resolved_workspace_root,
+            token=s.gitea_token.get_secret_value(),
+            fetch_interval=s.fetch_interval_seconds,
         )
         ttl = timedelta(seconds=s.lease_ttl_seconds)
         execution = Execution(
@@ -150,6 +161,8 @@ class Services:
     async def aclose(self) -> None:
         from forgeflow.scheduler import Scheduler
 
+        if self.triggers is not None:
+            await self.triggers.stop()
         if self.pipelines is not None:
             await self.pipelines.stop()
         if isinstance(self.scheduler, Scheduler):
@@ -241,4 +254,5 @@ def build_services(settings: Settings, *, migrate: bool = True, role: Role = Rol
         node_prefix=f"{worker_id}/",
         wake_tasks=_wake_tasks,
     )
+    services.triggers = TriggerLoops(store, services.pipelines, poll_seconds=settings.poll_seconds)
     return services

@@ -13,7 +13,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 import forgeflow
 from forgeflow import web
-from forgeflow.api import control, errors, ops, pipelines, webhook
+from forgeflow.api import control, errors, hooks, openapi, ops, pipelines, webhook
 from forgeflow.metrics import Metrics
 from forgeflow.services import Services
 from forgeflow.store import StoreUnavailable
@@ -69,9 +69,11 @@ def create_app(services: Services, *, close_on_shutdown: bool = True) -> FastAPI
     app.add_exception_handler(StarletteHTTPException, errors.http_error)
     app.add_exception_handler(StoreUnavailable, errors.store_unavailable)
     app.include_router(webhook.router)
+    app.include_router(hooks.router)  # POST /webhooks/{token}: pipeline webhook triggers
     app.include_router(control.router)
     app.include_router(pipelines.router)
     app.include_router(ops.router)
     app.include_router(web.router)  # the admin pages under /ui/
     app.add_middleware(_LatencyMiddleware, metrics=services.metrics)
+    openapi.install(app)  # 400 instead of FastAPI's phantom 422
     return app

@@ -16,6 +16,7 @@ from pydantic import BaseModel, Field
 from sqlalchemy import Connection
 
 from forgeflow import controls
+from forgeflow.api import schemas as m
 from forgeflow.api.auth import require_admin
 from forgeflow.api.control import ControlBody
 from forgeflow.api.errors import ApiError
@@ -30,13 +31,37 @@ from forgeflow.pipelines.definition import (
 from forgeflow.pipelines.kinds import NODE_ROW, RunStatus
 from forgeflow.pipelines.runs import PipelineError
 from forgeflow.services import Services
+from forgeflow.store import audit
 from forgeflow.store import pipelines as q
+from forgeflow.store import triggers as tq
 
 router = APIRouter(
     prefix="/api/pipelines",
     dependencies=[Depends(require_admin), Depends(no_nul_parameters)],
     tags=["pipelines"],
+    responses=m.ADMIN_ERRORS,
 )
+
+# The answers each route adds to ADMIN_ERRORS (docs/api.md, docs/pipelines.md).
+_CONFLICT = m.error("request_id_conflict: the requestId was used for another action")
+_DOC_ERRORS: m.Responses = {
+    400: m.error("invalid_definition (errors lists the problems), key_mismatch"),
+    409: m.error("template_exists, stale_version"),
+    413: m.error("document_too_large: a definition is at most 1 MiB"),
+}
+
+
+def _missing(*codes: str) -> dict[str, Any]:
+    return m.error(f"{', '.join(codes)}, or {m.UNMATCHED}")
+
+
+def _switched(what: str, *codes: str) -> m.Responses:
+    return {
+        200: m.answer(m.TemplateSwitchAnswer, f"the template {what}, with its triggers"),
+        404: _missing(*codes),
+        409: _CONFLICT,
+    }
+
 
 MAX_DOCUMENT = 1024 * 1024
 _YAML_TYPES = ("application/yaml", "text/yaml", "application/x-yaml", "text/x-yaml")
@@ -129,7 +154,9 @@ async def _write(request: Request, fn: Callable[[Connection], Any]) -> Any:
 # -- templates --------------------------------------------------------------------------
 
 
-@router.get("/templates")
+@router.get(
+    "/templates", response_model=None, responses={200: m.answer(m.TemplateList, "templates")}
+)
 async def list_templates(request: Request) -> dict[str, Any]:
     def _read(conn: Connection) -> list[dict[str, Any]]:
         return [
@@ -140,7 +167,12 @@ async def list_templates(request: Request) -> dict[str, Any]:
     return {"items": await _services(request).store.read(_read)}
 
 
-@router.post("/templates", status_code=201, openapi_extra=_DOCUMENT)
+@router.post(
+    "/templates",
+    status_code=201,
+    openapi_extra=_DOCUMENT,
+    responses={201: m.answer(m.TemplateAnswer, "created, with load warnings"), **_DOC_ERRORS},
+)
 async def create_template(request: Request) -> JSONResponse:
     """Create a template from a YAML or JSON definition; load warnings come back."""
     loaded = await _document(request)
@@ -150,7 +182,14 @@ async def create_template(request: Request) -> JSONResponse:
     return JSONResponse(body, status_code=201)
 
 
-@router.get("/templates/{key}")
+@router.get(
+    "/templates/{key}",
+    response_model=None,
+    responses={
+        200: m.answer(m.TemplateAnswer, "the template"),
+        404: _missing("template_not_found"),
+    },
+)
 async def get_template(request: Request, key: str) -> dict[str, Any]:
     def _read(conn: Connection) -> tuple[Any, list[Any]] | None:
         row = q.get_definition(conn, key)
@@ -167,7 +206,16 @@ async def get_template(request: Request, key: str) -> dict[str, Any]:
     return {"template": views.template_json(row, triggers), "warnings": warnings}
 
 
-@router.put("/templates/{key}", openapi_extra=_DOCUMENT)
+@router.put(
+    "/templates/{key}",
+    openapi_extra=_DOCUMENT,
+    responses={
+        200: m.answer(m.TemplateAnswer, "replaced"),
+        201: m.answer(m.TemplateAnswer, "created"),
+        404: m.error(m.UNMATCHED),
+        **_DOC_ERRORS,
+    },
+)
 async def put_template(request: Request, key: str) -> JSONResponse:
     """Replace a template's definition (creating it when missing). The enable switch
     is kept unless the document says ``enabled``."""
@@ -198,18 +246,86 @@ def _switch(key: str, enabled: bool) -> Callable[[Connection, controls.ControlRe
     return _apply
 
 
-@router.post("/templates/{key}/enable")
+@router.post("/templates/{key}/enable", responses=_switched("enabled", "template_not_found"))
 async def enable_template(request: Request, key: str, body: ControlBody) -> JSONResponse:
     return await _control(request, body, "pipeline.template.enable", key, _switch(key, True))
 
 
-@router.post("/templates/{key}/disable")
+@router.post("/templates/{key}/disable", responses=_switched("disabled", "template_not_found"))
 async def disable_template(request: Request, key: str, body: ControlBody) -> JSONResponse:
     """Refuse new runs of the template; runs under way go on."""
     return await _control(request, body, "pipeline.template.disable", key, _switch(key, False))
 
 
-@router.post("/templates/{key}/runs", status_code=201)
+def _trigger_switch(
+    key: str, trigger_id: str, enabled: bool
+) -> Callable[[Connection, controls.ControlRequest], Any]:
+    def _apply(conn: Connection, req: controls.ControlRequest) -> controls.Outcome:
+        templates.require(conn, key)
+        row = tq.get(conn, trigger_id)
+        if row is None or row["template_key"] != key:
+            raise PipelineError(
+                "trigger_not_found", f"template {key} has no trigger {trigger_id}", status=404
+            )
+        if tq.set_enabled(conn, trigger_id, enabled):
+            audit.append(
+                conn,
+                audit.AuditEvent(
+                    action=f"pipeline.trigger.{'enable' if enabled else 'disable'}",
+                    actor=req.actor,
+                    metadata={"templateKey": key, "triggerId": trigger_id},
+                ),
+            )
+        return 200, views.template_json(templates.require(conn, key), q.list_triggers(conn, key))
+
+    return _apply
+
+
+@router.post(
+    "/templates/{key}/triggers/{triggerId}/enable",
+    responses=_switched("", "template_not_found", "trigger_not_found"),
+)
+async def enable_trigger(
+    request: Request, key: str, triggerId: str, body: ControlBody
+) -> JSONResponse:
+    """Switch one trigger on (a schedule then counts from now). The template stays the
+    switch: a trigger of a disabled template still starts nothing."""
+    fn = _trigger_switch(key, triggerId, True)
+    response = await _control(request, body, "pipeline.trigger.enable", f"{key}/{triggerId}", fn)
+    _wake_triggers(request)
+    return response
+
+
+@router.post(
+    "/templates/{key}/triggers/{triggerId}/disable",
+    responses=_switched("", "template_not_found", "trigger_not_found"),
+)
+async def disable_trigger(
+    request: Request, key: str, triggerId: str, body: ControlBody
+) -> JSONResponse:
+    """Switch one trigger off; a schedule forgets its next fire time."""
+    fn = _trigger_switch(key, triggerId, False)
+    response = await _control(request, body, "pipeline.trigger.disable", f"{key}/{triggerId}", fn)
+    _wake_triggers(request)
+    return response
+
+
+def _wake_triggers(request: Request) -> None:
+    loops = _services(request).triggers
+    if loops is not None:
+        loops.wake()
+
+
+@router.post(
+    "/templates/{key}/runs",
+    status_code=201,
+    responses={
+        201: m.answer(m.RunStarted, "started (created: false when this requestId started it)"),
+        400: m.error("invalid_inputs (errors lists them) or invalid_request"),
+        404: _missing("template_not_found"),
+        409: m.error("template_disabled, manual_trigger_missing or request_id_conflict"),
+    },
+)
 async def start_run(request: Request, key: str, body: RunBody) -> JSONResponse:
     """Manual start: inputs are checked against the template's declared inputs."""
 
@@ -236,7 +352,7 @@ async def start_run(request: Request, key: str, body: RunBody) -> JSONResponse:
 # -- runs -------------------------------------------------------------------------------
 
 
-@router.get("/runs")
+@router.get("/runs", response_model=None, responses={200: m.answer(m.RunPage, "a page of runs")})
 async def list_runs(
     request: Request,
     templateKey: str | None = None,
@@ -262,7 +378,11 @@ async def list_runs(
     }
 
 
-@router.get("/runs/{runId}")
+@router.get(
+    "/runs/{runId}",
+    response_model=None,
+    responses={200: m.answer(m.RunAnswer, "the run"), 404: _missing("run_not_found")},
+)
 async def get_run(request: Request, runId: str) -> dict[str, Any]:
     """A run with its step states and its state bag."""
 
@@ -276,7 +396,14 @@ async def get_run(request: Request, runId: str) -> dict[str, Any]:
     return {"run": found}
 
 
-@router.post("/runs/{runId}/cancel")
+@router.post(
+    "/runs/{runId}/cancel",
+    responses={
+        200: m.answer(m.RunCancelled, "cancelled (or already finished)"),
+        404: _missing("run_not_found"),
+        409: _CONFLICT,
+    },
+)
 async def cancel_run(request: Request, runId: str, body: ControlBody) -> JSONResponse:
     """Pending and runnable steps are skipped; running and suspended ones cancelled."""
 
@@ -297,7 +424,14 @@ def _decision(run_id: str, step_id: str, body: DecisionBody, approve: bool) -> A
     return _apply
 
 
-@router.post("/runs/{runId}/steps/{stepId}/approve")
+@router.post(
+    "/runs/{runId}/steps/{stepId}/approve",
+    responses={
+        200: m.answer(m.Decision, "approved"),
+        404: _missing("run_not_found", "step_not_found"),
+        409: m.error("step_not_awaiting_approval or request_id_conflict"),
+    },
+)
 async def approve_step(
     request: Request, runId: str, stepId: str, body: DecisionBody
 ) -> JSONResponse:
@@ -307,7 +441,14 @@ async def approve_step(
     return await _control(request, body, "pipeline.step.approve", target, fn)
 
 
-@router.post("/runs/{runId}/steps/{stepId}/reject")
+@router.post(
+    "/runs/{runId}/steps/{stepId}/reject",
+    responses={
+        200: m.answer(m.Decision, "rejectd"),
+        404: _missing("run_not_found", "step_not_found"),
+        409: m.error("step_not_awaiting_approval or request_id_conflict"),
+    },
+)
 async def reject_step(
     request: Request, runId: str, stepId: str, body: DecisionBody
 ) -> JSONResponse:

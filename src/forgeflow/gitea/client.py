@@ -128,6 +128,14 @@ class GiteaClient:
             raise GiteaError("comment list is not a JSON array")
         return comments
 
+    async def branch_head(self, owner: str, repo: str, branch: str) -> str:
+        """The commit ``branch`` points to now (GET /repos/{o}/{r}/branches/{branch})."""
+        found = await self._json(
+            "GET", f"{self._repo_path(owner, repo)}/branches/{quote(branch, safe='/')}", (200,)
+        )
+        commit = found.get("commit") if isinstance(found, dict) else None
+        return str((commit or {}).get("id") or "")
+
     async def get_repo(self, owner: str, repo: str) -> dict[str, Any]:
         """The repository (clone_url, default_branch, …), per Gitea's GET /repos/{o}/{r}."""
         found: dict[str, Any] = await self._json("GET", self._repo_path(owner, repo), (200,))
@@ -199,12 +207,19 @@ class PermissionCache:
         self._ttl = ttl_seconds
         self._entries: dict[tuple[str, str, str], tuple[float, Permission]] = {}
 
+    def cached(self, owner: str, repo: str, login: str) -> Permission | None:
+        """The answer still fresh in the cache, or None (then :meth:`permission` asks)."""
+        hit = self._entries.get((owner.lower(), repo.lower(), login.lower()))
+        if hit is not None and time.monotonic() - hit[0] < self._ttl:
+            return hit[1]
+        return None
+
     async def permission(self, owner: str, repo: str, login: str) -> Permission:
+        hit = self.cached(owner, repo, login)
+        if hit is not None:
+            return hit
         key = (owner.lower(), repo.lower(), login.lower())
         now = time.monotonic()
-        hit = self._entries.get(key)
-        if hit is not None and now - hit[0] < self._ttl:
-            return hit[1]
         value = await self._client.repo_permission(owner, repo, login)
         if len(self._entries) > 10_000:
             self._entries.clear()

@@ -10,8 +10,8 @@ from typing import Any
 
 from sqlalchemy import Connection
 
-from forgeflow.domain.ids import RepoRef, ResourceRef
-from forgeflow.domain.paths import repo_workspace
+from forgeflow.domain.ids import INSTANCE_ID, InvalidName, RepoRef, ResourceKind, ResourceRef
+from forgeflow.domain.paths import SESSIONS_DIR, repo_workspace
 from forgeflow.domain.states import TERMINAL_STATES, TaskState
 from forgeflow.gitea.client import GiteaClient, GiteaError
 from forgeflow.pipelines.ports import AgentRequest, AgentTaskStatus
@@ -141,6 +141,15 @@ class GiteaAdapter:
             raise StepFailed("gitea_unavailable", str(exc)) from None
         return [str(x.get("name")) for x in result]
 
+    async def is_closed(self, repo: RepoRef, number: int) -> bool:
+        try:
+            issue = await self.client.get_issue(repo.owner, repo.name, number)
+        except GiteaError as exc:
+            if exc.status == 404:
+                return True  # deleted (or the repository is gone): nothing to keep it for
+            raise StepFailed("gitea_unavailable", str(exc)) from None
+        return issue.get("state") == "closed"
+
 
 class LocalWorkspace:
     """WorkspacePort on this process's workspace root."""
@@ -160,6 +169,20 @@ class LocalWorkspace:
         scratch = Path(self.scratch_root) / run_id
         scratch.mkdir(parents=True, exist_ok=True)
         return str(scratch)
+
+    def session_resources(self) -> list[ResourceRef]:
+        # <root>/.sessions/default/<owner>/<repo>/<kind>-<n>: the layout of
+        # domain.paths.session_worktree; anything else in there is not ours.
+        base = Path(self.workspace_root) / SESSIONS_DIR / INSTANCE_ID
+        found = []
+        for leaf in sorted(base.glob("*/*/*")):
+            kind, _, number = leaf.name.rpartition("-")
+            try:
+                repo = RepoRef(leaf.parent.parent.name, leaf.parent.name)
+                found.append(ResourceRef(repo, ResourceKind(kind), int(number)))
+            except (InvalidName, ValueError):
+                continue
+        return found
 
     async def cleanup(self, resource: ResourceRef) -> dict[str, Any]:
         if self.manager is None:

@@ -248,10 +248,33 @@ async def gitea_label(ctx: StepContext) -> dict[str, Any]:
 
 
 async def repos_cleanup(ctx: StepContext) -> dict[str, Any]:
-    """``repos.cleanup``: remove the clean session worktree of a closed resource."""
+    """``repos.cleanup``: remove the clean session worktree of a closed resource; with
+    ``inputs.sweep: true``, of every resource that is closed on Gitea."""
+    if ctx.inputs.get("sweep") is True:
+        return await _sweep(ctx)
     resource = resource_of(ctx.inputs)
     result: dict[str, Any] = await ctx.ports.workspace.cleanup(resource)
     return result
+
+
+async def _sweep(ctx: StepContext) -> dict[str, Any]:
+    # Garbage collection of what the merge/close events missed (forgeflow was down, a
+    # hook was lost). Open resources keep their worktrees; a dirty one is reported,
+    # never touched, and does not fail the sweep.
+    gitea = _port(ctx, "gitea")
+    removed: list[str] = []
+    kept: list[dict[str, Any]] = []
+    for resource in ctx.ports.workspace.session_resources():
+        if not await gitea.is_closed(resource.repo, resource.number):
+            continue
+        try:
+            result = await ctx.ports.workspace.cleanup(resource)
+        except StepFailed as exc:
+            kept.append({"resourceKey": resource.key, "reason": exc.code})
+            continue
+        if result.get("removed"):
+            removed.append(resource.key)
+    return {"removed": removed, "kept": kept}
 
 
 def register_builtins(registry: PipelineBodyRegistry) -> None:

@@ -281,25 +281,34 @@ class PipelineEngine:
             claimed = await self.store.write(
                 partial(steps.claim, seen=seen, owner=self.owner, ttl=self.lease_ttl)
             )
-            if claimed is None:
-                continue
-            self._tasks[key] = asyncio.create_task(
-                self._run(claimed.step, claimed.run), name=f"step {key.run_id}/{key.step_id}"
-            )
+            if claimed is not None:
+                self._launch(claimed)
+
+    def _launch(self, claimed: steps.Claimed) -> None:
+        key = StepKey.of(claimed.step)
+        self._tasks[key] = asyncio.create_task(
+            self._run(claimed.step, claimed.run), name=f"step {key.run_id}/{key.step_id}"
+        )
 
     async def _run(self, step: Row, run: Row) -> None:
         key = StepKey.of(step)
+        wake = False
         try:
             await self._execute(step, run)
         except asyncio.CancelledError:
             if not self._stopping and key not in self._lost:
                 raise
         except Exception:
+            wake = True
             log.exception("pipeline.step_crashed", run_id=key.run_id, step_id=key.step_id)
         finally:
+            # Every outcome of _execute wakes the loop when it has something to do; a
+            # freed slot only matters when this engine was at its limit.
+            full = len(self._tasks) >= self.max_parallel
             self._tasks.pop(key, None)
             self._lost.discard(key)
-            self.wake()
+            if wake or full:
+                self.wake()
 
     # -- one execution ------------------------------------------------------------------
 
@@ -377,14 +386,28 @@ class PipelineEngine:
             await self.store.write(
                 partial(steps.suspend, seen=step, s=result, input_snapshot=inputs)
             )
+            self.wake()  # the loop's next sleep must end by the step's wake-up time
             return
         done = result if isinstance(result, Done) else Done(output=result)
         if node.kind is StepKind.ROUTER and done.routes is None:
             done = Done(done.output, routes_of(done.output), done.input_tokens, done.output_tokens)
-        after = await self.store.write(
-            partial(steps.succeed, seen=step, done=done, input_snapshot=inputs)
+        # What this success made runnable is claimed in the same transaction and
+        # started here; the loop is only woken when something is left for its round.
+        limit = 0 if self._stopping else self.max_parallel - len(self._tasks)
+        after, claimed, left = await self.store.write(
+            partial(
+                steps.succeed_and_claim,
+                seen=step,
+                done=done,
+                input_snapshot=inputs,
+                owner=self.owner,
+                ttl=self.lease_ttl,
+                limit=limit,
+            )
         )
-        await self._after(after)
+        for c in claimed:
+            self._launch(c)
+        await self._after(after, wake=left or not claimed)
 
     async def _fail(
         self,
@@ -419,7 +442,7 @@ class PipelineEngine:
         )
         await self._after(after)
 
-    async def _after(self, run: Row | None) -> None:
+    async def _after(self, run: Row | None, *, wake: bool = True) -> None:
         """Wake the loop; a finished child run wakes the step waiting for it."""
         if (
             run is not None
@@ -427,4 +450,6 @@ class PipelineEngine:
             and RunStatus(run["status"]) in TERMINAL_RUN_STATUSES
         ):
             await self.store.write(lambda c: runs.wake_parent(c, run))
-        self.wake()
+            wake = True
+        if wake:
+            self.wake()

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 
 from croniter import croniter  # type: ignore[import-untyped]
 
+from forgeflow.domain.events import EVENT_TYPES, KNOWN_EVENT_TYPES
 from forgeflow.pipelines.kinds import StepKind
 
 if TYPE_CHECKING:
@@ -110,6 +111,11 @@ def _check_triggers(d: PipelineDefinition) -> list[str]:
             errors.append(f"{where}.eventType: required for an event trigger")
         if t.type != "event" and t.eventType:
             errors.append(f"{where}.eventType: only an event trigger has an eventType")
+        if t.type == "event" and t.eventType and t.eventType not in KNOWN_EVENT_TYPES:
+            errors.append(
+                f"{where}.eventType: {t.eventType!r} is not a domain event "
+                f"(one of {', '.join(EVENT_TYPES)})"
+            )
         if t.type == "schedule":
             if not t.schedule:
                 errors.append(f"{where}.schedule: required for a schedule trigger")

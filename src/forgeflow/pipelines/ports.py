@@ -61,6 +61,10 @@ class GiteaPort(Protocol):
         """Add labels (by name) to an issue or pull request; returns its labels."""
         ...
 
+    async def is_closed(self, repo: RepoRef, number: int) -> bool:
+        """Whether the issue or pull request is closed (merged pull requests are)."""
+        ...
+
 
 class WorkspacePort(Protocol):
     def script_dir(self, run_id: str, repo: RepoRef | None) -> str:
@@ -70,6 +74,10 @@ class WorkspacePort(Protocol):
 
     async def cleanup(self, resource: ResourceRef) -> dict[str, Any]:
         """Remove the clean session worktree of a closed issue or merged pull request."""
+        ...
+
+    def session_resources(self) -> list[ResourceRef]:
+        """The issues and pull requests that have a session worktree on this host."""
         ...
 
 

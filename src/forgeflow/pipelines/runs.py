@@ -66,8 +66,27 @@ _DEFINITIONS: OrderedDict[str, PipelineDefinition] = OrderedDict()
 _DEFINITIONS_LOCK = threading.Lock()
 
 
+# Where :func:`lock` puts the parsed snapshot on a run row read without its definition.
+_SNAPSHOT = "_definition"
+
+
+def lock(conn: Connection, run_id: str) -> Row | None:
+    """:func:`store.pipelines.lock_run`, without fetching and decoding the definition
+    snapshot again when it is parsed already (it is the largest column of the row and
+    it never changes)."""
+    with _DEFINITIONS_LOCK:
+        cached = _DEFINITIONS.get(run_id)
+    run = q.lock_run(conn, run_id, definition=cached is None)
+    if run is not None and cached is not None:
+        run[_SNAPSHOT] = cached
+    return run
+
+
 def definition_of(run: Row) -> PipelineDefinition:
     """The run's own snapshot of its definition."""
+    snapshot = run.get(_SNAPSHOT)
+    if isinstance(snapshot, PipelineDefinition):
+        return snapshot
     with _DEFINITIONS_LOCK:
         cached = _DEFINITIONS.get(run["run_id"])
     if cached is None:
@@ -177,12 +196,13 @@ def _node_states(d: PipelineDefinition, rows: list[Row]) -> dict[str, NodeState]
     for r in rows:
         if r["item_index"] != NODE_ROW:
             items.setdefault(r["step_id"], []).append(StepStatus(r["status"]))
+    foreach = {n.id for n in d.nodes if n.kind is StepKind.FOREACH}
     states = {}
     for r in rows:
         if r["item_index"] != NODE_ROW:
             continue
         status = StepStatus(r["status"])
-        expanded = d.node(r["step_id"]).kind is StepKind.FOREACH and status is S.RUNNING
+        expanded = r["step_id"] in foreach and status is S.RUNNING
         states[r["step_id"]] = NodeState(
             status,
             frozenset(r["routes"] or ()),
@@ -191,14 +211,18 @@ def _node_states(d: PipelineDefinition, rows: list[Row]) -> dict[str, NodeState]
     return states
 
 
-def advance(conn: Connection, run_id: str) -> Row | None:
-    """Apply the planner until it has nothing more to say; returns the run row."""
-    run = q.lock_run(conn, run_id)
+def advance(conn: Connection, run_id: str, *, locked: Row | None = None) -> Row | None:
+    """Apply the planner until it has nothing more to say; returns the run row.
+
+    ``locked``: the run row as this transaction holds it (locked and current), so it
+    is not read again.
+    """
+    run = locked if locked is not None else lock(conn, run_id)
     if run is None or run["status"] != RunStatus.RUNNING:
         return run
     d = definition_of(run)
     for _ in range(4 * len(d.nodes) + 8):
-        rows = q.steps_of(conn, run_id)
+        rows = q.plan_rows(conn, run_id)
         nodes = {r["step_id"]: r for r in rows if r["item_index"] == NODE_ROW}
         p = plan(d, run["start_step_id"], _node_states(d, rows))
         now = utcnow()
@@ -212,21 +236,25 @@ def advance(conn: Connection, run_id: str) -> Row | None:
             return finish_run(conn, run, p.outcome, failed=p.failed)
         if p.empty:
             break
+        # The planner already took skips to their fixpoint, so marking steps runnable
+        # (or items) cannot change its next answer; only expanding or settling a
+        # forEach can. Planning again otherwise would only re-read the run's steps.
+        again = bool(p.foreach_done)
         for sid in p.ready:
             node = d.node(sid)
             if node.kind is StepKind.FOREACH:
                 run = _expand(conn, run, node, nodes[sid])
+                again = True
             else:
                 q.update_step(conn, nodes[sid], status=S.RUNNABLE.value, next_attempt_at=None)
         by_key = {(r["step_id"], r["item_index"]): r for r in rows}
         for sid, index in p.items_ready:
             q.update_step(conn, by_key[(sid, index)], status=S.RUNNABLE.value)
         for sid, ok in p.foreach_done:
-            items = sorted(
-                (r for r in rows if r["step_id"] == sid and r["item_index"] != NODE_ROW),
-                key=lambda r: r["item_index"],
-            )
+            items = q.items_of(conn, run_id, sid)
             run = _settle_foreach(conn, run, d.node(sid), nodes[sid], items, ok)
+        if not again:
+            break
     return run
 
 

@@ -36,7 +36,7 @@ class Claimed:
 
 def _current(conn: Connection, seen: Row) -> tuple[Row, Row] | None:
     """The run (locked) and the step row, if the step is still as the caller saw it."""
-    run = q.lock_run(conn, seen["run_id"])
+    run = runs.lock(conn, seen["run_id"])
     if run is None or run["status"] != RunStatus.RUNNING:
         return None
     row = q.get_step(conn, StepKey.of(seen))
@@ -70,7 +70,12 @@ def claim(conn: Connection, seen: Row, *, owner: str, ttl: timedelta) -> Claimed
             error=f"the run reached its limit of {d.config.maxSteps} step executions",
         )
         return None
-    row = q.update_step(
+    return Claimed(_take(conn, row, owner=owner, ttl=ttl, now=now), run)
+
+
+def _take(conn: Connection, row: Row, *, owner: str, ttl: timedelta, now: datetime) -> Row:
+    fresh = row["status"] == S.RUNNABLE
+    return q.update_step(
         conn,
         row,
         status=S.RUNNING.value,
@@ -80,7 +85,38 @@ def claim(conn: Connection, seen: Row, *, owner: str, ttl: timedelta) -> Claimed
         started_at=row["started_at"] or now,
         next_attempt_at=None,
     )
-    return Claimed(row, run)
+
+
+def claim_ready(
+    conn: Connection, run: Row, *, owner: str, ttl: timedelta, limit: int
+) -> tuple[list[Claimed], bool]:
+    """Claim, in the caller's transaction (the run row held), the run's runnable steps
+    that are due now — those the step that just finished made runnable — so they start
+    at once instead of after the next claim round's read and its own transaction.
+
+    Returns the claims and whether due steps were left for the claim round (a limit
+    was reached; the round also fails a run over its ``maxSteps``).
+    """
+    if run["status"] != RunStatus.RUNNING:
+        return [], False
+    now = utcnow()
+    ready = q.runnable_steps(conn, run["run_id"], now)
+    if not ready:
+        return [], False
+    d = runs.definition_of(run)
+    executing, executed = q.run_counts(conn, run["run_id"])
+    out: list[Claimed] = []
+    for row in ready:
+        if (
+            len(out) >= limit
+            or not has_slot(d.config.maxConcurrentSteps, executing)
+            or over_budget(d.config.maxSteps, executed)
+        ):
+            return out, True
+        out.append(Claimed(_take(conn, row, owner=owner, ttl=ttl, now=now), run))
+        executing += 1
+        executed += 1
+    return out, False
 
 
 def _node(run: Row, row: Row) -> Any:
@@ -94,6 +130,25 @@ def succeed(conn: Connection, seen: Row, done: Done, *, input_snapshot: Any = No
         return None
     run, row = current
     return _succeed(conn, run, row, done, input_snapshot=input_snapshot)
+
+
+def succeed_and_claim(
+    conn: Connection,
+    seen: Row,
+    done: Done,
+    *,
+    input_snapshot: Any = None,
+    owner: str,
+    ttl: timedelta,
+    limit: int,
+) -> tuple[Row | None, list[Claimed], bool]:
+    """:func:`succeed`, then :func:`claim_ready` in the same transaction: one commit
+    per step on the straight path of a run. (run, claims, steps left for the round)."""
+    run = succeed(conn, seen, done, input_snapshot=input_snapshot)
+    if run is None or limit <= 0:
+        return run, [], True
+    claimed, left = claim_ready(conn, run, owner=owner, ttl=ttl, limit=limit)
+    return run, claimed, left
 
 
 def _succeed(
@@ -124,7 +179,7 @@ def _succeed(
         error=None,
         **extra,
     )
-    q.update_run(
+    run = q.update_run(
         conn,
         run,
         state=new_state,
@@ -132,7 +187,7 @@ def _succeed(
         output_tokens=run["output_tokens"] + done.output_tokens,
         cost=run["cost"] + done.cost,
     )
-    return runs.advance(conn, run["run_id"])
+    return runs.advance(conn, run["run_id"], locked=run)
 
 
 def suspend(conn: Connection, seen: Row, s: Suspend, *, input_snapshot: Any = None) -> bool:

@@ -6,11 +6,12 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, func, insert, select
+from sqlalchemy import Connection, func, select
 
 from forgeflow.domain.ids import new_event_id
 from forgeflow.redaction import redact
 from forgeflow.store.schema import audit_events
+from forgeflow.store.sql import insert_row
 from forgeflow.store.types import iso, utcnow
 
 
@@ -29,29 +30,34 @@ class AuditEvent:
     comment_id: int | None = None
     error_code: str | None = None
     metadata: dict[str, Any] = field(default_factory=dict)
+    # When it happened, if not when it is appended: a step's row written later, in one
+    # transaction with the next step's, keeps its own time.
+    at: datetime | None = None
 
 
 def append(conn: Connection, event: AuditEvent) -> str:
     """Append one event in the caller's transaction; returns its ``eventId``."""
     event_id = new_event_id()
-    conn.execute(
-        insert(audit_events).values(
-            event_id=event_id,
-            task_id=event.task_id,
-            session_key=event.session_key,
-            repo_key=event.repo_key,
-            actor=event.actor,
-            action=event.action,
-            from_state=event.from_state,
-            to_state=event.to_state,
-            state_version=event.state_version,
-            delivery_id=event.delivery_id,
-            turn_id=event.turn_id,
-            comment_id=event.comment_id,
-            error_code=event.error_code,
-            timestamp=utcnow(),
-            metadata=redact(event.metadata) if event.metadata else None,
-        )
+    insert_row(
+        conn,
+        audit_events,
+        {
+            "event_id": event_id,
+            "task_id": event.task_id,
+            "session_key": event.session_key,
+            "repo_key": event.repo_key,
+            "actor": event.actor,
+            "action": event.action,
+            "from_state": event.from_state,
+            "to_state": event.to_state,
+            "state_version": event.state_version,
+            "delivery_id": event.delivery_id,
+            "turn_id": event.turn_id,
+            "comment_id": event.comment_id,
+            "error_code": event.error_code,
+            "timestamp": event.at or utcnow(),
+            "metadata": redact(event.metadata) if event.metadata else None,
+        },
     )
     return event_id
 

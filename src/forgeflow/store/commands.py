@@ -37,9 +37,9 @@ def latest_task(conn: Connection, resource_key: str) -> dict[str, Any] | None:
 
 
 def run(conn: Connection, a: Accept, command: Command) -> DeliveryRecord:
-    ended = deliveries.open_delivery(conn, a, response_code=200)
-    if ended is not None:
-        return ended
+    opened = deliveries.open_delivery(conn, a, response_code=200)
+    if isinstance(opened, DeliveryRecord):
+        return opened
     actor = f"gitea:user:{a.author}"
     task = latest_task(conn, a.resource.key)
     if command is Command.STOP:

@@ -21,6 +21,21 @@ from sqlalchemy.exc import DBAPIError, OperationalError
 
 T = TypeVar("T")
 
+# Topics a unit of work asks to announce once its transaction has committed (a domain
+# event was written: wake the dispatcher). Kept in the connection's ``info``, which
+# outlives the checkout, so :meth:`Database.write_sync` always pops it.
+_AFTER_COMMIT = "forgeflow.after_commit"
+
+
+def after_commit(conn: Connection, topic: str) -> bool:
+    """Announce ``topic`` after this transaction commits; True the first time per
+    transaction (callers do once-per-transaction work on it, e.g. ``NOTIFY``)."""
+    topics: set[str] = conn.info.setdefault(_AFTER_COMMIT, set())
+    if topic in topics:
+        return False
+    topics.add(topic)
+    return True
+
 
 class StoreUnavailable(Exception):
     """The database cannot be reached or is locked beyond the timeout."""
@@ -73,6 +88,7 @@ class Database:
             self.writer = create_engine(url, pool_size=16, max_overflow=16, pool_pre_ping=True)
             self.reader = self.writer
             write_threads, read_threads = 16, 8
+        self._listeners: dict[str, list[Callable[[], None]]] = {}
         self._write_pool = ThreadPoolExecutor(write_threads, thread_name_prefix="db-write")
         self._read_pool = ThreadPoolExecutor(read_threads, thread_name_prefix="db-read")
 
@@ -80,10 +96,23 @@ class Database:
     def is_sqlite(self) -> bool:
         return self.dialect == "sqlite"
 
+    def subscribe(self, topic: str, listener: Callable[[], None]) -> Callable[[], None]:
+        """Call ``listener`` (on a database thread) after each commit that announced
+        ``topic``; returns the function that unsubscribes it."""
+        self._listeners.setdefault(topic, []).append(listener)
+        return lambda: self._listeners.get(topic, []).remove(listener)
+
     def write_sync(self, fn: Callable[[Connection], T]) -> T:
         try:
             with self.writer.begin() as conn:
-                return fn(conn)
+                try:
+                    result = fn(conn)
+                finally:
+                    topics = conn.info.pop(_AFTER_COMMIT, None)
+            for topic in topics or ():
+                for listener in list(self._listeners.get(topic, ())):
+                    listener()
+            return result
         except (OperationalError, DBAPIError) as exc:
             if _is_unavailable(exc):
                 raise StoreUnavailable(_describe(exc)) from None

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
-from sqlalchemy import Connection, func, select, update
+from sqlalchemy import Connection, bindparam, func, select, update
 
 from forgeflow.domain.ids import ResourceRef, task_id_for
 from forgeflow.domain.states import TaskState
@@ -53,19 +53,31 @@ class Accept:
     budgets: Budgets = field(default_factory=Budgets)
 
 
+# Statements of the webhook's hot path, built once (see store/sql.py).
+_GET = select(webhook_deliveries).where(webhook_deliveries.c.delivery_key == bindparam("key"))
+_TASK_STATE = select(tasks.c.state).where(tasks.c.task_id == bindparam("task_id"))
+# Gitea's replay: the same comment under a new delivery id.
+_EARLIER = (
+    select(webhook_deliveries.c.delivery_key, webhook_deliveries.c.task_id)
+    .where(webhook_deliveries.c.repo_key == bindparam("repo_key"))
+    .where(webhook_deliveries.c.comment_id == bindparam("comment_id"))
+    .where(webhook_deliveries.c.delivery_key != bindparam("key"))
+    .where(webhook_deliveries.c.status.in_(("accepted", "rejected")))
+)
+
+
 def get(conn: Connection, delivery_key: str) -> DeliveryRecord | None:
-    row = conn.execute(
-        select(webhook_deliveries).where(webhook_deliveries.c.delivery_key == delivery_key)
-    ).first()
+    row = conn.execute(_GET, {"key": delivery_key}).first()
     return _record(conn, dict(row._mapping), duplicate=True) if row else None
 
 
+def _task_state(conn: Connection, task_id: str) -> str | None:
+    state: str | None = conn.execute(_TASK_STATE, {"task_id": task_id}).scalar_one_or_none()
+    return state
+
+
 def _record(conn: Connection, row: dict[str, Any], *, duplicate: bool) -> DeliveryRecord:
-    state = None
-    if row["task_id"]:
-        state = conn.execute(
-            select(tasks.c.state).where(tasks.c.task_id == row["task_id"])
-        ).scalar_one_or_none()
+    state = _task_state(conn, row["task_id"]) if row["task_id"] else None
     return DeliveryRecord(
         delivery_id=row["delivery_id"],
         status=row["status"],
@@ -91,6 +103,7 @@ def _insert(
     reason: str | None = None,
     repo_key: str | None = None,
     comment_id: int | None = None,
+    task_id: str | None = None,
 ) -> bool:
     now = utcnow()
     return insert_ignore(
@@ -107,6 +120,7 @@ def _insert(
             "reason": reason,
             "repo_key": repo_key,
             "comment_id": comment_id,
+            "task_id": task_id,
             "payload_hash": payload_hash,
             "response_code": response_code,
             "expires_at": now + retention,
@@ -164,11 +178,15 @@ def record_ignored(
     return DeliveryRecord(delivery_id, "ignored", 200, reason=reason)
 
 
-def open_delivery(conn: Connection, a: Accept, *, response_code: int) -> DeliveryRecord | None:
+def open_delivery(
+    conn: Connection, a: Accept, *, response_code: int, task_id: str | None = None
+) -> DeliveryRecord | dict[str, Any]:
     """The common start of an accepted mention: record the delivery, register the
     repository, refuse a disabled one and recognise Gitea's replay of a comment.
 
-    Returns the answer when the delivery ends here, ``None`` when the caller goes on.
+    Returns the answer when the delivery ends here, else the repository row and the
+    caller goes on. ``task_id``: the task the caller will create in this transaction,
+    recorded with the delivery up front (every way out below clears it).
     """
     repo = a.resource.repo
     if not _insert(
@@ -183,6 +201,7 @@ def open_delivery(conn: Connection, a: Accept, *, response_code: int) -> Deliver
         response_code=response_code,
         repo_key=repo.key,
         comment_id=a.comment_id,
+        task_id=task_id,
     ):
         existing = get(conn, a.delivery_key)
         assert existing is not None
@@ -197,7 +216,12 @@ def open_delivery(conn: Connection, a: Accept, *, response_code: int) -> Deliver
     )
     if repo_row["status"] == "disabled":
         finish(
-            conn, a.delivery_key, status="rejected", reason="repository_disabled", response_code=409
+            conn,
+            a.delivery_key,
+            status="rejected",
+            reason="repository_disabled",
+            response_code=409,
+            task_id=None,
         )
         audit.append(
             conn,
@@ -210,19 +234,10 @@ def open_delivery(conn: Connection, a: Accept, *, response_code: int) -> Deliver
         )
         return DeliveryRecord(a.delivery_id, "rejected", 409, reason="repository_disabled")
     earlier = conn.execute(
-        select(webhook_deliveries.c.delivery_key, webhook_deliveries.c.task_id)
-        .where(webhook_deliveries.c.repo_key == repo.key)
-        .where(webhook_deliveries.c.comment_id == a.comment_id)
-        .where(webhook_deliveries.c.delivery_key != a.delivery_key)
-        .where(webhook_deliveries.c.status.in_(("accepted", "rejected")))
+        _EARLIER, {"repo_key": repo.key, "comment_id": a.comment_id, "key": a.delivery_key}
     ).first()
     if earlier is not None:
-        # Gitea's replay: the same comment under a new delivery id.
-        state = None
-        if earlier.task_id:
-            state = conn.execute(
-                select(tasks.c.state).where(tasks.c.task_id == earlier.task_id)
-            ).scalar_one_or_none()
+        state = _task_state(conn, earlier.task_id) if earlier.task_id else None
         finish(
             conn,
             a.delivery_key,
@@ -251,17 +266,17 @@ def open_delivery(conn: Connection, a: Accept, *, response_code: int) -> Deliver
             "comment_already_accepted",
             duplicate=True,
         )
-    return None
+    return repo_row
 
 
 def accept(conn: Connection, a: Accept) -> DeliveryRecord:
     """Register repository, session and task and queue it, all in one transaction."""
     repo = a.resource.repo
-    ended = open_delivery(conn, a, response_code=202)
-    if ended is not None:
-        return ended
-    sessions.ensure(conn, a.resource, reopen=True)
     task_id = task_id_for(a.delivery_key)
+    opened = open_delivery(conn, a, response_code=202, task_id=task_id)
+    if isinstance(opened, DeliveryRecord):
+        return opened
+    sessions.ensure(conn, a.resource, reopen=True)
     task_q.insert_received(
         conn,
         {
@@ -276,7 +291,7 @@ def accept(conn: Connection, a: Accept) -> DeliveryRecord:
             "refs": a.refs,
         },
     )
-    over = exceeded(conn, repo.key, a.budgets) if a.permitted else None
+    over = exceeded(conn, repo.key, a.budgets, opened) if a.permitted else None
     refusal = (
         "insufficient_permission" if not a.permitted else ("budget_exceeded" if over else None)
     )
@@ -294,20 +309,13 @@ def accept(conn: Connection, a: Accept) -> DeliveryRecord:
             metadata={"eventType": a.event_type, "permission": a.permission},
             delivery_id=a.delivery_id,
             comment_id=a.comment_id,
+            from_state=TaskState.RECEIVED,
         ),
     )
     if refusal is None:
-        finish(conn, a.delivery_key, task_id=task_id)
         notify_tasks(conn)
         return DeliveryRecord(a.delivery_id, "accepted", 202, task_id, to_state.value)
-    finish(
-        conn,
-        a.delivery_key,
-        task_id=task_id,
-        status="rejected",
-        reason=refusal,
-        response_code=200,
-    )
+    finish(conn, a.delivery_key, status="rejected", reason=refusal, response_code=200)
     return DeliveryRecord(a.delivery_id, "rejected", 200, task_id, to_state.value, refusal)
 
 

@@ -105,6 +105,13 @@ def update_definition(conn: Connection, key: str, expected_revision: int, **valu
     return result.rowcount == 1
 
 
+def lock_definition(conn: Connection, key: str) -> Row | None:
+    """Read a template row and hold it for the rest of the transaction (``FOR UPDATE``
+    on PostgreSQL; SQLite has one writer anyway): seeders of one template serialise."""
+    row = conn.execute(select(defs).where(defs.c.key == key).with_for_update()).first()
+    return dict(row._mapping) if row else None
+
+
 def list_triggers(conn: Connection, template_key: str | None = None) -> list[Row]:
     stmt = select(triggers).order_by(
         triggers.c.template_key, triggers.c.trigger_type, triggers.c.event_type
@@ -129,27 +136,60 @@ def sync_triggers(conn: Connection, template_key: str, wanted: list[dict[str, An
         keep.add(ident)
         values = {"match": t.get("match"), "schedule": t.get("schedule"), "updated_at": now}
         if ident in existing:
-            conn.execute(
-                update(triggers)
-                .where(triggers.c.trigger_id == existing[ident]["trigger_id"])
-                .values(**values)
-            )
+            if existing[ident]["schedule"] != t.get("schedule"):
+                values["next_fire_at"] = None  # the trigger clock plans the new one afresh
+            update_trigger(conn, existing[ident]["trigger_id"], **values)
             continue
-        conn.execute(
-            insert(triggers).values(
-                trigger_id=f"trg-{uuid.uuid4().hex}",
-                template_key=template_key,
-                trigger_type=ident[0],
-                event_type=ident[1],
-                webhook_token=secrets.token_urlsafe(24) if ident[0] == "webhook" else None,
-                is_enabled=bool(t.get("enabled", True)),
-                created_at=now,
-                **values,
-            )
+        insert_trigger(
+            conn,
+            template_key,
+            trigger_type=ident[0],
+            event_type=ident[1],
+            match=t.get("match"),
+            schedule=t.get("schedule"),
+            enabled=bool(t.get("enabled", True)),
         )
     for ident, row in existing.items():
         if ident not in keep:
-            conn.execute(triggers.delete().where(triggers.c.trigger_id == row["trigger_id"]))
+            delete_trigger(conn, row["trigger_id"])
+
+
+def insert_trigger(
+    conn: Connection,
+    template_key: str,
+    *,
+    trigger_type: str,
+    event_type: str,
+    match: dict[str, Any] | None,
+    schedule: str | None,
+    enabled: bool,
+) -> None:
+    """One trigger row (``event_type`` '' when the trigger has none); a webhook trigger
+    gets its token here."""
+    now = utcnow()
+    conn.execute(
+        insert(triggers).values(
+            trigger_id=f"trg-{uuid.uuid4().hex}",
+            template_key=template_key,
+            trigger_type=trigger_type,
+            event_type=event_type,
+            match=match,
+            schedule=schedule,
+            webhook_token=secrets.token_urlsafe(24) if trigger_type == "webhook" else None,
+            is_enabled=enabled,
+            created_at=now,
+            updated_at=now,
+        )
+    )
+
+
+def update_trigger(conn: Connection, trigger_id: str, **values: Any) -> None:
+    values.setdefault("updated_at", utcnow())
+    conn.execute(update(triggers).where(triggers.c.trigger_id == trigger_id).values(**values))
+
+
+def delete_trigger(conn: Connection, trigger_id: str) -> None:
+    conn.execute(triggers.delete().where(triggers.c.trigger_id == trigger_id))
 
 
 # -- runs -----------------------------------------------------------------------------
@@ -170,9 +210,14 @@ def get_run(conn: Connection, run_id: str) -> Row | None:
     return dict(row._mapping) if row else None
 
 
-def lock_run(conn: Connection, run_id: str) -> Row | None:
-    """Read a run row and hold it for the rest of the transaction."""
-    row = conn.execute(select(runs).where(runs.c.run_id == run_id).with_for_update()).first()
+_RUN_WITHOUT_DEFINITION = tuple(c for c in runs.c if c.name != "definition")
+
+
+def lock_run(conn: Connection, run_id: str, *, definition: bool = True) -> Row | None:
+    """Read a run row and hold it for the rest of the transaction; ``definition=False``
+    leaves out the definition snapshot (a caller that has it parsed already)."""
+    columns = runs.c if definition else _RUN_WITHOUT_DEFINITION
+    row = conn.execute(select(*columns).where(runs.c.run_id == run_id).with_for_update()).first()
     return dict(row._mapping) if row else None
 
 
@@ -251,6 +296,41 @@ def steps_of(conn: Connection, run_id: str) -> list[Row]:
     return [dict(r._mapping) for r in rows]
 
 
+_PLAN_COLUMNS = (
+    steps.c.run_id,
+    steps.c.step_id,
+    steps.c.item_index,
+    steps.c.status,
+    steps.c.routes,
+    steps.c.version,
+)
+
+
+def plan_rows(conn: Connection, run_id: str) -> list[Row]:
+    """What the planner reads of a run's steps: keys, status, routes and the version a
+    compare-and-swap needs — not the inputs and outputs, whose decoding made planning
+    cost grow with the length of the run."""
+    result = conn.execute(
+        select(*_PLAN_COLUMNS)
+        .where(steps.c.run_id == run_id)
+        .order_by(steps.c.created_at, steps.c.step_id, steps.c.item_index)
+    )
+    keys = tuple(result.keys())
+    return [dict(zip(keys, r, strict=True)) for r in result]
+
+
+def items_of(conn: Connection, run_id: str, step_id: str) -> list[Row]:
+    """The forEach items of a node, in input order."""
+    rows = conn.execute(
+        select(steps)
+        .where(steps.c.run_id == run_id)
+        .where(steps.c.step_id == step_id)
+        .where(steps.c.item_index >= 0)
+        .order_by(steps.c.item_index)
+    )
+    return [dict(r._mapping) for r in rows]
+
+
 def get_step(conn: Connection, key: StepKey) -> Row | None:
     row = conn.execute(select(steps).where(_where_step(key))).first()
     return dict(row._mapping) if row else None
@@ -297,6 +377,18 @@ def due_steps(conn: Connection, now: datetime, limit: int = 200) -> list[Row]:
     return [dict(r._mapping) for r in conn.execute(stmt)]
 
 
+def runnable_steps(conn: Connection, run_id: str, now: datetime) -> list[Row]:
+    """The run's runnable steps whose time came, oldest first (as :func:`due_steps`)."""
+    stmt = (
+        select(steps)
+        .where(steps.c.run_id == run_id)
+        .where(steps.c.status == "runnable")
+        .where(or_(steps.c.next_attempt_at.is_(None), steps.c.next_attempt_at <= now))
+        .order_by(steps.c.updated_at, steps.c.step_id, steps.c.item_index)
+    )
+    return [dict(r._mapping) for r in conn.execute(stmt)]
+
+
 def next_due(conn: Connection) -> datetime | None:
     value: datetime | None = conn.execute(
         select(func.min(steps.c.next_attempt_at))
@@ -318,6 +410,16 @@ def executing_count(conn: Connection, run_id: str) -> int:
             .where(steps.c.claimed_by.is_not(None))
         ).scalar_one()
     )
+
+
+def run_counts(conn: Connection, run_id: str) -> tuple[int, int]:
+    """:func:`executing_count` and :func:`executed_count` in one statement."""
+    executing = func.count().filter(
+        and_(steps.c.status == "running", steps.c.claimed_by.is_not(None))
+    )
+    executed = func.coalesce(func.sum(steps.c.attempt), 0)
+    row = conn.execute(select(executing, executed).where(steps.c.run_id == run_id)).one()
+    return int(row[0]), int(row[1])
 
 
 def executed_count(conn: Connection, run_id: str) -> int:

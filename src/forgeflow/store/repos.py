@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import Connection, select, update
+from sqlalchemy import Connection, bindparam, select, update
 
+from forgeflow.domain.events import repo_added
 from forgeflow.domain.ids import INSTANCE_ID, RepoRef
-from forgeflow.store import audit
+from forgeflow.store import audit, events
 from forgeflow.store.schema import repositories
 from forgeflow.store.sql import insert_ignore
 from forgeflow.store.types import iso, utcnow
@@ -26,6 +27,9 @@ def register(
     delivery_id: str | None = None,
 ) -> dict[str, Any]:
     """Create the repository row once (compare-and-swap on the key); return the row."""
+    known = get(conn, repo.key)
+    if known is not None:
+        return known
     now = utcnow()
     if insert_ignore(
         conn,
@@ -53,20 +57,28 @@ def register(
                 metadata={"workspacePath": workspace_path},
             ),
         )
+        # Pipelines listening to RepoAdded start on the first registration.
+        added = repo_added(
+            repo.key, repo.owner, repo.name, clone_url, default_branch, "registration"
+        )
+        events.record(conn, [added])
     row = get(conn, repo.key)
     assert row is not None
     return row
 
 
+# Built once: every accepted mention reads its repository row (see store/sql.py).
+_GET = select(repositories).where(repositories.c.repo_key == bindparam("key"))
+_STATUS = select(repositories.c.status).where(repositories.c.repo_key == bindparam("key"))
+
+
 def get(conn: Connection, repo_key: str) -> dict[str, Any] | None:
-    row = conn.execute(select(repositories).where(repositories.c.repo_key == repo_key)).first()
+    row = conn.execute(_GET, {"key": repo_key}).first()
     return dict(row._mapping) if row else None
 
 
 def status(conn: Connection, repo_key: str) -> str | None:
-    value: str | None = conn.execute(
-        select(repositories.c.status).where(repositories.c.repo_key == repo_key)
-    ).scalar_one_or_none()
+    value: str | None = conn.execute(_STATUS, {"key": repo_key}).scalar_one_or_none()
     return value
 
 

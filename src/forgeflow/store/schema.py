@@ -43,6 +43,7 @@ webhook_deliveries = Table(
     Column("response_code", Integer, nullable=False),
     Column("expires_at", UTCDateTime(), nullable=False),
     Index("ix_webhook_deliveries_received_at", "received_at"),
+    Index("ix_webhook_deliveries_repo_comment", "repo_key", "comment_id"),
 )
 
 repositories = Table(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import Connection, func, select, update
+from sqlalchemy import Connection, bindparam, func, select, update
 
 from forgeflow.domain.ids import ResourceRef
 from forgeflow.store import audit, events
@@ -22,6 +22,24 @@ def ensure(conn: Connection, resource: ResourceRef, *, reopen: bool = False) -> 
     ``reopen``: a closed session (``@bot new session``) becomes active again, without a
     thread, so the next turn starts a fresh one.
     """
+    row = get(conn, resource.session_key)
+    if row is None:
+        _create(conn, resource)
+        row = get(conn, resource.session_key)
+        assert row is not None
+    if reopen and row["status"] == "closed":
+        conn.execute(
+            update(sessions)
+            .where(sessions.c.session_key == resource.session_key)
+            .values(status="active", updated_at=utcnow(), version=row["version"] + 1)
+        )
+        row = get(conn, resource.session_key)
+        assert row is not None
+    return row
+
+
+def _create(conn: Connection, resource: ResourceRef) -> None:
+    # insert-or-ignore: a concurrent first mention on PostgreSQL may win the race.
     now = utcnow()
     insert_ignore(
         conn,
@@ -40,17 +58,6 @@ def ensure(conn: Connection, resource: ResourceRef, *, reopen: bool = False) -> 
             "version": 1,
         },
     )
-    row = get(conn, resource.session_key)
-    assert row is not None
-    if reopen and row["status"] == "closed":
-        conn.execute(
-            update(sessions)
-            .where(sessions.c.session_key == resource.session_key)
-            .values(status="active", updated_at=utcnow(), version=row["version"] + 1)
-        )
-        row = get(conn, resource.session_key)
-        assert row is not None
-    return row
 
 
 def close(conn: Connection, session_key: str, *, actor: str) -> dict[str, Any] | None:
@@ -83,8 +90,12 @@ def close(conn: Connection, session_key: str, *, actor: str) -> dict[str, Any] |
     return get(conn, session_key)
 
 
+# Built once: every accepted mention reads its session row (see store/sql.py).
+_GET = select(sessions).where(sessions.c.session_key == bindparam("key"))
+
+
 def get(conn: Connection, session_key: str) -> dict[str, Any] | None:
-    row = conn.execute(select(sessions).where(sessions.c.session_key == session_key)).first()
+    row = conn.execute(_GET, {"key": session_key}).first()
     return dict(row._mapping) if row else None
 
 

@@ -4,8 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import Connection, Table, literal_column, text
+from sqlalchemy import Connection, Insert, Table, literal_column, text
 from sqlalchemy.dialects import postgresql, sqlite
+
+# Statements built once per (dialect, table): building a Core statement per call costs
+# more CPU than SQLite spends running it, and the webhook's hot path inserts several.
+_INSERT_IGNORE: dict[tuple[str, str], Any] = {}
+_INSERT: dict[str, Insert] = {}
 
 
 def insert_ignore(conn: Connection, table: Table, values: dict[str, Any]) -> bool:
@@ -14,12 +19,22 @@ def insert_ignore(conn: Connection, table: Table, values: dict[str, Any]) -> boo
     On PostgreSQL a concurrent insert of the same key waits for the other transaction,
     so the caller's next read sees the winner's row.
     """
-    if conn.dialect.name == "postgresql":
-        stmt: Any = postgresql.insert(table).values(**values).on_conflict_do_nothing()
-    else:
-        stmt = sqlite.insert(table).values(**values).on_conflict_do_nothing()
-    # RETURNING tells reliably whether a row went in; rowcount does not on every driver.
-    return conn.execute(stmt.returning(literal_column("1"))).first() is not None
+    dialect = conn.dialect.name
+    stmt = _INSERT_IGNORE.get((dialect, table.name))
+    if stmt is None:
+        module: Any = postgresql if dialect == "postgresql" else sqlite
+        # RETURNING tells reliably whether a row went in; rowcount does not on every driver.
+        stmt = module.insert(table).on_conflict_do_nothing().returning(literal_column("1"))
+        _INSERT_IGNORE[(dialect, table.name)] = stmt
+    return conn.execute(stmt, values).first() is not None
+
+
+def insert_row(conn: Connection, table: Table, values: dict[str, Any]) -> None:
+    """A plain INSERT of one row through a statement built once per table."""
+    stmt = _INSERT.get(table.name)
+    if stmt is None:
+        stmt = _INSERT[table.name] = table.insert()
+    conn.execute(stmt, values)
 
 
 TASKS_CHANNEL = "forgeflow_tasks"

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, func, insert, select, update
+from sqlalchemy import Connection, bindparam, func, select, update
 
 from forgeflow.domain.ids import ResourceRef
 from forgeflow.domain.states import IllegalTransition, TaskState, is_allowed
@@ -14,6 +14,7 @@ from forgeflow.domain.states import IllegalTransition, TaskState, is_allowed
 __all__ = ["IllegalTransition", "StaleStateVersion", "TaskNotFound", "Transition", "transition"]
 from forgeflow.store import audit, events, repos, sessions
 from forgeflow.store.schema import tasks
+from forgeflow.store.sql import insert_row
 from forgeflow.store.types import iso, utcnow
 
 # Columns a transition may set beside the state; anything else is not a transition's
@@ -66,6 +67,8 @@ class Transition:
     metadata: dict[str, Any] | None = None
     delivery_id: str | None = None
     comment_id: int | None = None
+    # The state the caller saw; with it the move is one UPDATE … RETURNING.
+    from_state: TaskState | None = None
 
 
 def transition(conn: Connection, t: Transition) -> dict[str, Any]:
@@ -75,77 +78,102 @@ def transition(conn: Connection, t: Transition) -> dict[str, Any]:
     part of the caller's transaction, so callers that want the alert kept commit
     before re-raising (see ``Store.transition``).
     """
-    row = conn.execute(select(tasks).where(tasks.c.task_id == t.task_id)).first()
-    if row is None:
-        raise TaskNotFound(t.task_id)
-    current = row._mapping
-    base_event = {
-        "task_id": t.task_id,
-        "session_key": current["session_key"],
-        "repo_key": current["repo_key"],
-        "actor": t.actor,
-        "from_state": current["state"],
-        "to_state": t.to_state.value,
-        "delivery_id": t.delivery_id,
-        "comment_id": t.comment_id,
-    }
-    if not is_allowed(current["state"], t.to_state.value):
-        audit.append(
-            conn,
-            audit.AuditEvent(
-                action="task.transition_refused",
-                error_code="illegal_transition",
-                state_version=current["state_version"],
-                metadata={"requestedBy": t.action},
-                **base_event,
-            ),
-        )
-        raise IllegalTransition(t.task_id, current["state"], t.to_state.value)
     fields = dict(t.fields or {})
     unknown = set(fields) - _TRANSITION_FIELDS
     if unknown:
         raise ValueError(f"transition cannot set {sorted(unknown)}")
-    new_version = t.expected_version + 1
-    result = conn.execute(
-        update(tasks)
-        .where(tasks.c.task_id == t.task_id)
-        .where(tasks.c.state_version == t.expected_version)
-        .where(tasks.c.state == current["state"])
-        .values(
-            state=t.to_state.value,
-            state_version=new_version,
-            updated_at=utcnow(),
-            error_code=t.error_code,
-            **fields,
-        )
-    )
-    if result.rowcount != 1:
-        audit.append(
-            conn,
-            audit.AuditEvent(
-                action="task.transition_refused",
-                error_code="stale_state_version",
-                state_version=current["state_version"],
-                metadata={"requestedBy": t.action, "expectedVersion": t.expected_version},
-                **base_event,
-            ),
-        )
-        raise StaleStateVersion(t.task_id, t.expected_version, current["state_version"])
+    updated = None
+    if t.from_state is not None and is_allowed(t.from_state.value, t.to_state.value):
+        # The caller knows the state it moves from: the compare-and-swap alone decides,
+        # and the row is read back only when it refused (to say why).
+        from_state = t.from_state.value
+        updated = _swap(conn, t, from_state, fields)
+    if updated is None:
+        row = conn.execute(select(tasks).where(tasks.c.task_id == t.task_id)).first()
+        if row is None:
+            raise TaskNotFound(t.task_id)
+        current = row._mapping
+        if not is_allowed(current["state"], t.to_state.value):
+            _refuse(conn, t, current, "illegal_transition", {"requestedBy": t.action})
+            raise IllegalTransition(t.task_id, current["state"], t.to_state.value)
+        from_state = current["state"]
+        updated = _swap(conn, t, from_state, fields)
+        if updated is None:
+            metadata = {"requestedBy": t.action, "expectedVersion": t.expected_version}
+            _refuse(conn, t, current, "stale_state_version", metadata)
+            raise StaleStateVersion(t.task_id, t.expected_version, current["state_version"])
+    row_now = updated
     audit.append(
         conn,
         audit.AuditEvent(
             action=t.action,
-            state_version=new_version,
+            state_version=row_now["state_version"],
             error_code=t.error_code,
             metadata=t.metadata or {},
-            turn_id=fields.get("turn_id") or current["turn_id"],
-            **base_event,
+            turn_id=row_now["turn_id"],
+            task_id=t.task_id,
+            session_key=row_now["session_key"],
+            repo_key=row_now["repo_key"],
+            actor=t.actor,
+            from_state=from_state,
+            to_state=t.to_state.value,
+            delivery_id=t.delivery_id,
+            comment_id=t.comment_id,
         ),
     )
-    updated = conn.execute(select(tasks).where(tasks.c.task_id == t.task_id)).first()
-    assert updated is not None
-    _emit_events(conn, dict(updated._mapping), current["state"])
-    return dict(updated._mapping)
+    _emit_events(conn, row_now, from_state)
+    return row_now
+
+
+# Built once: the SET columns come from the parameters of each call, and a statement
+# built per call cost more CPU than SQLite spends on the update.
+_SWAP = (
+    update(tasks)
+    .where(tasks.c.task_id == bindparam("b_task_id"))
+    .where(tasks.c.state_version == bindparam("b_version"))
+    .where(tasks.c.state == bindparam("b_from"))
+    .returning(*tasks.c)
+)
+
+
+def _swap(
+    conn: Connection, t: Transition, from_state: str, fields: dict[str, Any]
+) -> dict[str, Any] | None:
+    """The compare-and-swap itself; the row after it, or None when it did not apply."""
+    values = {
+        **fields,
+        "state": t.to_state.value,
+        "state_version": t.expected_version + 1,
+        "updated_at": utcnow(),
+        "error_code": t.error_code,
+        "b_task_id": t.task_id,
+        "b_version": t.expected_version,
+        "b_from": from_state,
+    }
+    row = conn.execute(_SWAP, values).first()
+    return None if row is None else dict(row._mapping)
+
+
+def _refuse(
+    conn: Connection, t: Transition, current: Any, code: str, metadata: dict[str, Any]
+) -> None:
+    audit.append(
+        conn,
+        audit.AuditEvent(
+            action="task.transition_refused",
+            error_code=code,
+            state_version=current["state_version"],
+            metadata=metadata,
+            task_id=t.task_id,
+            session_key=current["session_key"],
+            repo_key=current["repo_key"],
+            actor=t.actor,
+            from_state=current["state"],
+            to_state=t.to_state.value,
+            delivery_id=t.delivery_id,
+            comment_id=t.comment_id,
+        ),
+    )
 
 
 _EVENT_OF_STATE = {
@@ -171,29 +199,30 @@ def _emit_events(conn: Connection, row: dict[str, Any], from_state: str) -> None
         "author": row["author"],
     }
     key = f"{row['task_id']}:{row['state_version']}"
-    events.emit(
-        conn, "TaskStatusChanged", dedupe_key=key, payload=payload, repo_key=row["repo_key"]
-    )
+    items = [("TaskStatusChanged", key)]
     specific = _EVENT_OF_STATE.get(TaskState(row["state"]))
     if specific == "TaskCreated" and from_state != TaskState.RECEIVED:
         specific = None  # back in the queue (released, retried), not a new task
     if specific is not None:
-        events.emit(conn, specific, dedupe_key=key, payload=payload, repo_key=row["repo_key"])
+        items.append((specific, key))
+    events.record_unique(conn, items, payload=payload, repo_key=row["repo_key"])
 
 
 def insert_received(conn: Connection, values: dict[str, Any]) -> None:
     """Create a task in ``received``; the caller moves it on with :func:`transition`."""
     now = utcnow()
-    conn.execute(
-        insert(tasks).values(
-            state=TaskState.RECEIVED.value,
-            attempt=0,
-            reply_attempt=0,
-            created_at=now,
-            updated_at=now,
-            state_version=1,
+    insert_row(
+        conn,
+        tasks,
+        {
+            "state": TaskState.RECEIVED.value,
+            "attempt": 0,
+            "reply_attempt": 0,
+            "created_at": now,
+            "updated_at": now,
+            "state_version": 1,
             **values,
-        )
+        },
     )
 
 
@@ -275,6 +304,14 @@ def set_fields(conn: Connection, task_id: str, **values: Any) -> None:
 def get(conn: Connection, task_id: str) -> dict[str, Any] | None:
     row = conn.execute(select(tasks).where(tasks.c.task_id == task_id)).first()
     return dict(row._mapping) if row else None
+
+
+def state_of(conn: Connection, task_id: str) -> str | None:
+    """Only the state (a running turn polls it for an operator's abort)."""
+    value: str | None = conn.execute(
+        select(tasks.c.state).where(tasks.c.task_id == task_id)
+    ).scalar_one_or_none()
+    return value
 
 
 @dataclass(frozen=True, slots=True)

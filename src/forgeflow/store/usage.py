@@ -6,6 +6,7 @@ budget backwards. Budgets come from the repository row, else from the configurat
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -54,24 +55,32 @@ def used(conn: Connection, repo_key: str, since: datetime) -> int:
     return int(total)
 
 
-def limits(conn: Connection, repo_key: str, defaults: Budgets) -> dict[str, int | None]:
-    row = conn.execute(
-        select(repositories.c.daily_token_budget, repositories.c.monthly_token_budget).where(
-            repositories.c.repo_key == repo_key
-        )
-    ).first()
-    daily = row.daily_token_budget if row and row.daily_token_budget is not None else None
-    monthly = row.monthly_token_budget if row and row.monthly_token_budget is not None else None
+def limits(
+    conn: Connection, repo_key: str, defaults: Budgets, repo_row: Mapping[str, Any] | None = None
+) -> dict[str, int | None]:
+    """The budgets of a repository; ``repo_row``, when the caller has read it, spares a query."""
+    row: Mapping[str, Any] | None = repo_row
+    if row is None:
+        found = conn.execute(
+            select(repositories.c.daily_token_budget, repositories.c.monthly_token_budget).where(
+                repositories.c.repo_key == repo_key
+            )
+        ).first()
+        row = dict(found._mapping) if found is not None else None
+    daily = row["daily_token_budget"] if row is not None else None
+    monthly = row["monthly_token_budget"] if row is not None else None
     return {
         "day": daily if daily is not None else defaults.daily_tokens,
         "month": monthly if monthly is not None else defaults.monthly_tokens,
     }
 
 
-def exceeded(conn: Connection, repo_key: str, defaults: Budgets) -> str | None:
+def exceeded(
+    conn: Connection, repo_key: str, defaults: Budgets, repo_row: Mapping[str, Any] | None = None
+) -> str | None:
     """The name of a budget that is used up (``daily budget of N tokens``), or None."""
     starts = period_starts(utcnow())
-    for period, limit in limits(conn, repo_key, defaults).items():
+    for period, limit in limits(conn, repo_key, defaults, repo_row).items():
         if limit is not None and used(conn, repo_key, starts[period]) >= limit:
             name = "daily" if period == "day" else "monthly"
             return f"the {name} token budget of {limit} tokens for {repo_key}"

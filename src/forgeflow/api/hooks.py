@@ -1,0 +1,153 @@
+"""``POST /webhooks/{token}``: an external system starts a pipeline run (spec PIPELINES
+"Điều gì khởi chạy một lần chạy", trigger type webhook).
+
+The token names one webhook trigger row and is also the HMAC key: the request carries
+``X-Hub-Signature-256: sha256=<hex>`` = HMAC-SHA256(raw body, token). An unknown token
+is 404; a missing or wrong signature 401, logged and audited by trigger id (never the
+token) and not recorded anywhere it could be replayed from. A call is identified by
+``X-Gitea-Delivery``, ``X-GitHub-Delivery`` or ``Idempotency-Key`` (else by the hash of
+its body): a repeat answers 200 with the run the first call started. The JSON object
+body is the run's ``event``; its ``inputs`` object (or its top-level values named like
+the template's inputs) are the run's inputs.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import re
+from typing import Annotated, Any, Literal
+
+import structlog
+from fastapi import APIRouter, Header, Request
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel
+
+from forgeflow.gitea.webhook import InvalidPayload, parse_json
+from forgeflow.pipelines import firing
+from forgeflow.pipelines.runs import PipelineError
+from forgeflow.services import Services
+from forgeflow.store import triggers as tq
+
+log = structlog.get_logger("forgeflow.api.hooks")
+router = APIRouter(tags=["webhook"])
+
+MAX_BODY = 1024 * 1024
+# Tokens are minted by ``secrets.token_urlsafe``; anything else cannot name a trigger
+# (and a NUL or an overlong value never reaches the database).
+_TOKEN = re.compile(r"^[A-Za-z0-9_-]{1,100}$")
+
+
+class WebhookRun(BaseModel):
+    runId: str
+    templateKey: str
+    status: Literal["started", "duplicate"]
+
+
+class WebhookError(BaseModel):
+    error: str
+    message: str
+
+
+def _error(status: int, code: str, message: str) -> JSONResponse:
+    return JSONResponse({"error": code, "message": message}, status_code=status)
+
+
+def signature_valid(token: str, body: bytes, header: str | None) -> bool:
+    """``sha256=<hex>`` of HMAC-SHA256(body, token), compared in constant time."""
+    if not header or not header.startswith("sha256="):
+        return False
+    expected = hmac.new(token.encode("utf-8"), body, hashlib.sha256).hexdigest()
+    return hmac.compare_digest(header.removeprefix("sha256=").strip().lower(), expected)
+
+
+def _delivery(request: Request, body: bytes) -> str:
+    for name in ("x-gitea-delivery", "x-github-delivery", "idempotency-key"):
+        value = request.headers.get(name, "").strip()
+        if value:
+            return f"{name}:{value}"
+    return f"body:{hashlib.sha256(body).hexdigest()}"
+
+
+_ERR = {"model": WebhookError}
+
+
+@router.post(
+    "/webhooks/{token}",
+    status_code=202,
+    response_model=WebhookRun,
+    responses={
+        200: {"model": WebhookRun, "description": "a repeated call: the run the first one started"},
+        202: {"model": WebhookRun, "description": "the run was started"},
+        400: {**_ERR, "description": "invalid_payload or invalid_inputs"},
+        401: {**_ERR, "description": "invalid_signature"},
+        404: {**_ERR, "description": "trigger_not_found"},
+        409: {**_ERR, "description": "template_disabled, trigger_disabled or no_start_node"},
+        413: {**_ERR, "description": "payload_too_large"},
+        503: {**_ERR, "description": "store_unavailable"},
+    },
+    openapi_extra={
+        "requestBody": {
+            "required": False,
+            "content": {"application/json": {"schema": {"type": "object"}}},
+        }
+    },
+)
+async def pipeline_webhook(
+    request: Request,
+    token: str,
+    x_hub_signature_256: Annotated[
+        str | None, Header(description="sha256=<hex>: HMAC-SHA256 of the body, keyed by the token")
+    ] = None,
+    idempotency_key: Annotated[
+        str | None, Header(description="identifies a call; repeats start nothing")
+    ] = None,
+) -> Any:
+    """Start a run of the template whose webhook trigger this token names."""
+    services: Services = request.app.state.services
+    trigger = (
+        await services.store.read(lambda c: tq.by_token(c, token)) if _TOKEN.match(token) else None
+    )
+    if trigger is None:
+        return _error(404, "trigger_not_found", "no webhook trigger has this token")
+    body = await request.body()
+    if len(body) > MAX_BODY:
+        return _error(413, "payload_too_large", "a webhook body is at most 1 MiB")
+    if not signature_valid(token, body, x_hub_signature_256):
+        log.warning("pipeline.webhook.invalid_signature", trigger_id=trigger["trigger_id"])
+        try:
+            reason = "missing" if not x_hub_signature_256 else "mismatch"
+            await services.store.write(lambda c: firing.reject_webhook(c, trigger, reason))
+        except Exception:  # the 401 must not depend on the audit write
+            log.exception("pipeline.webhook.audit_failed")
+        return _error(401, "invalid_signature", "X-Hub-Signature-256 missing or invalid")
+    try:
+        payload: dict[str, Any] = parse_json(body) if body.strip() else {}
+    except InvalidPayload as exc:
+        return _error(400, "invalid_payload", str(exc))
+    delivery = _delivery(request, body)
+    trigger_id = trigger["trigger_id"]
+    try:
+        started = await services.store.write(
+            lambda c: firing.fire_webhook(c, trigger_id, payload, delivery)
+        )
+    except PipelineError as exc:
+        log.info("pipeline.webhook.refused", trigger_id=trigger_id, code=exc.code)
+        return JSONResponse(
+            {"error": exc.code, "message": exc.message, **exc.extra}, status_code=exc.status
+        )
+    if started.created and services.pipelines is not None:
+        services.pipelines.wake()
+    run = started.run
+    log.info(
+        "pipeline.webhook",
+        trigger_id=trigger_id,
+        run_id=run["run_id"],
+        created=started.created,
+    )
+    answer = WebhookRun(
+        runId=run["run_id"],
+        templateKey=run["template_key"],
+        status="started" if started.created else "duplicate",
+    )
+    return JSONResponse(answer.model_dump(), status_code=202 if started.created else 200)

@@ -1,0 +1,116 @@
+"""Queries that fire ``pipeline_triggers`` rows (their definition side — create, sync,
+list — is in ``store/pipelines.py``).
+
+Each row is read together with its template's switch (``template_enabled``), because a
+trigger of a disabled template must be seen — and its skip recorded — not silently
+filtered out. A schedule moves on by compare-and-swap on ``next_fire_at``, so of
+several processes that find it due exactly one fires it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Connection, func, select, update
+
+from forgeflow.store.pipeline_schema import pipeline_definitions as defs
+from forgeflow.store.pipeline_schema import pipeline_triggers as triggers
+from forgeflow.store.types import utcnow
+
+Row = dict[str, Any]
+
+_WITH_SWITCH = select(triggers, defs.c.is_enabled.label("template_enabled")).join(
+    defs, defs.c.key == triggers.c.template_key
+)
+
+
+def event_triggers(conn: Connection, event_types: Collection[str]) -> list[Row]:
+    """Enabled domain-event triggers listening to any of ``event_types``."""
+    rows = conn.execute(
+        _WITH_SWITCH.where(triggers.c.trigger_type == "event")
+        .where(triggers.c.is_enabled.is_(True))
+        .where(triggers.c.event_type.in_(list(event_types)))
+        .order_by(triggers.c.template_key)
+    )
+    return [dict(r._mapping) for r in rows]
+
+
+def by_token(conn: Connection, token: str) -> Row | None:
+    """The webhook trigger whose token this is."""
+    row = conn.execute(
+        _WITH_SWITCH.where(triggers.c.trigger_type == "webhook").where(
+            triggers.c.webhook_token == token
+        )
+    ).first()
+    return dict(row._mapping) if row else None
+
+
+def get(conn: Connection, trigger_id: str) -> Row | None:
+    row = conn.execute(_WITH_SWITCH.where(triggers.c.trigger_id == trigger_id)).first()
+    return dict(row._mapping) if row else None
+
+
+def schedules(conn: Connection) -> list[Row]:
+    """Every schedule trigger, enabled or not (the scheduler forgets a disabled one's
+    next fire time, so enabling it again counts from then)."""
+    rows = conn.execute(
+        _WITH_SWITCH.where(triggers.c.trigger_type == "schedule").order_by(triggers.c.trigger_id)
+    )
+    return [dict(r._mapping) for r in rows]
+
+
+def next_schedule_due(conn: Connection) -> datetime | None:
+    value: datetime | None = conn.execute(
+        select(func.min(triggers.c.next_fire_at))
+        .where(triggers.c.trigger_type == "schedule")
+        .where(triggers.c.is_enabled.is_(True))
+    ).scalar_one()
+    return value
+
+
+def move_schedule(
+    conn: Connection,
+    trigger_id: str,
+    *,
+    expected: datetime | None,
+    next_at: datetime | None,
+    fired_at: datetime | None = None,
+) -> bool:
+    """Compare-and-swap ``next_fire_at`` from ``expected``; True when this call moved it."""
+    where = (
+        triggers.c.next_fire_at.is_(None)
+        if expected is None
+        else triggers.c.next_fire_at == expected
+    )
+    values: dict[str, Any] = {"next_fire_at": next_at}
+    if fired_at is not None:
+        values["last_fired_at"] = fired_at
+    result = conn.execute(
+        update(triggers).where(triggers.c.trigger_id == trigger_id).where(where).values(**values)
+    )
+    return result.rowcount == 1
+
+
+def mark_fired(conn: Connection, trigger_id: str, at: datetime | None = None) -> None:
+    conn.execute(
+        update(triggers)
+        .where(triggers.c.trigger_id == trigger_id)
+        .values(last_fired_at=at or utcnow())
+    )
+
+
+def set_enabled(conn: Connection, trigger_id: str, enabled: bool) -> bool:
+    """Switch one trigger; True when it changed. Disabling a schedule forgets its next
+    fire time."""
+    values: dict[str, Any] = {"is_enabled": enabled, "updated_at": utcnow()}
+    if not enabled:
+        values["next_fire_at"] = None
+    result = conn.execute(
+        update(triggers)
+        .where(triggers.c.trigger_id == trigger_id)
+        .where(triggers.c.is_enabled.is_(not enabled))
+        .values(**values)
+    )
+    return result.rowcount == 1

@@ -1,0 +1,115 @@
+"""The built-in templates through forgeflow's public surface: seeded at start, the
+disabled ones refused, ``pr_review`` run end to end with the scripted agent against
+the Gitea emulator (draft, gate, one published comment), then ``pr_merged_cleanup``
+sweeping the merged pull request's worktree."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from forgeflow.pipelines.seeds import SHIPPED_DISABLED, SHIPPED_ENABLED
+from forgeflow_testkit.gitea_emulator import GiteaEmulator
+from tests.support.cluster import wait_for
+from tests.support.forgeflow import Running
+
+
+def _run(admin: httpx.Client, run_id: str) -> dict[str, Any]:
+    body: dict[str, Any] = admin.get(f"/api/pipelines/runs/{run_id}").json()["run"]
+    return body
+
+
+def _step(run: dict[str, Any], step_id: str) -> dict[str, Any]:
+    return next(s for s in run["steps"] if s["stepId"] == step_id)
+
+
+def _published(gitea: GiteaEmulator, number: int, run_id: str) -> list[str]:
+    marker = f"pipelineStep={run_id}:publish"
+    return [c["body"] for c in gitea.comments("acme", "widget", number) if marker in c["body"]]
+
+
+def test_builtins_are_seeded_and_pr_review_publishes_once_after_approval(
+    worker: tuple[GiteaEmulator, Running],
+) -> None:
+    gitea, ff = worker
+    gitea.push_branch("acme", "widget", "feature", {"f.txt": "x\n"}, base="main")
+    pull = gitea.add_pull("acme", "widget", title="Feature", head="feature", author="alice")
+    with ff.admin() as admin:
+        items = admin.get("/api/pipelines/templates").json()["items"]
+        switches = {t["key"]: t["enabled"] for t in items if t["builtIn"]}
+        assert {k for k, on in switches.items() if on} == SHIPPED_ENABLED
+        assert {k for k, on in switches.items() if not on} == SHIPPED_DISABLED
+        r = admin.post(
+            "/api/pipelines/templates/pr_triage/runs",
+            json={"requestId": "t1", "inputs": {"resource": "default:acme/widget:pull_request:1"}},
+        )
+        assert (r.status_code, r.json()["error"]) == (409, "template_disabled")
+
+        r = admin.post(
+            "/api/pipelines/templates/pr_review/runs",
+            json={"requestId": "rv1", "inputs": {"repo": "acme/widget", "number": pull}},
+        )
+        assert r.status_code == 201, r.text
+        run_id = r.json()["run"]["runId"]
+        run = wait_for(
+            lambda: (
+                (x := _run(admin, run_id))
+                and (x["status"] != "running" or _step(x, "approve")["status"] == "suspended")
+                and x
+            ),
+            what="the draft waiting for approval",
+        )
+        assert run["status"] == "running", run
+        draft = run["state"]["draft"]
+        assert draft["state"] == "succeeded" and draft["reply"]
+        gate = _step(run, "approve")
+        assert draft["reply"] in gate["suspend"]["data"]["message"]
+        assert _published(gitea, pull, run_id) == [], "nothing is published before approval"
+
+        r = admin.post(
+            f"/api/pipelines/runs/{run_id}/steps/approve/approve",
+            json={"requestId": "ok1", "reason": "good review", "operator": "alice"},
+        )
+        assert r.status_code == 200 and r.json()["decision"] == "approved"
+        run = wait_for(lambda: (x := _run(admin, run_id))["status"] != "running" and x)
+        assert run["status"] == "succeeded", run
+        again = admin.post(
+            f"/api/pipelines/runs/{run_id}/steps/approve/approve", json={"requestId": "ok2"}
+        )
+        assert again.json()["error"] == "step_not_awaiting_approval"
+        published = _published(gitea, pull, run_id)
+        assert len(published) == 1 and published[0].startswith(draft["reply"])
+        assert run["state"]["published"]["commentId"] > 0
+
+        # The PR is merged: the daily sweep (run by hand here) removes its worktree.
+        root = Path(ff.settings.resolved_workspace_root)
+        worktree = root / ".sessions/default/acme/widget" / f"pull_request-{pull}"
+        assert worktree.is_dir()
+        r = admin.post("/api/pipelines/templates/pr_merged_cleanup/runs", json={"requestId": "c1"})
+        first = r.json()["run"]["runId"]
+        run = wait_for(lambda: (x := _run(admin, first))["status"] != "running" and x)
+        assert run["state"]["cleanup"] == {"removed": [], "kept": []} and worktree.is_dir()
+        gitea.merge_pull("acme", "widget", pull, merger="alice")
+        # The merge's PrMerged event may remove it first (when the trigger dispatcher
+        # runs); the sweep then finds nothing left. Either way exactly one run removed it.
+        r = admin.post("/api/pipelines/templates/pr_merged_cleanup/runs", json={"requestId": "c2"})
+        second = r.json()["run"]["runId"]
+        run = wait_for(lambda: (x := _run(admin, second))["status"] != "running" and x)
+        assert run["status"] == "succeeded", run
+        wait_for(lambda: not worktree.exists(), what="the merged PR's worktree removed")
+        resource = f"default:acme/widget:pull_request:{pull}"
+        runs = admin.get("/api/pipelines/runs", params={"templateKey": "pr_merged_cleanup"})
+        removals = []
+        for item in runs.json()["items"]:
+            done = wait_for(
+                lambda i=item: (x := _run(admin, i["runId"]))["status"] != "running" and x
+            )
+            cleanup = done["state"].get("cleanup", {})
+            if cleanup.get("removed") is True or resource in (cleanup.get("removed") or []):
+                removals.append((done["triggerType"], cleanup))
+        assert removals in (
+            [("manual", {"removed": [resource], "kept": []})],
+            [("event", {"resourceKey": resource, "removed": True})],
+        ), removals
