@@ -12,9 +12,11 @@ from pydantic import BaseModel, Field
 from sqlalchemy import Connection
 
 from forgeflow import controls
+from forgeflow.api import schemas as s
 from forgeflow.api.auth import require_admin
 from forgeflow.api.errors import ApiError
 from forgeflow.api.inputs import MAX_INT32, MAX_INT64, Text, no_nul_parameters
+from forgeflow.api.schemas import ADMIN_ERRORS, UNMATCHED, Responses, answer, error
 from forgeflow.domain.states import TERMINAL_STATES, TaskState
 from forgeflow.services import Services
 from forgeflow.store import audit, control, details, repos, scheduling, tasks, usage
@@ -24,7 +26,19 @@ router = APIRouter(
     prefix="/api/gitea-workflow",
     dependencies=[Depends(require_admin), Depends(no_nul_parameters)],
     tags=["control"],
+    responses=ADMIN_ERRORS,
 )
+
+_CONFLICT = error("request_id_conflict: the requestId was used for another action")
+
+
+def _controlled(model: type[BaseModel], what: str, *, target: str | None = None) -> Responses:
+    """The answers of a control request on ``target`` (a task, a repository)."""
+    out: Responses = {200: answer(model, f"{what}; a repeated requestId answers the first")}
+    out[409] = _CONFLICT
+    if target is not None:
+        out[404] = error(f"{target}_not_found, or {UNMATCHED}")
+    return out
 
 
 class ControlBody(BaseModel):
@@ -91,13 +105,13 @@ def overview_snapshot(conn: Connection) -> dict[str, Any]:
     }
 
 
-@router.get("/overview")
+@router.get("/overview", response_model=None, responses={200: answer(s.Overview, "overview")})
 async def overview(request: Request) -> dict[str, Any]:
     """Global pause, running tasks per repository, queue summary, recent failures."""
     return await _services(request).store.read(overview_snapshot)
 
 
-@router.get("/tasks")
+@router.get("/tasks", response_model=None, responses={200: answer(s.TaskPage, "a page of tasks")})
 async def list_tasks(
     request: Request,
     repoKey: str | None = None,
@@ -142,7 +156,14 @@ def task_detail_snapshot(conn: Connection, task_id: str) -> dict[str, Any] | Non
     }
 
 
-@router.get("/tasks/{taskId}")
+@router.get(
+    "/tasks/{taskId}",
+    response_model=None,
+    responses={
+        200: answer(s.TaskDetail, "the task"),
+        404: error(f"task_not_found, or {UNMATCHED}"),
+    },
+)
 async def task_detail(request: Request, taskId: str) -> dict[str, Any]:
     """One task with its turns, comments, errors and audit trail."""
     result = await _services(request).store.read(lambda c: task_detail_snapshot(c, taskId))
@@ -151,24 +172,29 @@ async def task_detail(request: Request, taskId: str) -> dict[str, Any]:
     return result
 
 
-@router.post("/control/pause")
+@router.post("/control/pause", responses=_controlled(s.ControlAnswer, "paused"))
 async def pause(request: Request, body: ControlBody) -> JSONResponse:
     """Stop claiming new tasks; running work continues."""
     return await _control(request, body, "pause", "global", controls.pause)
 
 
-@router.post("/control/resume")
+@router.post("/control/resume", responses=_controlled(s.ControlAnswer, "resumed"))
 async def resume(request: Request, body: ControlBody) -> JSONResponse:
     return await _control(request, body, "resume", "global", controls.resume)
 
 
-@router.get("/repos")
+@router.get(
+    "/repos", response_model=None, responses={200: answer(s.RepositoryList, "repositories")}
+)
 async def list_repos(request: Request) -> dict[str, Any]:
     rows = await _services(request).store.read(repos.list_all)
     return {"items": [repos.to_json(r) for r in rows]}
 
 
-@router.post("/repos/{repoKey:path}/disable")
+@router.post(
+    "/repos/{repoKey:path}/disable",
+    responses=_controlled(s.RepositoryAnswer, "disabled", target="repository"),
+)
 async def disable_repo(request: Request, repoKey: str, body: ControlBody) -> JSONResponse:
     """Refuse new triggers for the repository; history and running work are kept."""
     return await _control(
@@ -176,7 +202,10 @@ async def disable_repo(request: Request, repoKey: str, body: ControlBody) -> JSO
     )
 
 
-@router.post("/repos/{repoKey:path}/enable")
+@router.post(
+    "/repos/{repoKey:path}/enable",
+    responses=_controlled(s.RepositoryAnswer, "enabled", target="repository"),
+)
 async def enable_repo(request: Request, repoKey: str, body: ControlBody) -> JSONResponse:
     return await _control(
         request, body, "repo.enable", repoKey, controls.set_repo_status(repos.ACTIVE, repoKey)
@@ -188,7 +217,10 @@ class BudgetBody(ControlBody):
     monthlyTokens: int | None = Field(default=None, ge=0)
 
 
-@router.put("/repos/{repoKey:path}/budget")
+@router.put(
+    "/repos/{repoKey:path}/budget",
+    responses=_controlled(s.BudgetAnswer, "budgets set", target="repository"),
+)
 async def set_budget(request: Request, repoKey: str, body: BudgetBody) -> JSONResponse:
     """Token budgets of one repository (null: the configured default)."""
     return await _control(
@@ -200,7 +232,7 @@ async def set_budget(request: Request, repoKey: str, body: BudgetBody) -> JSONRe
     )
 
 
-@router.get("/usage")
+@router.get("/usage", response_model=None, responses={200: answer(s.UsageReport, "usage")})
 async def usage_report(request: Request) -> dict[str, Any]:
     """Tokens and cost per repository and session, today and this month, with budgets."""
     defaults = _services(request).settings.budgets()
@@ -208,19 +240,43 @@ async def usage_report(request: Request) -> dict[str, Any]:
     return {"items": items}
 
 
-@router.post("/tasks/{taskId}/cancel")
+@router.post(
+    "/tasks/{taskId}/cancel",
+    responses={
+        **_controlled(
+            s.TaskControlAnswer, "cancelled (changed: false if it already was)", target="task"
+        ),
+        409: error("invalid_state (with the task's state) or request_id_conflict"),
+    },
+)
 async def cancel_task(request: Request, taskId: str, body: ControlBody) -> JSONResponse:
     """Cancel a task that has not started (queued, waiting_user, blocked_workspace)."""
     return await _control(request, body, "task.cancel", taskId, controls.cancel(taskId))
 
 
-@router.post("/tasks/{taskId}/abort")
+@router.post(
+    "/tasks/{taskId}/abort",
+    responses={
+        **_controlled(
+            s.TaskControlAnswer, "aborting (changed: false if it already was)", target="task"
+        ),
+        409: error("invalid_state (with the task's state) or request_id_conflict"),
+    },
+)
 async def abort_task(request: Request, taskId: str, body: ControlBody) -> JSONResponse:
     """Ask the running turn to stop; the worker interrupts it and ends the task."""
     return await _control(request, body, "task.abort", taskId, controls.abort(taskId))
 
 
-@router.post("/tasks/{taskId}/release")
+@router.post(
+    "/tasks/{taskId}/release",
+    responses={
+        **_controlled(
+            s.TaskControlAnswer, "queued again (changed: false if it already was)", target="task"
+        ),
+        409: error("invalid_state (with the task's state) or request_id_conflict"),
+    },
+)
 async def release_task(request: Request, taskId: str, body: ControlBody) -> JSONResponse:
     """Put a blocked_workspace task back in the queue after the workspace was fixed."""
     return await _control(request, body, "task.release", taskId, controls.release(taskId))
@@ -230,21 +286,36 @@ def _time(value: str | None, name: str) -> datetime | None:
     if value is None:
         return None
     try:
-        parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
+        parsed = datetime.fromisoformat(value.upper().replace("Z", "+00:00"))
+        # The store compares in UTC: converting here turns an offset that leaves years
+        # 1..9999 (0001-01-01T00:00:00+05:00) into a 400 instead of a 500 in the driver.
+        return (parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)).astimezone(UTC)
+    except (ValueError, OverflowError):
         raise ApiError(400, "invalid_request", f"{name} must be an ISO-8601 time") from None
-    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
 
 
-@router.get("/audit", response_model=None)
+# RFC 3339 date-time (also accepted: any ISO-8601 form Python reads; naive is UTC).
+_TIME = Query(description="ISO-8601 time", json_schema_extra={"format": "date-time"})
+
+
+@router.get(
+    "/audit",
+    response_model=None,
+    responses={
+        200: {
+            **answer(s.AuditPage, "audit events; format=jsonl: one event per line"),
+            "content": {"application/x-ndjson": {"schema": {"type": "string"}}},
+        }
+    },
+)
 async def audit_query(
     request: Request,
     taskId: str | None = None,
     sessionKey: str | None = None,
     repoKey: str | None = None,
     action: str | None = None,
-    since: str | None = None,
-    until: str | None = None,
+    since: Annotated[str | None, _TIME] = None,
+    until: Annotated[str | None, _TIME] = None,
     afterSeq: Annotated[int | None, Query(ge=0, le=MAX_INT32)] = None,
     limit: Annotated[int, Query(ge=1, le=5000)] = 200,
     format: Annotated[str, Query(pattern="^(json|jsonl)$")] = "json",

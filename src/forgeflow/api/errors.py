@@ -8,6 +8,7 @@ from fastapi import Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match
 
 
 class ApiError(Exception):
@@ -39,16 +40,34 @@ async def validation_error(_: Request, exc: Exception) -> JSONResponse:
     )
 
 
-async def http_error(_: Request, exc: Exception) -> JSONResponse:
+async def http_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, StarletteHTTPException)
     code = {401: "unauthorized", 404: "not_found", 405: "method_not_allowed"}.get(
         exc.status_code, "http_error"
     )
+    headers = dict(getattr(exc, "headers", None) or {})
+    if exc.status_code == 405:
+        headers["Allow"] = _allowed_methods(request)
     return JSONResponse(
-        error_body(code, str(exc.detail)),
-        status_code=exc.status_code,
-        headers=getattr(exc, "headers", None),
+        error_body(code, str(exc.detail)), status_code=exc.status_code, headers=headers
     )
+
+
+def _allowed_methods(request: Request) -> str:
+    """Every method some route serves at this path. Starlette's 405 names only the first
+    route whose path matched, but FastAPI makes one route per method (GET and POST
+    ``/api/pipelines/templates`` are two), and RFC 9110 wants them all in ``Allow``.
+    Asked through the public ``matches`` with each method, since FastAPI nests included
+    routers (its route objects are not a flat list)."""
+    routes = request.app.router.routes
+    return ", ".join(
+        method
+        for method in _METHODS
+        if any(r.matches({**request.scope, "method": method})[0] is Match.FULL for r in routes)
+    )
+
+
+_METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE")
 
 
 async def store_unavailable(_: Request, exc: Exception) -> JSONResponse:

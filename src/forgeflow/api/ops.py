@@ -5,25 +5,33 @@ from __future__ import annotations
 from typing import Any
 
 from fastapi import APIRouter, Request
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 from sqlalchemy import Connection
 
+from forgeflow.api.schemas import Health, Readiness, answer, error
 from forgeflow.services import Services
 from forgeflow.store import StoreUnavailable, deliveries, tasks
 
 router = APIRouter(tags=["operations"])
 
 
-@router.get("/healthz")
+@router.get("/healthz", response_model=Health)
 async def healthz() -> dict[str, str]:
     """The process is up."""
     return {"status": "ok"}
 
 
-@router.get("/readyz", responses={503: {"description": "database unreachable or not migrated"}})
+@router.get(
+    "/readyz",
+    response_model=None,
+    responses={
+        200: answer(Readiness, "ready"),
+        503: answer(Readiness, "database unreachable or not migrated"),
+    },
+)
 async def readyz(request: Request) -> JSONResponse:
     """The database is reachable and its migrations are current."""
     services: Services = request.app.state.services
@@ -60,7 +68,15 @@ class _StoreCollector(Collector):
         yield stored
 
 
-@router.get("/metrics")
+@router.get(
+    "/metrics",
+    # Prometheus text exposition, declared as such (not FastAPI's default JSON).
+    response_class=PlainTextResponse,
+    responses={
+        200: {"description": "Prometheus text format", "content": {"text/plain": {}}},
+        503: error("store_unavailable: the database is unavailable; retry"),
+    },
+)
 async def metrics(request: Request) -> Response:
     """Prometheus text exposition."""
     services: Services = request.app.state.services

@@ -5,6 +5,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
+from forgeflow.api.schemas import WebhookReply, answer, error
 from forgeflow.services import Services
 
 router = APIRouter()
@@ -13,12 +14,23 @@ router = APIRouter()
 @router.post(
     "/api/gitea/webhook",
     status_code=202,
+    response_model=None,
     responses={
-        200: {"description": "duplicate or ignored delivery"},
-        400: {"description": "invalid_payload"},
-        401: {"description": "invalid_signature"},
-        409: {"description": "repository_disabled"},
-        503: {"description": "not_configured, gitea_unavailable or store_unavailable"},
+        200: answer(WebhookReply, "duplicate, ignored, rejected or a comment command"),
+        202: answer(WebhookReply, "a new mention was accepted: {deliveryId, taskId, state}"),
+        400: error("invalid_payload"),
+        401: error("invalid_signature"),
+        409: error("repository_disabled"),
+        503: error(
+            "not_configured, permission_check_forbidden, gitea_unavailable or store_unavailable"
+        ),
+    },
+    # The raw body is read and verified by the ingress; declared so clients see it.
+    openapi_extra={
+        "requestBody": {
+            "required": True,
+            "content": {"application/json": {"schema": {"type": "object"}}},
+        }
     },
     tags=["webhook"],
 )
