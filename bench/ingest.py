@@ -122,6 +122,8 @@ def run_one(
             src=emu_info["src"],
             nice=args.nice,
         )
+    elif kind == "probot":
+        server = servers.start_probot(run_dir, secret=SECRET, nice=args.nice)
     else:
         server = servers.start_baseline(run_dir, nice=args.nice)
     out = run_dir / "loadgen.json"
@@ -130,8 +132,13 @@ def run_one(
     cmd += ["--rate", str(args.rate), "--duration", str(args.duration)]
     cmd += ["--warmup", str(args.warmup), "--server-pid", str(server.proc.pid), "--out", str(out)]
     cmd += ["--connections", str(args.connections if mode == "saturate" else args.fixed_conns)]
+    if kind == "probot":  # Probot answers a verified delivery 200, not 202
+        cmd += ["--accept-status", "200"]
+    handled = None
     try:
         subprocess.run(cmd, check=True, timeout=args.duration + 180)
+        if kind == "probot":
+            handled = servers.probot_handled(server)
     finally:
         code = servers.stop(server)
     result: dict[str, Any] = json.loads(out.read_text())
@@ -144,6 +151,8 @@ def run_one(
         verdict = servers.audit_forgeflow(
             server.db_path, accepted, all_queued=args.role == "ingress"
         )
+    elif kind == "probot":  # nothing persisted: its handler must have seen every one
+        verdict = {"answers_200": accepted, "handled": handled, "ok": handled == accepted}
     else:
         verdict = servers.audit_baseline(server.db_path, accepted)
     result["verification"] = verdict

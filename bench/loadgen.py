@@ -33,6 +33,8 @@ MAGIC = b"FFBENCH1"
 _CONTENT_LENGTH = re.compile(rb"\r\ncontent-length:[ \t]*(\d+)", re.IGNORECASE)
 _CLOSE = re.compile(rb"\r\nconnection:[ \t]*close", re.IGNORECASE)
 REQUEST_TIMEOUT = 10.0
+# The answer that counts as accepted: 202 (forgeflow, baseline); Probot answers 200.
+ACCEPT_STATUS = 202
 
 
 def write_requests(path: Path, count: int, requests: Iterator[bytes]) -> int:
@@ -222,7 +224,7 @@ async def closed_loop(
             sent = time.perf_counter()
             status, done = await client.send(req)
             statuses[status] += 1
-            if status == 202:
+            if status == ACCEPT_STATUS:
                 latencies.append(done - sent)
             last_done = max(last_done, done)
 
@@ -233,7 +235,7 @@ async def closed_loop(
         "statuses": {str(k): v for k, v in sorted(statuses.items())},
         "elapsed_s": round(elapsed, 3),
         "pool_exhausted": next_index >= len(reqs),
-        "accepted_per_s": round(statuses[202] / elapsed, 1) if elapsed > 0 else 0.0,
+        "accepted_per_s": round(statuses[ACCEPT_STATUS] / elapsed, 1) if elapsed > 0 else 0.0,
         **summarise(latencies),
     }
 
@@ -268,7 +270,7 @@ async def open_loop(client: Client, reqs: Sequence[memoryview], rate: float) -> 
         "statuses": {str(k): v for k, v in sorted(statuses.items())},
         "elapsed_s": round(elapsed, 3),
         "target_rate": rate,
-        "accepted_per_s": round(statuses[202] / elapsed, 1) if elapsed > 0 else 0.0,
+        "accepted_per_s": round(statuses[ACCEPT_STATUS] / elapsed, 1) if elapsed > 0 else 0.0,
         "send_lag_p99_ms": percentile(lag_ms, 99),
         "send_lag_max_ms": round(lag_ms[-1], 3) if lag_ms else None,
         **summarise(latencies),
@@ -302,7 +304,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         result["loadgen_runq_wait"] = round((_runq_wait(os.getpid()) - waits0[1]) / wall, 4)
     finally:
         client.close()
-    accepted = result["statuses"].get("202", 0) + warmup["statuses"].get("202", 0)
+    ok = str(ACCEPT_STATUS)
+    accepted = result["statuses"].get(ok, 0) + warmup["statuses"].get(ok, 0)
     return {
         "mode": args.mode,
         "connections": args.connections,
@@ -324,7 +327,10 @@ def main() -> None:
     p.add_argument("--warmup", type=int, default=300)
     p.add_argument("--server-pid", type=int, required=True)
     p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--accept-status", type=int, default=202, help="answer that counts")
     args = p.parse_args()
+    global ACCEPT_STATUS
+    ACCEPT_STATUS = args.accept_status
     import uvloop  # uvicorn[standard] brings it; the servers under test use it too
 
     result = uvloop.run(run(args))

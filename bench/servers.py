@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import json
 import os
 import shutil
 import signal
@@ -164,6 +165,47 @@ def start_baseline(run_dir: Path, *, nice: int = 0) -> Server:
     server = Server("baseline", proc, port, db, log)
     _wait_healthy(server)
     return server
+
+
+PROBOT = BENCH / "probot"
+
+
+def setup_probot() -> str:
+    """`npm ci` the pinned Probot app of bench/probot once (its lock file pins every
+    package); returns the Probot version installed."""
+    marker = PROBOT / "node_modules" / "probot" / "package.json"
+    lock = PROBOT / "package-lock.json"
+    if not marker.exists() or marker.stat().st_mtime < lock.stat().st_mtime:
+        subprocess.run(
+            ["npm", "ci", "--no-audit", "--no-fund", "--loglevel=error"],
+            cwd=PROBOT,
+            check=True,
+            timeout=600,
+        )
+    version: str = json.loads(marker.read_text())["version"]
+    return version
+
+
+def start_probot(run_dir: Path, *, secret: str, nice: int = 0) -> Server:
+    """bench/probot/app.js on Node: Probot's createNodeMiddleware, nothing persisted."""
+    port = free_port()
+    log = run_dir / "probot.stderr"
+    with log.open("ab") as err:
+        proc = subprocess.Popen(
+            [*niced(nice), "node", str(PROBOT / "app.js"), str(port), secret],
+            cwd=PROBOT,
+            env=_clean_env(NODE_ENV="production"),
+            stdout=subprocess.DEVNULL,
+            stderr=err,
+        )
+    server = Server("probot", proc, port, run_dir / "none.db", log)
+    _wait_healthy(server)
+    return server
+
+
+def probot_handled(server: Server) -> int:
+    """How many `issue_comment.created` mentions Probot's handler saw (its /healthz)."""
+    return int(httpx.get(server.url + "/healthz", timeout=5).text.split()[1])
 
 
 def imported_from(src: str) -> str:
