@@ -19,11 +19,17 @@ start this run) or *pending*. Then, per kind:
 
 A run also ends when nothing is open any more (succeeded), or when a step failed
 without ``continueOnFail`` (failed).
+
+:func:`plan` is the reference: it looks at every node. After each unit of work the
+run's steps are at its fixpoint (it has nothing more to say), so when one node row
+then succeeds only the edges leaving it change, and :func:`plan_success` answers from
+that node's successors alone (the per-step path); whatever it cannot answer so
+(:func:`live_successors` gives None) goes back to :func:`plan`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Set
 from dataclasses import dataclass, field
 from enum import Enum
 
@@ -195,6 +201,92 @@ def _foreach(
                 items_ready.append((n.id, index))
                 active += 1
     return tuple(items_ready), tuple(done)
+
+
+@dataclass(frozen=True, slots=True)
+class Graph:
+    """A definition's DAG as look-ups, built once per definition (it never changes
+    within a run version)."""
+
+    nodes: Mapping[str, NodeSpec]
+    out: Mapping[str, tuple[tuple[str, str | None], ...]]
+    upstream: Mapping[str, frozenset[str]]
+
+    @classmethod
+    def of(cls, d: PipelineDefinition) -> Graph:
+        out: dict[str, list[tuple[str, str | None]]] = {n.id: [] for n in d.nodes}
+        up: dict[str, set[str]] = {n.id: set() for n in d.nodes}
+        for e in d.edges:
+            out[e.source].append((e.to, e.routeKey))
+            up[e.to].add(e.source)
+        return cls(
+            {n.id: n for n in d.nodes},
+            {k: tuple(v) for k, v in out.items()},
+            {k: frozenset(v) for k, v in up.items()},
+        )
+
+
+# Keyed by id() with the definition kept in the entry (a pydantic model with list
+# fields is not hashable); runs share their parsed definition through runs' cache.
+_GRAPHS: dict[int, tuple[PipelineDefinition, Graph]] = {}
+
+
+def graph_of(d: PipelineDefinition) -> Graph:
+    entry = _GRAPHS.get(id(d))
+    if entry is None or entry[0] is not d:
+        if len(_GRAPHS) > 1024:
+            _GRAPHS.clear()
+        entry = _GRAPHS[id(d)] = (d, Graph.of(d))
+    return entry[1]
+
+
+def live_successors(g: Graph, finished: str, routes: Set[str]) -> tuple[str, ...] | None:
+    """The nodes the success of ``finished`` may release, or None when the full
+    :func:`plan` must decide: an edge out of it died (skips propagate from there) or
+    it has no successor (the run may have gone quiet)."""
+    out = g.out[finished]
+    if not out:
+        return None
+    successors: list[str] = []
+    for to, route in out:
+        if route is not None and route not in routes:
+            return None
+        if to not in successors:
+            successors.append(to)
+    return tuple(successors)
+
+
+def waiting_on(g: Graph, finished: str, successors: tuple[str, ...]) -> frozenset[str]:
+    """The other upstream nodes whose status decides whether the successors run."""
+    others: set[str] = set()
+    for s in successors:
+        others |= g.upstream[s]
+    others.discard(finished)
+    return frozenset(others)
+
+
+def plan_success(
+    g: Graph, finished: str, successors: tuple[str, ...], still_open: Set[str]
+) -> Plan:
+    """:func:`plan` after node ``finished`` succeeded in a run at the planner's
+    fixpoint, from its live successors (:func:`live_successors`) and which of their
+    other upstream nodes are still open.
+
+    Its edge to each successor is live, so a successor is never skipped, and it runs
+    (a terminal is reached) once no other upstream is open — for a join as for any
+    other kind. A successor still waiting is pending, so the run is not quiet.
+    """
+    ready: list[str] = []
+    reached: list[str] = []
+    for s in successors:
+        if (g.upstream[s] - {finished}) & still_open:
+            continue
+        (reached if g.nodes[s].kind is StepKind.TERMINAL else ready).append(s)
+    return Plan(
+        ready=tuple(ready),
+        reached=tuple(reached),
+        outcome=RunStatus.SUCCEEDED if reached else None,
+    )
 
 
 def has_slot(limit: int, running: int) -> bool:

@@ -132,25 +132,6 @@ def succeed(conn: Connection, seen: Row, done: Done, *, input_snapshot: Any = No
     return _succeed(conn, run, row, done, input_snapshot=input_snapshot)
 
 
-def succeed_and_claim(
-    conn: Connection,
-    seen: Row,
-    done: Done,
-    *,
-    input_snapshot: Any = None,
-    owner: str,
-    ttl: timedelta,
-    limit: int,
-) -> tuple[Row | None, list[Claimed], bool]:
-    """:func:`succeed`, then :func:`claim_ready` in the same transaction: one commit
-    per step on the straight path of a run. (run, claims, steps left for the round)."""
-    run = succeed(conn, seen, done, input_snapshot=input_snapshot)
-    if run is None or limit <= 0:
-        return run, [], True
-    claimed, left = claim_ready(conn, run, owner=owner, ttl=ttl, limit=limit)
-    return run, claimed, left
-
-
 def _succeed(
     conn: Connection, run: Row, row: Row, done: Done, *, input_snapshot: Any
 ) -> Row | None:

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, and_, func, insert, or_, select, update
+from sqlalchemy import Connection, and_, bindparam, func, insert, or_, select, update
 
 from forgeflow.store.pipeline_schema import (
     pipeline_definitions as defs,
@@ -210,14 +210,20 @@ def get_run(conn: Connection, run_id: str) -> Row | None:
     return dict(row._mapping) if row else None
 
 
-_RUN_WITHOUT_DEFINITION = tuple(c for c in runs.c if c.name != "definition")
+# Built once (every step of a run whose row moved since its claim locks it again):
+# with and without the definition snapshot.
+_LOCK_RUN = {
+    with_definition: select(*(c for c in runs.c if with_definition or c.name != "definition"))
+    .where(runs.c.run_id == bindparam("run_id"))
+    .with_for_update()
+    for with_definition in (True, False)
+}
 
 
 def lock_run(conn: Connection, run_id: str, *, definition: bool = True) -> Row | None:
     """Read a run row and hold it for the rest of the transaction; ``definition=False``
     leaves out the definition snapshot (a caller that has it parsed already)."""
-    columns = runs.c if definition else _RUN_WITHOUT_DEFINITION
-    row = conn.execute(select(*columns).where(runs.c.run_id == run_id).with_for_update()).first()
+    row = conn.execute(_LOCK_RUN[definition], {"run_id": run_id}).first()
     return dict(row._mapping) if row else None
 
 
