@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
+import importlib
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -12,6 +14,9 @@ import forgeflow
 from forgeflow.cli_ops import doctor, gitea_app
 from forgeflow.config import ConfigError, Role, Settings, capability_warnings, load_settings
 from forgeflow.pipelines.cli import app as pipelines_app
+
+if TYPE_CHECKING:
+    from forgeflow.services import Services
 
 app = typer.Typer(
     add_completion=False,
@@ -63,11 +68,8 @@ def serve(
     role: Annotated[Role, typer.Option(help="ingress, worker or all.")] = Role.ALL,
 ) -> None:
     """Run forgeflow: webhook ingress, control API and workers."""
-    import uvicorn
-
-    from forgeflow.api import create_app
     from forgeflow.logs import configure
-    from forgeflow.services import build_services, ensure_admin_token
+    from forgeflow.services import WorkerIdInUse, build_services, ensure_admin_token
 
     settings = _settings(config, host=host, port=port)
     configure(settings.log_level)
@@ -92,17 +94,40 @@ def serve(
     # times per request; at the default 5 ms switch interval a thread back from
     # SQLite waits behind the loop for whole intervals (docs/BENCHMARKS.md, "Ingest").
     sys.setswitchinterval(0.0005)
-    uvicorn.run(
-        create_app(services),
-        host=settings.host,
-        port=settings.port,
-        log_level="warning",
-        access_log=False,
+    try:
         # asyncio's own loop, not uvloop: libuv starts every git child with fork(),
         # copying the page tables of this large process while the loop waits, where
         # CPython's subprocess uses vfork (docs/BENCHMARKS.md, "Dispatch").
-        loop="asyncio",
-    )
+        asyncio.run(_serve(services, settings))
+    except WorkerIdInUse as exc:
+        typer.echo(f"forgeflow: {exc}", err=True)
+        raise typer.Exit(1) from None
+
+
+async def _serve(services: Services, settings: Settings) -> None:
+    """Start the workers, then the HTTP server, in one loop.
+
+    The scheduler starts first, so a restart claims queued work while the HTTP layer
+    (FastAPI, the OpenAPI models, the admin UI: the larger part of start-up) is still
+    being imported, on a thread so the loop keeps working meanwhile.
+    """
+    import uvicorn
+
+    try:
+        await services.start()
+        app_module = await asyncio.to_thread(importlib.import_module, "forgeflow.api.app")
+        app = app_module.create_app(services, lifecycle=False)
+        config = uvicorn.Config(
+            app,
+            host=settings.host,
+            port=settings.port,
+            log_level="warning",
+            access_log=False,
+            loop="none",
+        )
+        await uvicorn.Server(config).serve()
+    finally:
+        await services.aclose()
 
 
 def main() -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import hashlib
 import os
 import secrets
@@ -66,18 +68,28 @@ class Services:
         return lines
 
     async def start(self) -> None:
-        """Seed the built-in pipeline templates (every role: idempotent and safe with
-        several processes starting at once), start the scheduler when this process runs
-        tasks and can, then the pipeline engine unless this process is ingress only
+        """Start the scheduler when this process runs tasks and can, seed the built-in
+        pipeline templates (every role: idempotent and safe with several processes
+        starting at once), then the pipeline engine unless this process is ingress only
         (after the duplicate-worker check: both recover what a dead predecessor with
         this worker id left running)."""
+        # The scheduler first: a restart claims queued work before anything optional.
+        await self._start_scheduler()
+        await self.first_claims()
         if self.pipelines is not None:
             await seed_builtins(self.store, self.pipelines.registry.keys())
-        await self._start_scheduler()
         if self.pipelines is not None and self.role is not Role.INGRESS:
             await self.pipelines.start_loop()
             if self.triggers is not None:  # domain events and schedules start runs
                 await self.triggers.start()
+
+    async def first_claims(self, timeout: float = 2.0) -> None:
+        """Wait (at most ``timeout``) until the scheduler made its first claim round."""
+        from forgeflow.scheduler import Scheduler
+
+        if isinstance(self.scheduler, Scheduler):
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.scheduler.first_round_done.wait(), timeout)
 
     async def _start_scheduler(self) -> None:
         if self.worker_blockers():

@@ -48,9 +48,17 @@ class _LatencyMiddleware:
             )
 
 
-def create_app(services: Services, *, close_on_shutdown: bool = True) -> FastAPI:
+def create_app(
+    services: Services, *, close_on_shutdown: bool = True, lifecycle: bool = True
+) -> FastAPI:
+    """``lifecycle=False``: the caller starts and closes ``services`` (``forgeflow serve``
+    starts the workers before this module is even imported)."""
+
     @asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
+        if not lifecycle:
+            yield
+            return
         await services.start()
         yield
         if close_on_shutdown:

@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Any
 
 from sqlalchemy import Connection, and_, or_, select
-from sqlalchemy.orm import aliased
 
 from forgeflow.store import comments as comment_q
 from forgeflow.store.comments import CONFIRMED, SENT, SKIPPED
@@ -28,7 +27,7 @@ RESULT_STATES = ("failed", "failed_reply", "cancelled", "aborted")
 def _owed(
     conn: Connection, suffix: str, states: tuple[str, ...], limit: int
 ) -> list[dict[str, Any]]:
-    c = aliased(comments)
+    c = comments.alias("c")
     stmt = (
         select(tasks)
         .outerjoin(c, c.c.comment_key == tasks.c.task_id + suffix)
