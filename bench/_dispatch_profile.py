@@ -22,12 +22,15 @@ PY_SPY = str(Path(sys.executable).parent / "py-spy")
 
 # The critical path of a task, as its audit rows show it: each step ends at the first
 # row (after the previous step's) whose action is listed. Receipt rows (comment.*) are
-# left out: the outbox loop posts the receipt concurrently with the claim.
+# left out: the receipt is posted concurrently with the workspace steps.
 CHAIN: tuple[tuple[tuple[str, ...], str], ...] = (
     (("task.claim",), "wake → candidates query → claim txn"),
-    (("workspace.fetch", "workspace.clone"), "prepare_repo: clone checks + git fetch/clone"),
+    (
+        ("workspace.fetch", "workspace.clone", "workspace.fetch_skipped"),
+        "prepare_repo: clone + session checks, git fetch/clone or skip",
+    ),
     (("workspace.status",), "prepare_session: worktree checks + git status"),
-    (("task.run",), "receipt (wait for outbox) + → running"),
+    (("task.run",), "receipt (posted beside the git work) + → running"),
     (
         ("session.thread_start", "session.thread_resume", "session.thread_reuse"),
         "ensure_session + bind thread",

@@ -85,6 +85,7 @@ class Settings(BaseSettings):
     worker_id: str | None = None
     lease_ttl_seconds: float = Field(default=30.0, gt=0)
     poll_seconds: float = Field(default=5.0, gt=0)
+    fetch_interval_seconds: float = Field(default=60.0, ge=0)
     retry_base_seconds: float = Field(default=5.0, ge=0)
     max_retries: int = Field(default=1, ge=0, le=10)
     abort_timeout_seconds: float = Field(default=30.0, gt=0)

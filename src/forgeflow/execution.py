@@ -1,8 +1,9 @@
 """The task flow: ``preparing`` → ``running`` → ``verifying_reply`` → terminal (§5.2–5.4).
 
-One :class:`Execution` drives one claimed task through its steps. Every state change
-goes through the store's transition function; every side effect (clone, turn,
-comment) is recorded before and after it happens.
+One :class:`Execution` drives one claimed task through its steps; the preparing step
+is ``preparing.py``'s. Every state change goes through the store's transition
+function; every side effect (clone, turn, comment) is recorded before and after it
+happens.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
 from functools import partial
@@ -33,28 +35,23 @@ from forgeflow.agent.port import (
     TurnStatus,
 )
 from forgeflow.domain import prompt
-from forgeflow.domain.ids import ResourceKind, parse_resource_key, turn_key
+from forgeflow.domain.ids import parse_resource_key, turn_key
 from forgeflow.domain.markers import Marker, MarkerKind, parse_marker
 from forgeflow.domain.paths import session_branch, session_worktree
 from forgeflow.domain.retry import RetryPolicy
-from forgeflow.domain.states import ACTIVE_STATES, TaskState
+from forgeflow.domain.states import TaskState
 from forgeflow.gitea.client import GiteaClient, GiteaError
+from forgeflow.preparing import Preparer
 from forgeflow.redaction import redact
 from forgeflow.replies import Found, Replies
-from forgeflow.store import Store, Transition, audit, leases, repos, sessions, usage
+from forgeflow.store import Store, audit, leases, sessions, usage
 from forgeflow.store import comments as comment_q
 from forgeflow.store import tasks as task_q
 from forgeflow.store import turns as turn_q
 from forgeflow.store.types import utcnow
 from forgeflow.store.usage import Budgets
-from forgeflow.workspace import (
-    GitAuthFailed,
-    PullRequestRefs,
-    WorkspaceDirty,
-    WorkspaceError,
-    WorkspaceManager,
-    WorktreeStatus,
-)
+from forgeflow.task_moves import TaskMoves, task_event
+from forgeflow.workspace import WorkspaceManager
 
 log = structlog.get_logger("forgeflow.execution")
 
@@ -95,76 +92,23 @@ class Execution:
         self.gitea = gitea
         self.replies = replies
         self.runtime = runtime
-        # Per task, between the steps of one run: the worktree status measured while
-        # preparing, and the Gitea context being fetched meanwhile.
-        self._status: dict[str, WorktreeStatus] = {}
-        self._context: dict[str, asyncio.Task[tuple[str | None, list[tuple[str, str]]]]] = {}
+        self.moves = TaskMoves(store, cfg.retry)
+        self.preparer = Preparer(
+            store, workspace, gitea, replies, self.moves, bot_login=cfg.bot_login
+        )
 
     # -- plumbing ---------------------------------------------------------------
 
-    async def _move(
-        self,
-        task: dict[str, Any],
-        to: TaskState,
-        *,
-        action: str,
-        error_code: str | None = None,
-        fields: dict[str, Any] | None = None,
-        metadata: dict[str, Any] | None = None,
-    ) -> dict[str, Any]:
-        release = None
-        if to not in ACTIVE_STATES and task.get("lease_id"):
-            release = (task["repo_key"], task["lease_id"])
-            fields = {"lease_id": None, **(fields or {})}
-        return await self.store.transition(
-            Transition(
-                task["task_id"],
-                to,
-                task["state_version"],
-                action=action,
-                error_code=error_code,
-                fields=fields,
-                metadata=metadata,
-            ),
-            release=release,
-        )
+    async def _move(self, task: dict[str, Any], to: TaskState, **kw: Any) -> dict[str, Any]:
+        return await self.moves.move(task, to, **kw)
 
     async def _audit(self, task: dict[str, Any], action: str, **kw: Any) -> None:
-        event = audit.AuditEvent(
-            action=action,
-            task_id=task["task_id"],
-            session_key=task["session_key"],
-            repo_key=task["repo_key"],
-            **kw,
-        )
-        await self.store.write(lambda c: audit.append(c, event))
+        await self.moves.audit(task, action, **kw)
 
     async def _retry_or_fail(
         self, task: dict[str, Any], code: str, detail: str, *, step: TaskState = S.PREPARING
     ) -> dict[str, Any]:
-        attempt = int(task["attempt"]) + 1
-        if attempt > self.cfg.retry.max_retries:
-            return await self._move(
-                task,
-                S.FAILED,
-                action="task.fail",
-                error_code=code,
-                fields={"execution_error": detail, "claimed_by": None},
-            )
-        return await self._move(
-            task,
-            S.RETRY_WAIT,
-            action="task.retry",
-            error_code=code,
-            fields={
-                "attempt": attempt,
-                "retry_step": step.value,
-                "claimed_by": None,
-                "next_retry_at": utcnow() + self.cfg.retry.delay(attempt),
-                "execution_error": detail,
-            },
-            metadata={"attempt": attempt},
-        )
+        return await self.moves.retry_or_fail(task, code, detail, step=step)
 
     async def _heartbeat(self, repo_key: str, lease_id: str) -> None:
         ttl = self.cfg.lease_ttl
@@ -176,109 +120,29 @@ class Execution:
 
     # -- entry --------------------------------------------------------------------
 
-    async def run(self, task: dict[str, Any]) -> dict[str, Any]:
-        """Drive a just-claimed task as far as it goes now; return its last row."""
+    async def run(
+        self, task: dict[str, Any], *, repo: dict[str, Any] | None = None
+    ) -> dict[str, Any]:
+        """Drive a just-claimed task as far as it goes now; return its last row.
+
+        ``repo``: its repository row when the claim read it (else it is read here)."""
         beat = None
         if task.get("lease_id"):
             beat = asyncio.create_task(self._heartbeat(task["repo_key"], task["lease_id"]))
         try:
             if task["state"] == S.PREPARING:
-                task = await self._prepare(task)
+                task = await self.preparer.prepare(task, repo)
             if task["state"] == S.RUNNING:
                 task = await self._turn(task)
             if task["state"] == S.VERIFYING_REPLY:
                 task = await self._verify(task)
             return task
         finally:
-            self._status.pop(task["task_id"], None)
-            leftover = self._context.pop(task["task_id"], None)
-            if leftover is not None:
-                leftover.cancel()
+            self.preparer.forget(task["task_id"])
             if beat is not None:
                 beat.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await beat
-
-    # -- preparing ---------------------------------------------------------------
-
-    async def _prepare(self, task: dict[str, Any]) -> dict[str, Any]:
-        resource = parse_resource_key(task["resource_key"])
-        repo_row = await self.store.read(lambda c: repos.get(c, task["repo_key"]))
-        assert repo_row is not None
-        branch = repo_row["default_branch"]
-        refs = task["refs"]
-        # The Gitea reads for the prompt overlap the git work instead of following it.
-        self._context[task["task_id"]] = asyncio.create_task(self._discussion(task, resource))
-        try:
-            checkout = await self.workspace.prepare_repo(
-                resource.repo, repo_row["clone_url"], branch
-            )
-            await self.store.write(lambda c: repos.mark_fetched(c, task["repo_key"]))
-            await self._audit(
-                task,
-                "workspace.clone" if checkout.action == "cloned" else "workspace.fetch",
-                metadata={"path": checkout.path, "head": checkout.head},
-            )
-            pull = None
-            if resource.kind is ResourceKind.PULL_REQUEST:
-                p = await self.gitea.get_pull(
-                    resource.repo.owner, resource.repo.name, resource.number
-                )
-                pull = PullRequestRefs(
-                    number=resource.number,
-                    base_ref=p["base"]["ref"],
-                    head_ref=p["head"]["ref"],
-                    head_sha=p["head"]["sha"],
-                    head_clone_url=(p["head"].get("repo") or {}).get("clone_url")
-                    or repo_row["clone_url"],
-                )
-                refs = {
-                    "base": pull.base_ref,
-                    "head": pull.head_ref,
-                    "headSha": pull.head_sha,
-                    "headRepo": (p["head"].get("repo") or {}).get("full_name"),
-                }
-            worktree = await self.workspace.prepare_session(
-                resource, checkout, default_branch=branch, pull=pull
-            )
-            if refs is not None and pull is not None:
-                refs["upstreamMoved"] = worktree.upstream_moved
-        except WorkspaceDirty as exc:
-            return await self._move(
-                task,
-                S.BLOCKED_WORKSPACE,
-                action="task.block",
-                error_code=exc.code,
-                fields={"claimed_by": None},
-                metadata={"detail": str(exc), **exc.details},
-            )
-        except GitAuthFailed as exc:
-            return await self._retry_or_fail(task, exc.code, str(exc))
-        except WorkspaceError as exc:
-            return await self._retry_or_fail(task, exc.code, str(exc))
-        except GiteaError as exc:
-            return await self._retry_or_fail(task, "gitea_unavailable", str(exc))
-        self._status[task["task_id"]] = worktree.status
-        await self._audit(
-            task,
-            "workspace.status",
-            metadata={
-                "path": worktree.path,
-                "branch": worktree.branch,
-                "upstreamMoved": worktree.upstream_moved,
-                "status": worktree.status.summary(),
-            },
-        )
-        try:
-            await self.replies.receipt(task, wait_in_flight=True)
-        except GiteaError as exc:
-            await self._audit(
-                task,
-                "comment.receipt_failed",
-                error_code="gitea_unavailable",
-                metadata={"error": str(exc)},
-            )
-        return await self._move(task, S.RUNNING, action="task.run", fields={"refs": refs})
 
     # -- running -------------------------------------------------------------------
 
@@ -308,15 +172,7 @@ class Execution:
             )
         except AgentError as exc:
             return await self._agent_failed(task, exc)
-        await self.store.write(
-            lambda c: turn_q.bind_thread(
-                c,
-                task["session_key"],
-                thread_id,
-                task_id=task["task_id"],
-                resumed=session["thread_id"] == thread_id,
-            )
-        )
+        bound_at = utcnow()
         n = int(task["turn_count"]) + 1
         key = turn_key(task["task_id"], n)
         verified_key = key
@@ -331,11 +187,20 @@ class Execution:
         else:
             text = await self._prompt(task, resource, cwd, (marker, waiting), tool)
         kind = "reply_retry" if reply_retry else "normal"
-        await self.store.write(
-            lambda c: turn_q.begin(
-                c, turn_key=key, task_id=task["task_id"], thread_id=thread_id, kind=kind
+
+        def begin(c: Connection) -> None:
+            # The thread binding and the turn's intent, one commit before turn/start.
+            turn_q.bind_thread(
+                c,
+                task["session_key"],
+                thread_id,
+                task_id=task["task_id"],
+                resumed=session["thread_id"] == thread_id,
+                at=bound_at,
             )
-        )
+            turn_q.begin(c, turn_key=key, task_id=task["task_id"], thread_id=thread_id, kind=kind)
+
+        await self.store.write(begin)
         spec = TurnSpec(
             task_id=task["task_id"],
             turn_key=key,
@@ -361,15 +226,19 @@ class Execution:
             )
         )
         completed, needs_user, aborted = await self._follow(task, key, handle)
-        await self.store.write(
-            lambda c: turn_q.finish(
+
+        def finish(c: Connection) -> dict[str, Any] | None:
+            turn_q.finish(
                 c,
                 key,
                 completed.status.value if completed else "failed",
                 completed.last_message if completed else None,
             )
-        )
-        return await self._after_turn(task, handle, completed, needs_user, aborted)
+            return task_q.get(c, task["task_id"])  # fresh: an abort may have come meanwhile
+
+        fresh = await self.store.write(finish)
+        assert fresh is not None
+        return await self._after_turn(fresh, handle, completed, needs_user, aborted)
 
     async def _answered_before(self, task: dict[str, Any]) -> dict[str, Any] | None:
         last = await self.store.read(lambda c: turn_q.last_normal(c, task["task_id"]))
@@ -400,12 +269,12 @@ class Execution:
         tool: CommentTool,
     ) -> str:
         # Fresh from preparing in this same run, else (a retry) read again.
-        status = self._status.pop(task["task_id"], None) or await self.workspace.worktree_status(
-            cwd
+        status = self.preparer.take_status(task["task_id"]) or (
+            await self.workspace.worktree_status(cwd)
         )
         refs = task["refs"] or {}
-        pending = self._context.pop(task["task_id"], None)
-        title, discussion = await (pending or self._discussion(task, resource))
+        pending = self.preparer.take_context(task["task_id"])
+        title, discussion = await (pending or self.preparer.discussion(task, resource))
         return prompt.turn_prompt(
             prompt.TurnContext(
                 repo_full_name=resource.repo.full_name,
@@ -429,31 +298,6 @@ class Execution:
             )
         )
 
-    async def _discussion(
-        self, task: dict[str, Any], resource: Any
-    ) -> tuple[str | None, list[tuple[str, str]]]:
-        """The issue's title and description and its recent comments, from Gitea.
-
-        The bot's own comments and the comment that triggered this task are left out
-        (the latter is shown on its own); a Gitea failure only costs the context.
-        """
-        owner, name, number = resource.repo.owner, resource.repo.name, resource.number
-        try:
-            issue = await self.gitea.get_issue(owner, name, number)
-            comments = await self.gitea.list_comments(owner, name, number)
-        except GiteaError as exc:
-            await self._audit(task, "prompt.discussion_unavailable", metadata={"error": str(exc)})
-            return None, []
-        bot = self.cfg.bot_login.lower()
-        thread = [(str((issue.get("user") or {}).get("login", "?")), str(issue.get("body") or ""))]
-        for c in comments:
-            login = str((c.get("user") or {}).get("login", "?"))
-            if login.lower() == bot or c.get("id") == task["comment_id"]:
-                continue
-            thread.append((login, str(c.get("body") or "")))
-        recent = [(who, body[:4000]) for who, body in thread if body.strip()][-10:]
-        return str(issue.get("title") or "") or None, recent
-
     async def _follow(
         self, task: dict[str, Any], key: str, handle: TurnHandle
     ) -> tuple[TurnCompleted | None, NeedsUser | None, bool]:
@@ -464,14 +308,11 @@ class Execution:
         try:
             async with asyncio.timeout(None) as scope:
                 async for event in self.runtime.events(handle):
-                    if not await self.store.write(
-                        partial(turn_q.event_seen, turn_key=key, seq=event.seq)
-                    ):
+                    if not await self.store.write(self._recorder(task, handle, key, event)):
                         continue  # a duplicate notification: handled once already
                     if isinstance(event, TurnCompleted):
                         completed = event
                         break
-                    await self._record(task, handle, key, event)
                     if isinstance(event, NeedsUser):
                         needs_user = event
                     elif isinstance(event, ToolCall) and _asks_user(event, task["task_id"]):
@@ -489,17 +330,24 @@ class Execution:
 
     async def _watch_abort(self, task_id: str, handle: TurnHandle, flag: asyncio.Event) -> None:
         while True:
-            await asyncio.sleep(0.25)
-            row = await self.store.read(lambda c: task_q.get(c, task_id))
-            if row is not None and row["state"] == S.ABORTING:
+            # An operator's abort reaches the turn within a second (abort_timeout counts
+            # from then); a shorter poll costs every running turn a read each time.
+            await asyncio.sleep(1.0)
+            state = await self.store.read(partial(task_q.state_of, task_id=task_id))
+            if state == S.ABORTING:
                 flag.set()
                 with contextlib.suppress(AgentError):
                     await self.runtime.interrupt(handle)
                 return
 
-    async def _record(self, task: dict[str, Any], handle: TurnHandle, key: str, event: Any) -> None:
+    def _recorder(
+        self, task: dict[str, Any], handle: TurnHandle, key: str, event: Any
+    ) -> Callable[[Connection], bool]:
+        """The unit of work of one runtime event: advance ``eventSeq`` (False for a
+        duplicate, which records nothing) and record the event, in one transaction."""
+        row: audit.AuditEvent | None = None
         if isinstance(event, ToolCall):
-            await self._audit(
+            row = task_event(
                 task,
                 "mcp.call",
                 turn_id=handle.turn_id,
@@ -512,22 +360,29 @@ class Execution:
                     "error": event.error,
                 },
             )
-        elif isinstance(event, TokenUsage):
-
-            def count(c: Connection, e: TokenUsage = event) -> None:
-                added = turn_q.add_tokens(c, key, task["task_id"], e.input_tokens, e.output_tokens)
-                usage.note_tokens(c, task["repo_key"], added, self.cfg.budgets)
-
-            await self.store.write(count)
         elif isinstance(event, NeedsUser):
-            await self._audit(
+            row = task_event(
                 task,
                 "turn.needs_user",
                 turn_id=handle.turn_id,
                 metadata={"question": event.question[:2000]},
             )
         elif isinstance(event, Notice):
-            await self._audit(task, event.action, turn_id=handle.turn_id, metadata=event.metadata)
+            row = task_event(task, event.action, turn_id=handle.turn_id, metadata=event.metadata)
+
+        def unit(c: Connection) -> bool:
+            if not turn_q.event_seen(c, turn_key=key, seq=event.seq):
+                return False
+            if row is not None:
+                audit.append(c, row)
+            elif isinstance(event, TokenUsage):
+                added = turn_q.add_tokens(
+                    c, key, task["task_id"], event.input_tokens, event.output_tokens
+                )
+                usage.note_tokens(c, task["repo_key"], added, self.cfg.budgets)
+            return True
+
+        return unit
 
     async def _after_turn(
         self,
@@ -537,7 +392,6 @@ class Execution:
         needs_user: NeedsUser | None,
         aborted: bool,
     ) -> dict[str, Any]:
-        task = await self._fresh(task)
         if task["state"] == S.ABORTING:
             if completed is None:
                 return await self._move(
@@ -591,11 +445,6 @@ class Execution:
             fields={"execution_error": str(exc), "claimed_by": None},
         )
 
-    async def _fresh(self, task: dict[str, Any]) -> dict[str, Any]:
-        row = await self.store.read(lambda c: task_q.get(c, task["task_id"]))
-        assert row is not None
-        return row
-
     # -- verifying_reply ------------------------------------------------------------
 
     async def _verify(self, task: dict[str, Any]) -> dict[str, Any]:
@@ -610,21 +459,19 @@ class Execution:
             )
         result = await self.replies.verify(task, turn["turn_key"])
         if result.result is Found.FOUND:
-            await self.store.write(
-                lambda c: comment_q.record_final(
-                    c,
-                    task,
-                    turn_key=turn["turn_key"],
-                    turn_id=turn["turn_id"],
-                    comment_id=result.comment_id,
-                )
-            )
             return await self._move(
                 task,
                 S.SUCCEEDED,
                 action="reply.confirm",
                 fields={"claimed_by": None},
                 metadata={"commentId": result.comment_id},
+                before=partial(
+                    comment_q.record_final,
+                    task=task,
+                    turn_key=turn["turn_key"],
+                    turn_id=turn["turn_id"],
+                    comment_id=result.comment_id,
+                ),
             )
         if result.result is Found.UNKNOWN:
             return await self._move(

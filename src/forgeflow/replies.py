@@ -54,6 +54,9 @@ class Replies:
         self._store = store
         self._gitea = gitea
         self._bot = bot_login.lower()
+        # Posts in flight in this process, by comment key: a caller that waits for
+        # another poster's result here wakes when it lands instead of polling.
+        self._posting: dict[str, asyncio.Future[None]] = {}
 
     async def _matching(
         self, task: dict[str, Any], kinds: set[MarkerKind], turn: str | None
@@ -95,6 +98,7 @@ class Replies:
             task["task_id"], turn or turn_key(task["task_id"], 0), task["resource_key"], kind
         )
         body = append_marker(text, marker)
+        inserted = looked = False
         for _ in range(40 if wait_in_flight else 1):
             inserted, row = await self._store.write(
                 lambda c: comment_q.record_intent(
@@ -117,11 +121,36 @@ class Replies:
             ):
                 break
             if wait_in_flight:
-                await asyncio.sleep(0.25)
+                ours = self._posting.get(key)
+                if ours is not None:
+                    await asyncio.wait([ours], timeout=IN_FLIGHT.total_seconds())
+                elif looked:  # another process posts it
+                    await asyncio.sleep(0.25)
+                # else: our own poster may have finished just now; look again at once
+                looked = True
         else:
             return None
-        # The intent may be left from a run that died after posting: look first.
-        earlier = await self._matching(task, {kind}, marker.turn_key)
+        done = asyncio.get_running_loop().create_future()
+        self._posting[key] = done
+        try:
+            return await self._post(task, key, body, marker, kind, look_first=not inserted)
+        finally:
+            self._posting.pop(key, None)
+            done.set_result(None)
+
+    async def _post(
+        self,
+        task: dict[str, Any],
+        key: str,
+        body: str,
+        marker: Marker,
+        kind: MarkerKind,
+        *,
+        look_first: bool,
+    ) -> int | None:
+        # An intent taken over may be left from a run that died after posting: look
+        # first. A fresh intent cannot: nothing is posted before its intent is written.
+        earlier = await self._matching(task, {kind}, marker.turn_key) if look_first else []
         if earlier:
             comment_id = int(earlier[0]["id"])
             await self._store.write(

@@ -14,17 +14,17 @@ from functools import partial
 from typing import Any
 
 import structlog
-from sqlalchemy.exc import IntegrityError
 
 from forgeflow.domain.retry import RetryPolicy
 from forgeflow.execution import Execution
 from forgeflow.gitea.client import GiteaError
 from forgeflow.replies import Replies
-from forgeflow.store import StaleStateVersion, Store, outbox, scheduling, workers
+from forgeflow.store import Store, outbox, scheduling, workers
 from forgeflow.store.sql import TASKS_CHANNEL
 from forgeflow.store.types import utcnow
 
 log = structlog.get_logger("forgeflow.scheduler")
+_RECEIPTS_AT_ONCE = 8
 
 
 class Scheduler:
@@ -56,10 +56,14 @@ class Scheduler:
         self._busy_repos: set[str] = set()
         self._loops: list[asyncio.Task[None]] = []
         self._stopping = False
+        # Set after the first claim round: `serve` imports its HTTP layer only then.
+        self.first_round_done = asyncio.Event()
 
     def wake(self) -> None:
+        # The outbox is woken by the claim loop once its round is done: a task claimed
+        # now posts its own receipt while its workspace is prepared, and the outbox's
+        # queries do not compete with the claim.
         self._wake.set()
-        self._outbox_wake.set()
 
     async def recover(self) -> None:
         """Move on work left by dead workers (run at start-up, then every lease period)."""
@@ -146,44 +150,40 @@ class Scheduler:
                     last_recovery = now
                     await self.recover()
                 await self._claim_round()
+                self._outbox_wake.set()
                 due = await self.store.read(scheduling.next_wake)
             except Exception:
                 log.exception("scheduler.round_failed")
+                self._outbox_wake.set()
                 due = None
+            self.first_round_done.set()
             delay = self.poll_seconds
             if due is not None:
                 delay = min(delay, max((due - utcnow()).total_seconds(), 0.01))
             await self._sleep(self._wake, delay)
 
     async def _claim_round(self) -> None:
-        candidates = partial(scheduling.candidates, worker_id=self.worker_id, ttl=self.lease_ttl)
-        for cand in await self.store.read(candidates):
-            if cand["repo_key"] in self._busy_repos or cand["task_id"] in self._running:
-                continue
-            try:
-                claim = await self.store.write(
-                    partial(
-                        scheduling.claim,
-                        task_id=cand["task_id"],
-                        owner=self.owner,
-                        ttl=self.lease_ttl,
-                        worker_id=self.worker_id,
-                    )
-                )
-            except (IntegrityError, StaleStateVersion):
-                continue  # the database says another task holds the repository
-            if claim is None:
-                continue
+        claims = await self.store.write(
+            partial(
+                scheduling.claim_round,
+                busy_repos=frozenset(self._busy_repos),
+                running=frozenset(self._running),
+                owner=self.owner,
+                ttl=self.lease_ttl,
+                worker_id=self.worker_id,
+            )
+        )
+        for claim in claims:
             task = claim.task
             if claim.lease_id is not None:
                 self._busy_repos.add(task["repo_key"])
             self._running[task["task_id"]] = asyncio.create_task(
-                self._execute(task), name=f"task {task['task_id']}"
+                self._execute(task, claim.repo), name=f"task {task['task_id']}"
             )
 
-    async def _execute(self, task: dict[str, Any]) -> None:
+    async def _execute(self, task: dict[str, Any], repo: dict[str, Any] | None = None) -> None:
         try:
-            await self.execution.run(task)
+            await self.execution.run(task, repo=repo)
         except asyncio.CancelledError:
             raise
         except Exception:
@@ -213,12 +213,26 @@ class Scheduler:
             await self._sleep(self._outbox_wake, self.poll_seconds)
 
     async def _outbox_round(self) -> None:
-        for task in await self.store.read(outbox.receipts_owed):
-            position = await self.store.read(partial(scheduling.queue_position, task=task))
-            try:
-                await self.replies.receipt(task, queue_position=position or None)
-            except GiteaError as exc:
-                log.warning("outbox.receipt_failed", task_id=task["task_id"], error=str(exc))
+        # Receipts go out side by side (a burst of mentions must not queue each one
+        # behind the others' round trips), at most _RECEIPTS_AT_ONCE at a time.
+        limit = asyncio.Semaphore(_RECEIPTS_AT_ONCE)
+
+        async def receipt(task: dict[str, Any]) -> None:
+            async with limit:
+                position = await self.store.read(partial(scheduling.queue_position, task=task))
+                try:
+                    await self.replies.receipt(task, queue_position=position or None)
+                except GiteaError as exc:
+                    log.warning("outbox.receipt_failed", task_id=task["task_id"], error=str(exc))
+
+        owed = [
+            t
+            for t in await self.store.read(outbox.receipts_owed)
+            # A task this process prepares posts its own receipt, beside its workspace
+            # work, and waits for it before its turn; later states are retried here.
+            if not (t["task_id"] in self._running and t["state"] == "preparing")
+        ]
+        await asyncio.gather(*(receipt(t) for t in owed))
         for row in await self.store.read(outbox.command_replies_owed):
             try:
                 await self.replies.command_reply(row)

@@ -12,10 +12,11 @@ import asyncio
 import os
 import shutil
 import tempfile
-from collections.abc import Callable, Mapping
+import time
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 from urllib.parse import urlsplit
 
 from forgeflow.domain.ids import RepoRef, ResourceKind, ResourceRef
@@ -31,8 +32,9 @@ from forgeflow.gitcmd import (
     check_sha,
     check_url,
     same_origin,
-    strip_userinfo,
 )
+from forgeflow.gitstatus import WorktreeStatus
+from forgeflow.workspace_checks import Checks
 
 __all__ = [
     "GitAuthFailed",
@@ -47,15 +49,14 @@ __all__ = [
     "WorktreeStatus",
 ]
 
-_UNMERGED = frozenset({"DD", "AU", "UD", "UA", "DU", "AA", "UU"})
-_SUMMARY_LIMIT = 20
-
 
 @dataclass(frozen=True)
 class RepoCheckout:
     path: str
-    action: Literal["cloned", "fetched"]
-    head: str  # sha of origin/<default branch> after the clone or fetch
+    action: Literal["cloned", "fetched", "reused"]
+    # sha of origin/<default branch> after the clone or fetch; "reused": as of the last one
+    head: str
+    fetched_ago: float = 0.0  # seconds since this manager last cloned or fetched the clone
 
 
 @dataclass(frozen=True)
@@ -65,30 +66,6 @@ class PullRequestRefs:
     head_ref: str
     head_sha: str
     head_clone_url: str  # the head may live in a fork
-
-
-@dataclass(frozen=True)
-class WorktreeStatus:
-    clean: bool
-    modified: list[str]
-    untracked: list[str]
-    unmerged: list[str]
-    head: str
-
-    def summary(self) -> dict[str, Any]:
-        """A bounded, JSON-ready description for the audit log and the next prompt."""
-        return {
-            "clean": self.clean,
-            "head": self.head,
-            "counts": {
-                "modified": len(self.modified),
-                "untracked": len(self.untracked),
-                "unmerged": len(self.unmerged),
-            },
-            "modified": self.modified[:_SUMMARY_LIMIT],
-            "untracked": self.untracked[:_SUMMARY_LIMIT],
-            "unmerged": self.unmerged[:_SUMMARY_LIMIT],
-        }
 
 
 @dataclass(frozen=True)
@@ -107,30 +84,17 @@ class _Registered:
     prunable: bool
 
 
-def _parse_status(out: str, head: str) -> WorktreeStatus:
-    modified: list[str] = []
-    untracked: list[str] = []
-    unmerged: list[str] = []
-    entries = out.split("\0")
-    i = 0
-    while i < len(entries):
-        entry = entries[i]
-        i += 1
-        if len(entry) < 4:
-            continue
-        xy, path = entry[:2], entry[3:]
-        if xy == "??":
-            untracked.append(path)
-        elif xy == "!!":
-            continue
-        elif xy in _UNMERGED:
-            unmerged.append(path)
-        else:
-            modified.append(path)
-            if "R" in xy or "C" in xy:
-                i += 1  # with -z a rename/copy is followed by its source path
-    clean = not (modified or untracked or unmerged)
-    return WorktreeStatus(clean, modified, untracked, unmerged, head)
+# What a look at a session's worktree found: the check's error (or None), the status.
+_Look = tuple[BaseException | None, WorktreeStatus | BaseException]
+
+
+@dataclass(frozen=True)
+class _Fetched:
+    """The last clone or fetch of a main clone by this manager."""
+
+    at: float  # time.monotonic()
+    branch: str
+    head: str
 
 
 def _is_empty_dir(path: str) -> bool:
@@ -146,6 +110,7 @@ class WorkspaceManager:
         *,
         token: str | None,
         git_timeout: float = 300.0,
+        fetch_interval: float = 0.0,
         username: str = "forgeflow",
         on_spawn: Callable[[list[str], Mapping[str, str], asyncio.subprocess.Process], None]
         | None = None,
@@ -163,35 +128,137 @@ class WorkspaceManager:
         # The scheduler's repository lease already serialises work on one repository;
         # this lock only keeps two coroutines of this process off the same clone.
         self._locks: dict[str, asyncio.Lock] = {}
+        # DESIGN "Workspaces", fetch rule: a task whose session worktree exists skips the
+        # fetch when this manager fetched the clone less than ``fetch_interval`` seconds
+        # ago (0: fetch for every task).
+        self.fetch_interval = fetch_interval
+        self._fetched: dict[str, _Fetched] = {}
+        self.checks = Checks(self.git)
+        # A session's own checks, started beside the main clone's (both only read) and
+        # picked up by prepare_session: the task waits for the slower, not for both.
+        self._peeked: dict[str, asyncio.Task[_Look]] = {}
 
     # -- public API --------------------------------------------------------------------
 
     async def prepare_repo(
-        self, repo: RepoRef, clone_url: str, default_branch: str
+        self,
+        repo: RepoRef,
+        clone_url: str,
+        default_branch: str,
+        *,
+        session: ResourceRef | None = None,
+        branch_head: Callable[[], Awaitable[str | None]] | None = None,
     ) -> RepoCheckout:
+        """Clone on first use, else check the clone is untouched and fetch it.
+
+        With ``session`` (the issue or pull request the clone is prepared for) and a
+        ``fetch_interval`` above 0, the fetch is skipped ("reused") when
+
+        - that session's worktree exists and this manager fetched the clone less than
+          ``fetch_interval`` seconds ago: such a task uses no fetched ref (its branch
+          exists); or
+        - the worktree is new and ``branch_head()`` (Gitea's answer) names the commit
+          ``origin/<default branch>`` already is: the new branch starts from the
+          current head either way.
+        """
         check_url(clone_url, "clone URL")
         check_ref(default_branch, "default branch")
+        if session is not None and session.repo.key != repo.key:
+            raise ValueError("the session belongs to another repository")
         path = repo_workspace(str(self.root), repo)
         async with self._lock(repo):
             self._inside_root(path)
-            action: Literal["cloned", "fetched"]
-            if os.path.lexists(path) and not _is_empty_dir(path):
-                await self._check_main_clone(path, clone_url)
-                await self.git.run(
-                    "fetch",
-                    "--quiet",
-                    "--prune",
-                    "--no-recurse-submodules",
-                    "origin",
-                    cwd=path,
-                    auth=True,
+            try:
+                return await self._prepare_repo(
+                    path, clone_url, default_branch, session, branch_head
                 )
-                action = "fetched"
-            else:
-                await self._clone(path, clone_url)
-                action = "cloned"
-            head = await self._commit(path, f"refs/remotes/origin/{default_branch}")
+            except BaseException:
+                # Whatever went wrong, the next task checks and fetches from scratch.
+                self._fetched.pop(path, None)
+                self.checks.forget(path)
+                if session is not None:
+                    peek = self._peeked.pop(session_worktree(str(self.root), session), None)
+                    if peek is not None:
+                        peek.cancel()
+                raise
+
+    async def _prepare_repo(
+        self,
+        path: str,
+        clone_url: str,
+        branch: str,
+        session: ResourceRef | None,
+        branch_head: Callable[[], Awaitable[str | None]] | None,
+    ) -> RepoCheckout:
+        action: Literal["cloned", "fetched"]
+        if os.path.lexists(path) and not _is_empty_dir(path):
+            await self._check_main_clone(path, clone_url, session)
+            if session is not None and self.fetch_interval > 0:
+                reused = await self._reuse(path, branch, session, branch_head)
+                if reused is not None:
+                    return reused
+            await self.git.run(
+                "fetch",
+                "--quiet",
+                "--prune",
+                "--no-recurse-submodules",
+                "origin",
+                cwd=path,
+                auth=True,
+            )
+            action = "fetched"
+        else:
+            await self._clone(path, clone_url)
+            action = "cloned"
+        head = await self._commit(path, f"refs/remotes/origin/{branch}")
+        self._fetched[path] = _Fetched(time.monotonic(), branch, head)
         return RepoCheckout(path=path, action=action, head=head)
+
+    async def _check_main_clone(
+        self, path: str, clone_url: str, session: ResourceRef | None
+    ) -> None:
+        worktree = session_worktree(str(self.root), session) if session is not None else None
+        if worktree is not None:
+            old = self._peeked.pop(worktree, None)
+            if old is not None:
+                old.cancel()
+            if os.path.lexists(worktree):
+                self._peeked[worktree] = asyncio.create_task(self._look(path, worktree))
+        await self.checks.main_clone(path, clone_url)
+
+    async def _look(self, main: str, path: str) -> _Look:
+        """Is the session's worktree ours, and its status: both only read, so side by
+        side; errors are returned (the check's verdict goes first)."""
+        checked, status = await asyncio.gather(
+            self.checks.session(main, path), self.worktree_status(path), return_exceptions=True
+        )
+        return checked, status
+
+    async def _reuse(
+        self,
+        path: str,
+        branch: str,
+        session: ResourceRef,
+        branch_head: Callable[[], Awaitable[str | None]] | None,
+    ) -> RepoCheckout | None:
+        """The clone as it is, when the fetch rule lets this task skip the fetch."""
+        last = self._fetched.get(path)
+        now = time.monotonic()
+        if os.path.isdir(session_worktree(str(self.root), session)):
+            if last is not None and last.branch == branch and now - last.at < self.fetch_interval:
+                return RepoCheckout(path, "reused", last.head, now - last.at)
+            return None
+        upstream = await branch_head() if branch_head is not None else None
+        if not upstream:
+            return None
+        ours = await self.git.run(
+            "rev-parse", "--verify", "--quiet", f"refs/remotes/origin/{branch}^{{commit}}",
+            cwd=path, check=False,
+        )  # fmt: skip
+        if ours.stdout.strip() != upstream:
+            return None
+        ago = now - last.at if last is not None else float("inf")
+        return RepoCheckout(path, "reused", upstream, ago)
 
     async def prepare_session(
         self,
@@ -215,20 +282,22 @@ class WorkspaceManager:
         async with self._lock(resource.repo):
             self._inside_root(path)
             target = await self._fetch_pull(main, pull) if pull is not None else None
-            registered = await self._worktrees(main)
             created = False
+            peeked = self._peeked.pop(path, None)
             if os.path.lexists(path):
-                await self._check_ours(main, path, registered)
+                checked, status = await (peeked or self._look(main, path))
+                # The check's verdict first: a path that is not ours fails git status too.
+                for outcome in (checked, status):
+                    if isinstance(outcome, BaseException):
+                        raise outcome
+                assert isinstance(status, WorktreeStatus)
             else:
-                if path in registered:
-                    # Registered, but its directory is gone (deleted by hand): only the
-                    # stale administrative entry is dropped; the branch and its commits
-                    # stay and are checked out again below.
-                    await self.git.run("worktree", "prune", cwd=main)
+                if peeked is not None:
+                    peeked.cancel()
                 await self._add_worktree(main, path, branch, target or checkout.head)
                 created = True
-            await self._check_index_lock(path)
-            status = await self.worktree_status(path)
+                await self.checks.session(main, path)
+                status = await self.worktree_status(path)
             if status.unmerged:
                 raise WorkspaceDirty(
                     f"session worktree {path} has unmerged paths",
@@ -244,12 +313,9 @@ class WorkspaceManager:
                 elif relation in {"behind", "diverged"}:
                     # The agent's own work is never touched: the prompt tells it instead.
                     upstream_moved = True
-            current = await self.git.run(
-                "symbolic-ref", "--quiet", "--short", "HEAD", cwd=path, check=False
-            )
             return SessionWorktree(
                 path=path,
-                branch=current.stdout.strip() if current.returncode == 0 else "HEAD",
+                branch=status.branch,
                 status=status,
                 upstream_moved=upstream_moved,
                 fast_forwarded=fast_forwarded,
@@ -259,11 +325,7 @@ class WorkspaceManager:
     async def worktree_status(self, path: str) -> WorktreeStatus:
         path = os.path.realpath(path)
         self._inside_root(path)
-        head = await self.git.run("rev-parse", "--verify", "--quiet", "HEAD", cwd=path, check=False)
-        out = await self.git.run(
-            "status", "--porcelain=v1", "-z", "--untracked-files=all", "--ignored=no", cwd=path
-        )
-        return _parse_status(out.stdout, head.stdout.strip() if head.returncode == 0 else "")
+        return await self.checks.status(path)
 
     async def remove_session(self, resource: ResourceRef) -> bool:
         """Remove a clean session worktree (its branch and commits stay); dirty → refuse."""
@@ -273,13 +335,11 @@ class WorkspaceManager:
             self._inside_root(path)
             if not os.path.isdir(os.path.join(main, ".git")):
                 return False
-            registered = await self._worktrees(main)
             if not os.path.lexists(path):
-                if path in registered:
+                if path in await self._worktrees(main):
                     await self.git.run("worktree", "prune", cwd=main)
                 return False
-            await self._check_ours(main, path, registered)
-            await self._check_index_lock(path)
+            await self.checks.session(main, path)
             status = await self.worktree_status(path)
             if not status.clean:
                 raise WorkspaceDirty(
@@ -316,48 +376,6 @@ class WorkspaceManager:
             if os.path.isdir(staging):
                 shutil.rmtree(staging, ignore_errors=True)
 
-    async def _check_main_clone(self, path: str, clone_url: str) -> None:
-        """Raise WorkspaceDirty unless ``path`` is our untouched clone of ``clone_url``."""
-        gitdir = os.path.join(path, ".git")
-        if os.path.islink(path) or not os.path.isdir(gitdir) or os.path.islink(gitdir):
-            raise WorkspaceDirty(
-                f"{path} exists but is not a forgeflow clone",
-                details={"path": path, "reason": "not_a_clone"},
-            )
-        top = await self.git.run("rev-parse", "--show-toplevel", cwd=path, check=False)
-        real = os.path.realpath(path)
-        if top.returncode != 0 or os.path.realpath(top.stdout.strip()) != real:
-            raise WorkspaceDirty(
-                f"{path} exists but is not a forgeflow clone",
-                details={"path": path, "reason": "not_a_clone"},
-            )
-        origin = await self.git.run("config", "--get", "remote.origin.url", cwd=path, check=False)
-        found = origin.stdout.strip()
-        if found.rstrip("/") != clone_url.rstrip("/"):
-            raise WorkspaceDirty(
-                f"{path} is a clone of another repository",
-                details={
-                    "path": path,
-                    "reason": "other_origin",
-                    "expected": clone_url,
-                    "found": self.git.scrub(strip_userinfo(found)),
-                },
-            )
-        reasons: list[str] = []
-        if os.path.lexists(os.path.join(gitdir, "index.lock")):
-            reasons.append("index_lock")
-        status = await self.worktree_status(path)
-        if status.unmerged:
-            reasons.append("unmerged")
-        if status.modified or status.untracked:
-            reasons.append("modified")
-        if reasons:
-            raise WorkspaceDirty(
-                f"the repository clone {path} was changed ({', '.join(reasons)}); "
-                "nothing was fetched, reset or cleaned",
-                details={"path": path, "reasons": reasons, "status": status.summary()},
-            )
-
     # -- sessions ----------------------------------------------------------------------
 
     async def _fetch_pull(self, main: str, pull: PullRequestRefs) -> str:
@@ -386,55 +404,26 @@ class WorkspaceManager:
     async def _add_worktree(self, main: str, path: str, branch: str, start: str) -> None:
         os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
         self._inside_root(os.path.dirname(path))
-        exists = await self.git.run(
-            "rev-parse", "--verify", "--quiet", f"refs/heads/{branch}", cwd=main, check=False
-        )
-        if exists.returncode == 0:
-            # The session's branch outlived its worktree (garbage-collected, or deleted
-            # by hand): its commits are the session's work, so check it out as it is.
-            await self.git.run("worktree", "add", "--", path, branch, cwd=main)
-        else:
-            await self.git.run(
-                "worktree", "add", "--no-track", "-b", branch, "--", path, start, cwd=main
-            )
-
-    async def _check_ours(self, main: str, path: str, registered: dict[str, _Registered]) -> None:
-        entry = registered.get(path)
-        dot_git = os.path.join(path, ".git")
-        ours = (
-            entry is not None
-            and not entry.prunable
-            and not os.path.islink(path)
-            and os.path.isfile(dot_git)
-            and not os.path.islink(dot_git)
-        )
-        if ours:
-            common = await self.git.run(
-                "rev-parse", "--show-toplevel", "--git-common-dir", cwd=path, check=False
-            )
-            lines = common.stdout.splitlines()
-            ours = (
-                common.returncode == 0
-                and len(lines) == 2
-                and os.path.realpath(lines[0]) == os.path.realpath(path)
-                and os.path.realpath(os.path.join(path, lines[1]))
-                == os.path.realpath(os.path.join(main, ".git"))
-            )
-        if not ours:
-            raise WorkspaceDirty(
-                f"{path} is taken by something that is not this session's worktree",
-                details={"path": path, "reason": "occupied"},
-            )
-
-    async def _check_index_lock(self, path: str) -> None:
-        # A session is prepared before its turn starts, so no git of ours or of the agent
-        # is running there: any index.lock is a leftover of a crash.
-        lock = await self.git.run("rev-parse", "--git-path", "index.lock", cwd=path)
-        if os.path.lexists(os.path.join(path, lock.stdout.strip())):
-            raise WorkspaceDirty(
-                f"session worktree {path} has a stale index.lock",
-                details={"path": path, "reason": "index_lock"},
-            )
+        # The common case (a new branch) in one git process; git's refusal (LC_ALL=C)
+        # says when the branch or a stale registration is already there.
+        new_branch = ("--no-track", "-b", branch, "--", path, start)
+        args: tuple[str, ...] = new_branch
+        for _ in range(3):
+            res = await self.git.run("worktree", "add", *args, cwd=main, check=False)
+            if res.returncode == 0:
+                return
+            if "is a missing but already registered worktree" in res.stderr:
+                # Registered, but its directory is gone (deleted by hand): only the stale
+                # administrative entry is dropped; the branch and its commits stay.
+                await self.git.run("worktree", "prune", cwd=main)
+            elif args == new_branch and f"a branch named '{branch}' already exists" in res.stderr:
+                # The session's branch outlived its worktree (garbage-collected, or
+                # deleted by hand): its commits are the session's work, so check it out
+                # as it is.
+                args = ("--", path, branch)
+            else:
+                break
+        raise self.git.failure("git worktree add", res)
 
     async def _relation(self, path: str, head: str, target: str) -> str:
         if head == target:

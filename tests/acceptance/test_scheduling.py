@@ -52,24 +52,33 @@ def _trace(tmp_path: Path) -> list[dict[str, Any]]:
 
 
 def test_first_task_clones_and_the_next_fetches(worker: Worker) -> None:  # AC-03
+    """DESIGN "Workspaces", fetch rule: the first task clones; a task that starts a
+    session fetches; a task of an existing session fetches only when the last fetch is
+    older than FORGEFLOW_FETCH_INTERVAL_SECONDS (60 s here)."""
     gitea, ff = worker
     issue = gitea.add_issue("acme", "widget", title="t", author="alice")
     first = _mention(gitea, "widget", issue)
     wait_for(lambda: _done(ff, first))
     gitea.push_branch("acme", "widget", "main", {"new.txt": "upstream\n"})
-    second = _mention(gitea, "widget", issue, "@ccweb-bot again")
+    again = _mention(gitea, "widget", issue, "@ccweb-bot again")
+    wait_for(lambda: _done(ff, again))
+    other = gitea.add_issue("acme", "widget", title="u", author="alice")
+    second = _mention(gitea, "widget", other)
     wait_for(lambda: _done(ff, second))
     actions = [
         [e["action"] for e in _detail(ff, t)["audit"] if e["action"].startswith("workspace.")]
-        for t in (first, second)
+        for t in (first, again, second)
     ]
     assert actions == [
         ["workspace.clone", "workspace.status"],
+        ["workspace.fetch_skipped", "workspace.status"],
         ["workspace.fetch", "workspace.status"],
     ]
     root = ff.settings.resolved_workspace_root
-    worktree = root / ".sessions" / "default" / "acme" / "widget" / f"issue-{issue}"
-    assert worktree.is_dir()
+    sessions = root / ".sessions" / "default" / "acme" / "widget"
+    assert (sessions / f"issue-{issue}").is_dir()
+    assert not (sessions / f"issue-{issue}" / "new.txt").exists()  # its branch is its own
+    assert (sessions / f"issue-{other}" / "new.txt").exists()  # started from the fetch
     assert not (root / "default" / "acme" / "widget" / "new.txt").exists()  # never checked out
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
 import socket
 import stat
 import subprocess
@@ -275,6 +276,64 @@ def test_directory_that_is_not_our_clone_is_dirty(world: World) -> None:
     assert run(world.manager().prepare_repo(other, url, "main")).action == "cloned"
 
 
+def test_a_session_that_exists_skips_a_recent_fetch(world: World) -> None:
+    wm = world.manager(fetch_interval=0.5)
+    checkout = run(wm.prepare_repo(world.repo, world.clone_url, "main", session=world.issue(1)))
+    run(wm.prepare_session(world.issue(1), checkout, default_branch="main"))
+    pushed = world.emu.push_branch("alice", "proj", "main", {"c.txt": "new\n"})
+
+    reused = run(wm.prepare_repo(world.repo, world.clone_url, "main", session=world.issue(1)))
+    assert reused.action == "reused" and reused.head == checkout.head
+    # A new session starts from a fresh fetch, and so does one without a session.
+    fresh = run(wm.prepare_repo(world.repo, world.clone_url, "main", session=world.issue(2)))
+    assert fresh.action == "fetched" and fresh.head == pushed
+    assert run(wm.prepare_repo(world.repo, world.clone_url, "main")).action == "fetched"
+    # Reused or not, the main clone is checked every time.
+    (Path(checkout.path) / "a.txt").write_text("hand edit\n")
+    with pytest.raises(WorkspaceDirty):
+        run(wm.prepare_repo(world.repo, world.clone_url, "main", session=world.issue(1)))
+    (Path(checkout.path) / "a.txt").write_text("one\n")
+    # A failure forgets the last fetch: the next task fetches.
+    again = run(wm.prepare_repo(world.repo, world.clone_url, "main", session=world.issue(1)))
+    assert again.action == "fetched"
+    assert (
+        run(wm.prepare_repo(world.repo, world.clone_url, "main", session=world.issue(1))).action
+        == "reused"
+    )
+    time.sleep(0.6)
+    later = run(wm.prepare_repo(world.repo, world.clone_url, "main", session=world.issue(1)))
+    assert later.action == "fetched"
+
+    # A new session asks for Gitea's head: fetched only when the branch moved.
+    async def head_is(sha: str) -> str | None:
+        return sha
+
+    def new(sha: str) -> RepoCheckout:
+        fresh = world.issue(9)
+        return run(wm.prepare_repo(world.repo, world.clone_url, "main", session=fresh,
+                                   branch_head=lambda: head_is(sha)))  # fmt: skip
+
+    assert new(later.head).action == "reused"
+    moved = world.emu.push_branch("alice", "proj", "main", {"d.txt": "more\n"})
+    got = new(moved)
+    assert got.action == "fetched" and got.head == moved
+
+    # With an interval of 0 (the manager's default), every task fetches.
+    always = world.manager()
+    for _ in range(2):
+        got = run(always.prepare_repo(world.repo, world.clone_url, "main", session=world.issue(1)))
+        assert got.action == "fetched"
+
+
+def test_a_changed_origin_is_seen_after_the_identity_was_checked(world: World) -> None:
+    wm = world.manager()
+    checkout = run(wm.prepare_repo(world.repo, world.clone_url, "main"))
+    git(checkout.path, "remote", "set-url", "origin", "http://example.invalid/x/y.git")
+    with pytest.raises(WorkspaceDirty) as err:
+        run(wm.prepare_repo(world.repo, world.clone_url, "main"))
+    assert err.value.details["reason"] == "other_origin"
+
+
 # -- sessions -------------------------------------------------------------------------
 
 
@@ -334,6 +393,32 @@ def test_worktree_index_lock_unmerged_and_occupied_paths_are_dirty(world: World)
         run(wm.prepare_session(world.issue(3), checkout, default_branch="main"))
     assert err.value.details["reason"] == "occupied"
     assert os.listdir(taken) == ["x"]
+
+
+def test_a_copy_of_another_sessions_worktree_is_not_ours(world: World) -> None:
+    wm = world.manager()
+    checkout = run(wm.prepare_repo(world.repo, world.clone_url, "main"))
+    one = run(wm.prepare_session(world.issue(1), checkout, default_branch="main"))
+    copy = world.root / ".sessions" / "default" / "alice" / "proj" / "issue-2"
+    shutil.copytree(one.path, copy, symlinks=True)
+    with pytest.raises(WorkspaceDirty) as err:
+        run(wm.prepare_session(world.issue(2), checkout, default_branch="main"))
+    assert err.value.details["reason"] == "occupied"
+    assert run(wm.prepare_session(world.issue(1), checkout, default_branch="main")).status.clean
+
+
+def test_a_worktree_deleted_by_hand_comes_back_with_its_branch(world: World) -> None:
+    wm = world.manager()
+    checkout = run(wm.prepare_repo(world.repo, world.clone_url, "main"))
+    one = run(wm.prepare_session(world.issue(1), checkout, default_branch="main"))
+    Path(one.path, "work.txt").write_text("committed work\n")
+    git(one.path, "add", "work.txt")
+    git(one.path, "commit", "-qm", "work")
+    head = git(one.path, "rev-parse", "HEAD")
+    shutil.rmtree(one.path)  # still registered in the main clone, its directory gone
+    again = run(wm.prepare_session(world.issue(1), checkout, default_branch="main"))
+    assert again.created and again.branch == "ccweb/issue-1" and again.status.head == head
+    assert Path(again.path, "work.txt").read_text() == "committed work\n"
 
 
 def test_repository_hooks_never_run(world: World) -> None:

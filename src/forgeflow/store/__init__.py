@@ -7,7 +7,7 @@ threads. Callers never see a driver.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 from sqlalchemy import Connection, text
@@ -82,16 +82,27 @@ class Store:
         return await self.db.read(_ping)
 
     async def transition(
-        self, t: Transition, *, release: tuple[str, str] | None = None
+        self,
+        t: Transition,
+        *,
+        release: tuple[str, str] | None = None,
+        before: Callable[[Connection], object] | None = None,
+        events: Sequence[audit.AuditEvent] = (),
     ) -> dict[str, Any]:
         """Apply one transition; a refused one keeps its audit alert and re-raises.
 
         ``release`` = (repoKey, leaseId) gives the lease back in the same transaction,
         so a task never leaves its active state while still holding the repository.
+        ``before`` and ``events`` (audit rows of the steps that led here) are written
+        first, in the same transaction: one commit instead of several.
         """
         refused: list[Exception] = []
 
         def _apply(conn: Connection) -> dict[str, Any] | None:
+            if before is not None:
+                before(conn)
+            for event in events:
+                audit.append(conn, event)
             try:
                 row = tasks.transition(conn, t)
             except (StaleStateVersion, tasks.IllegalTransition) as exc:

@@ -7,11 +7,11 @@ from datetime import timedelta
 from typing import Any
 
 from sqlalchemy import Connection, and_, exists, or_, select
-from sqlalchemy.orm import aliased
+from sqlalchemy.exc import IntegrityError
 
 from forgeflow.domain.retry import RetryPolicy
 from forgeflow.domain.states import ACTIVE_STATES, TaskState
-from forgeflow.store import control, leases
+from forgeflow.store import control, leases, repos
 from forgeflow.store import tasks as task_q
 from forgeflow.store import workers as worker_q
 from forgeflow.store.schema import repositories, tasks, workers
@@ -36,7 +36,7 @@ def candidates(
     whose heartbeat is older than ``ttl`` (repository affinity).
     """
     now = utcnow()
-    older = aliased(tasks)
+    older = tasks.alias("older")
     stmt = (
         select(tasks)
         .join(repositories, repositories.c.repo_key == tasks.c.repo_key)
@@ -82,6 +82,7 @@ def next_wake(conn: Connection) -> Any:
 class Claim:
     task: dict[str, Any]
     lease_id: str | None
+    repo: dict[str, Any] | None = None  # the repository row, read in the same transaction
 
 
 def claim(
@@ -125,7 +126,56 @@ def claim(
             metadata={"leaseId": lease_id, "owner": owner},
         ),
     )
-    return Claim(updated, lease_id)
+    return Claim(updated, lease_id, repos.get(conn, row["repo_key"]))
+
+
+def claim_many(
+    conn: Connection,
+    wanted: list[tuple[str, str]],
+    *,
+    owner: str,
+    ttl: timedelta,
+    worker_id: str | None = None,
+) -> list[Claim]:
+    """:func:`claim` each (task id, repository key) in turn, all in one transaction (one
+    commit per claim round instead of one per task); each claim in its own savepoint, so
+    one that the database refuses (another task holds the repository) leaves the others
+    alone."""
+    claimed: list[Claim] = []
+    leased: set[str] = set()
+    for task_id, repo_key in wanted:
+        if repo_key in leased:
+            continue  # its lease was taken a moment ago, in this transaction
+        try:
+            with conn.begin_nested():
+                got = claim(conn, task_id, owner=owner, ttl=ttl, worker_id=worker_id)
+        except (IntegrityError, StaleStateVersion):
+            continue
+        if got is not None:
+            claimed.append(got)
+            if got.lease_id is not None:
+                leased.add(repo_key)
+    return claimed
+
+
+def claim_round(
+    conn: Connection,
+    *,
+    busy_repos: frozenset[str],
+    running: frozenset[str],
+    owner: str,
+    ttl: timedelta,
+    worker_id: str | None = None,
+) -> list[Claim]:
+    """The candidates and their claims in one transaction (one trip to the writer
+    instead of a read and then a write): every candidate whose repository this worker
+    is not busy with and that it does not run already."""
+    wanted = [
+        (cand["task_id"], cand["repo_key"])
+        for cand in candidates(conn, worker_id=worker_id, ttl=ttl)
+        if cand["repo_key"] not in busy_repos and cand["task_id"] not in running
+    ]
+    return claim_many(conn, wanted, owner=owner, ttl=ttl, worker_id=worker_id)
 
 
 def queue_position(conn: Connection, task: dict[str, Any]) -> int:

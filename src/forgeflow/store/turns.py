@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import Connection, insert, select, update
@@ -130,7 +131,13 @@ def last_normal(conn: Connection, task_id: str) -> dict[str, Any] | None:
 
 
 def bind_thread(
-    conn: Connection, session_key: str, thread_id: str, *, task_id: str, resumed: bool
+    conn: Connection,
+    session_key: str,
+    thread_id: str,
+    *,
+    task_id: str,
+    resumed: bool,
+    at: datetime | None = None,
 ) -> None:
     row = conn.execute(
         select(sessions.c.thread_id, sessions.c.version).where(
@@ -153,5 +160,6 @@ def bind_thread(
             task_id=task_id,
             session_key=session_key,
             metadata={"threadId": thread_id, "previousThreadId": row.thread_id},
+            at=at,
         ),
     )

@@ -111,15 +111,19 @@ def list_branches(call: Call) -> Response:
 
 def get_branch(call: Call) -> Response:
     repo, mode = call.repo()
-    if GitRepo(repo.path).branch_sha(call.params["branch"]) is None:
+    sha = GitRepo(repo.path).branch_sha(call.params["branch"])
+    if sha is None:
         raise not_found("branch does not exist")
-    return json_response(_branch(call, repo, mode, call.params["branch"]))
+    return json_response(_branch(call, repo, mode, call.params["branch"], sha))
 
 
-def _branch(call: Call, repo: Repo, mode: Access, name: str) -> dict[str, Any]:
+def _branch(
+    call: Call, repo: Repo, mode: Access, name: str, sha: str | None = None
+) -> dict[str, Any]:
     """Gitea convert.ToBranch (structs.Branch) for an unprotected branch."""
     git = GitRepo(repo.path)
-    sha = git.branch_sha(name) or ""
+    if sha is None:
+        sha = git.branch_sha(name) or ""
     return {
         "name": name,
         "commit": call.service.payloads.payload_commit(repo, git.commit_info(sha)),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import subprocess
 import tempfile
@@ -44,6 +45,9 @@ class CommitInfo:
     added: list[str]
     removed: list[str]
     modified: list[str]
+
+
+_COMMITS: dict[tuple[str, str], CommitInfo] = {}
 
 
 class GitRepo:
@@ -186,6 +190,20 @@ class GitRepo:
         return additions, deletions, files
 
     def commit_info(self, sha: str) -> CommitInfo:
+        # A commit never changes, so its description is kept (two git processes saved
+        # on every later branch or push payload that shows it).
+        key = (str(self.path), sha)
+        known = _COMMITS.get(key)
+        if known is None:
+            if len(_COMMITS) >= 4096:
+                _COMMITS.clear()
+            known = _COMMITS[key] = self._read_commit(sha)
+        return dataclasses.replace(
+            known, added=list(known.added), removed=list(known.removed),
+            modified=list(known.modified),
+        )  # fmt: skip
+
+    def _read_commit(self, sha: str) -> CommitInfo:
         fields = self.out("show", "-s", "--format=%an%x00%ae%x00%cn%x00%ce%x00%cI%x00%B", sha)
         an, ae, cn, ce, when, message = fields.split("\x00", 5)
         added: list[str] = []

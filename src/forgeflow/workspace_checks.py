@@ -1,0 +1,133 @@
+"""Is it ours, and untouched? The checks behind ``workspace_dirty`` (DESIGN "Workspaces").
+
+"Dirty" means: the main clone was edited, a worktree has unmerged paths, a stale
+``index.lock``, or a worktree path is taken by something that is not our worktree. A
+session's own work in progress is not dirty. Each check runs as few git processes as
+it can: on the way from a mention to its turn, starting a process costs more than
+git's own work.
+"""
+
+from __future__ import annotations
+
+import os
+
+from forgeflow.gitcmd import GitRunner, WorkspaceDirty, strip_userinfo
+from forgeflow.gitstatus import STATUS_ARGS, WorktreeStatus, parse_status
+
+
+class Checks:
+    def __init__(self, git: GitRunner) -> None:
+        self.git = git
+        # Per main clone: the clone URL its identity (top level, origin) was checked
+        # against, and the stat of .git/config then; both live in that file, so a check
+        # is repeated only when the file changed. The status is checked for every task.
+        self._identity: dict[str, tuple[str, tuple[int, ...]]] = {}
+
+    def forget(self, path: str) -> None:
+        self._identity.pop(path, None)
+
+    async def status(self, path: str) -> WorktreeStatus:
+        return parse_status((await self.git.run(*STATUS_ARGS, cwd=path)).stdout)
+
+    async def main_clone(self, path: str, clone_url: str) -> None:
+        """Raise WorkspaceDirty unless ``path`` is our untouched clone of ``clone_url``."""
+        gitdir = os.path.join(path, ".git")
+        if os.path.islink(path) or not os.path.isdir(gitdir) or os.path.islink(gitdir):
+            raise WorkspaceDirty(
+                f"{path} exists but is not a forgeflow clone",
+                details={"path": path, "reason": "not_a_clone"},
+            )
+        # The directory by its inode only: git adds files to it all the time.
+        stamp = (os.stat(gitdir).st_ino, *_stat_key(os.path.join(gitdir, "config")))
+        if self._identity.get(path) != (clone_url, stamp):
+            await self._identity_of(path, clone_url)
+            self._identity[path] = (clone_url, stamp)
+        reasons: list[str] = []
+        if os.path.lexists(os.path.join(gitdir, "index.lock")):
+            reasons.append("index_lock")
+        status = await self.status(path)
+        if status.unmerged:
+            reasons.append("unmerged")
+        if status.modified or status.untracked:
+            reasons.append("modified")
+        if reasons:
+            raise WorkspaceDirty(
+                f"the repository clone {path} was changed ({', '.join(reasons)}); "
+                "nothing was fetched, reset or cleaned",
+                details={"path": path, "reasons": reasons, "status": status.summary()},
+            )
+
+    async def _identity_of(self, path: str, clone_url: str) -> None:
+        top = await self.git.run("rev-parse", "--show-toplevel", cwd=path, check=False)
+        real = os.path.realpath(path)
+        if top.returncode != 0 or os.path.realpath(top.stdout.strip()) != real:
+            raise WorkspaceDirty(
+                f"{path} exists but is not a forgeflow clone",
+                details={"path": path, "reason": "not_a_clone"},
+            )
+        origin = await self.git.run("config", "--get", "remote.origin.url", cwd=path, check=False)
+        found = origin.stdout.strip()
+        if found.rstrip("/") != clone_url.rstrip("/"):
+            raise WorkspaceDirty(
+                f"{path} is a clone of another repository",
+                details={
+                    "path": path,
+                    "reason": "other_origin",
+                    "expected": clone_url,
+                    "found": self.git.scrub(strip_userinfo(found)),
+                },
+            )
+
+    async def session(self, main: str, path: str) -> None:
+        """Raise WorkspaceDirty unless ``path`` is a worktree of ``main`` registered at
+        ``path`` ("occupied") without a stale ``index.lock``; one git process."""
+        dot_git = os.path.join(path, ".git")
+        ours = not os.path.islink(path) and os.path.isfile(dot_git) and not os.path.islink(dot_git)
+        lines: list[str] = []
+        if ours:
+            found = await self.git.run(
+                "rev-parse", "--show-toplevel", "--git-common-dir", "--absolute-git-dir",
+                "--git-path", "index.lock", cwd=path, check=False,
+            )  # fmt: skip
+            lines = found.stdout.splitlines()
+            ours = (
+                found.returncode == 0
+                and len(lines) == 4
+                and os.path.realpath(lines[0]) == os.path.realpath(path)
+                and os.path.realpath(os.path.join(path, lines[1]))
+                == os.path.realpath(os.path.join(main, ".git"))
+                # Registered at this very path (what `git worktree list` reads): the
+                # administrative entry points back to this .git file, so it is neither
+                # prunable nor a copy of another worktree.
+                and _points_back(lines[2], dot_git)
+            )
+        if not ours:
+            raise WorkspaceDirty(
+                f"{path} is taken by something that is not this session's worktree",
+                details={"path": path, "reason": "occupied"},
+            )
+        # A session is prepared before its turn starts, so no git of ours or of the agent
+        # is running there: any index.lock is a leftover of a crash.
+        if os.path.lexists(os.path.join(path, lines[3])):
+            raise WorkspaceDirty(
+                f"session worktree {path} has a stale index.lock",
+                details={"path": path, "reason": "index_lock"},
+            )
+
+
+def _stat_key(path: str) -> tuple[int, ...]:
+    """Changes whenever the file is replaced or written (or vanishes)."""
+    try:
+        st = os.stat(path, follow_symlinks=False)
+    except OSError:
+        return (-1,)
+    return (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_mode)
+
+
+def _points_back(admin_dir: str, dot_git: str) -> bool:
+    try:
+        with open(os.path.join(admin_dir, "gitdir"), encoding="utf-8") as fh:
+            recorded = fh.read().strip()
+    except OSError:
+        return False
+    return os.path.realpath(recorded) == os.path.realpath(dot_git)
