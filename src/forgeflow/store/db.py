@@ -19,6 +19,8 @@ from sqlalchemy import Connection, Engine, create_engine, event
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError, OperationalError
 
+from forgeflow.store.checkpoint import Checkpointer
+
 T = TypeVar("T")
 
 # Topics a unit of work asks to announce once its transaction has committed (a domain
@@ -43,7 +45,7 @@ class StoreUnavailable(Exception):
     code = "store_unavailable"
 
 
-def _sqlite_engine(url: str, *, immediate: bool) -> Engine:
+def _sqlite_engine(url: str, *, immediate: bool, autocheckpoint: bool = True) -> Engine:
     engine = create_engine(
         url,
         connect_args={"check_same_thread": False, "timeout": 30},
@@ -60,6 +62,8 @@ def _sqlite_engine(url: str, *, immediate: bool) -> Engine:
         cur.execute("PRAGMA synchronous=NORMAL")
         cur.execute("PRAGMA busy_timeout=30000")
         cur.execute("PRAGMA foreign_keys=ON")
+        if not autocheckpoint:  # a Checkpointer thread does it (store/checkpoint.py)
+            cur.execute("PRAGMA wal_autocheckpoint=0")
         cur.close()
 
     @event.listens_for(engine, "begin")
@@ -78,11 +82,17 @@ class Database:
         self.url = url
         parsed = make_url(url)
         self.dialect = parsed.get_backend_name()
+        self._checkpointer: Checkpointer | None = None
         if self.dialect == "sqlite":
             if parsed.database:
                 Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
-            self.writer = _sqlite_engine(url, immediate=True)
-            self.reader = _sqlite_engine(url, immediate=False)
+            file_backed = bool(parsed.database) and parsed.database != ":memory:"
+            self.writer = _sqlite_engine(url, immediate=True, autocheckpoint=not file_backed)
+            self.reader = _sqlite_engine(url, immediate=False, autocheckpoint=not file_backed)
+            if file_backed:
+                assert parsed.database is not None
+                self._checkpointer = Checkpointer(parsed.database)
+                self._checkpointer.start()
             write_threads, read_threads = 1, 4
         else:
             self.writer = create_engine(url, pool_size=16, max_overflow=16, pool_pre_ping=True)
@@ -138,6 +148,8 @@ class Database:
     def dispose(self) -> None:
         self._write_pool.shutdown(wait=True)
         self._read_pool.shutdown(wait=True)
+        if self._checkpointer is not None:
+            self._checkpointer.stop()
         self.writer.dispose()
         if self.reader is not self.writer:
             self.reader.dispose()
