@@ -79,6 +79,7 @@ def main() -> None:
         port=args.port,
         log_level="warning",
         access_log=False,
+        loop="asyncio",
     )
 
 

@@ -20,6 +20,7 @@ from typing import Any
 import structlog
 from sqlalchemy import Connection
 
+from forgeflow import drafts
 from forgeflow.agent.port import (
     AgentError,
     AgentRuntime,
@@ -56,6 +57,8 @@ from forgeflow.workspace import WorkspaceManager
 log = structlog.get_logger("forgeflow.execution")
 
 S = TaskState
+# At most this long a finished turn's verification lets preparing tasks go first.
+_VERIFY_DEFER_SECONDS = 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,6 +99,9 @@ class Execution:
         self.preparer = Preparer(
             store, workspace, gitea, replies, self.moves, bot_login=cfg.bot_login
         )
+        # Per task: the normal turn that just ended in this run, as its row would say
+        # (the verification that follows needs no read of it).
+        self._ended: dict[str, dict[str, Any]] = {}
 
     # -- plumbing ---------------------------------------------------------------
 
@@ -135,14 +141,27 @@ class Execution:
             if task["state"] == S.RUNNING:
                 task = await self._turn(task)
             if task["state"] == S.VERIFYING_REPLY:
+                await self._after_preparing()
                 task = await self._verify(task)
             return task
         finally:
             self.preparer.forget(task["task_id"])
+            self._ended.pop(task["task_id"], None)
             if beat is not None:
                 beat.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await beat
+
+    async def _after_preparing(self) -> None:
+        """Let the tasks this process prepares go first (bounded): the next task of the
+        repository was claimed when this one gave its lease back, and its turn waits
+        for its preparation; this task's verification (a Gitea read and a commit) only
+        delays its own ``succeeded``."""
+        idle = self.preparer.idle
+        if not idle.is_set():
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(_VERIFY_DEFER_SECONDS):
+                    await idle.wait()
 
     # -- running -------------------------------------------------------------------
 
@@ -152,14 +171,15 @@ class Execution:
         assert session is not None
         cwd = session_worktree(self.cfg.workspace_root, resource)
         reply_retry = task["retry_step"] == S.RUNNING and int(task["reply_attempt"]) > 0
-        if not reply_retry and int(task["turn_count"]) > 0:
+        draft = drafts.is_draft(task)  # review/plan space: read-only, posts nothing
+        if not draft and not reply_retry and int(task["turn_count"]) > 0:
             # A turn of this task ran before and was interrupted: if its answer reached
             # Gitea before the interruption, it is the answer; no second turn.
             answered = await self._answered_before(task)
             if answered is not None:
                 return answered
         try:
-            tool = await self.runtime.comment_tool()
+            tool = drafts.NO_TOOL if draft else await self.runtime.comment_tool()
             thread_id = await self.runtime.ensure_session(
                 SessionSpec(
                     session_key=task["session_key"],
@@ -167,7 +187,10 @@ class Execution:
                     cwd=cwd,
                     owner=resource.repo.owner,
                     repo=resource.repo.name,
-                    developer_instructions=prompt.DEVELOPER_INSTRUCTIONS,
+                    developer_instructions=prompt.DRAFT_DEVELOPER_INSTRUCTIONS
+                    if draft
+                    else prompt.DEVELOPER_INSTRUCTIONS,
+                    read_only=draft,
                 )
             )
         except AgentError as exc:
@@ -185,7 +208,7 @@ class Execution:
         if reply_retry:
             text = prompt.reply_retry_prompt(marker, tool.name, tool.arguments)
         else:
-            text = await self._prompt(task, resource, cwd, (marker, waiting), tool)
+            text = await self._prompt(task, resource, cwd, (marker, waiting), tool, draft=draft)
         kind = "reply_retry" if reply_retry else "normal"
 
         def begin(c: Connection) -> None:
@@ -206,10 +229,11 @@ class Execution:
             turn_key=key,
             prompt=text,
             kind=kind,
-            marker=marker,
+            marker="" if draft else marker,
             owner=resource.repo.owner,
             repo=resource.repo.name,
             number=resource.number,
+            read_only=draft,
         )
         try:
             handle = await self.runtime.start_turn(thread_id, spec)
@@ -228,6 +252,8 @@ class Execution:
         completed, needs_user, aborted = await self._follow(task, key, handle)
 
         def finish(c: Connection) -> dict[str, Any] | None:
+            if completed is not None:
+                turn_q.event_seen(c, turn_key=key, seq=completed.seq)
             turn_q.finish(
                 c,
                 key,
@@ -236,6 +262,33 @@ class Execution:
             )
             return task_q.get(c, task["task_id"])  # fresh: an abort may have come meanwhile
 
+        if (
+            completed is not None
+            and completed.status is TurnStatus.COMPLETED
+            and not (needs_user or aborted)
+        ):
+            # The common end: the turn's record, the move to verifying_reply, the lease
+            # given back and the repository's next task claimed, in one transaction;
+            # unless an abort moved the task meanwhile (then only the turn's record).
+            moved = await self._move(
+                task,
+                S.VERIFYING_REPLY,
+                action="task.verify",
+                fields={"turn_id": handle.turn_id, "retry_step": None},
+                before=finish,
+                unless_moved=True,
+            )
+            if moved["state"] == S.VERIFYING_REPLY and (
+                moved["state_version"] == task["state_version"] + 1
+            ):
+                if kind == "normal":
+                    self._ended[task["task_id"]] = {
+                        "turn_key": key,
+                        "turn_id": handle.turn_id,
+                        "last_message": completed.last_message,
+                    }
+                return moved
+            return await self._after_turn(moved, handle, completed, needs_user, aborted)
         fresh = await self.store.write(finish)
         assert fresh is not None
         return await self._after_turn(fresh, handle, completed, needs_user, aborted)
@@ -267,6 +320,8 @@ class Execution:
         cwd: str,
         markers: tuple[str, str],
         tool: CommentTool,
+        *,
+        draft: bool = False,
     ) -> str:
         # Fresh from preparing in this same run, else (a retry) read again.
         status = self.preparer.take_status(task["task_id"]) or (
@@ -295,7 +350,8 @@ class Execution:
                 uncommitted=status.modified + status.untracked,
                 discussion=discussion,
                 title=title,
-            )
+            ),
+            draft=draft,
         )
 
     async def _follow(
@@ -308,11 +364,12 @@ class Execution:
         try:
             async with asyncio.timeout(None) as scope:
                 async for event in self.runtime.events(handle):
-                    if not await self.store.write(self._recorder(task, handle, key, event)):
-                        continue  # a duplicate notification: handled once already
                     if isinstance(event, TurnCompleted):
+                        # Its eventSeq goes with the turn's end (one commit, in _turn).
                         completed = event
                         break
+                    if not await self.store.write(self._recorder(task, handle, key, event)):
+                        continue  # a duplicate notification: handled once already
                     if isinstance(event, NeedsUser):
                         needs_user = event
                     elif isinstance(event, ToolCall) and _asks_user(event, task["task_id"]):
@@ -409,7 +466,8 @@ class Execution:
                 task, "app_server_timeout", "the turn ended without turn/completed"
             )
         if completed.status is TurnStatus.COMPLETED:
-            if needs_user is not None:
+            if needs_user is not None and not drafts.is_draft(task):
+                # (A draft posts no question: its final message is its answer.)
                 try:
                     if needs_user.question:
                         await self.replies.question(task, needs_user.question)
@@ -448,7 +506,11 @@ class Execution:
     # -- verifying_reply ------------------------------------------------------------
 
     async def _verify(self, task: dict[str, Any]) -> dict[str, Any]:
-        turn = await self.store.read(lambda c: turn_q.last_normal(c, task["task_id"]))
+        if drafts.is_draft(task):
+            return await drafts.confirm(self.store, self.moves, task)
+        turn = self._ended.pop(task["task_id"], None) or await self.store.read(
+            lambda c: turn_q.last_normal(c, task["task_id"])
+        )
         if turn is None:
             return await self._move(
                 task,

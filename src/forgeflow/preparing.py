@@ -13,6 +13,7 @@ from typing import Any
 
 from sqlalchemy import Connection
 
+from forgeflow.domain import modes
 from forgeflow.domain.ids import ResourceKind, ResourceRef, parse_resource_key
 from forgeflow.domain.states import TaskState
 from forgeflow.gitea.client import GiteaClient, GiteaError
@@ -54,6 +55,12 @@ class Preparer:
         # measured here, and the Gitea context being fetched meanwhile.
         self._status: dict[str, WorktreeStatus] = {}
         self._context: dict[str, asyncio.Task[Discussion]] = {}
+        # Set while no task of this process is preparing: the outbox waits for it
+        # (bounded) before it posts other tasks' receipts, which would compete with the
+        # preparation for the one event-loop thread (see Scheduler._outbox_round).
+        self.idle = asyncio.Event()
+        self.idle.set()
+        self._preparing: set[str] = set()
 
     def take_status(self, task_id: str) -> WorktreeStatus | None:
         return self._status.pop(task_id, None)
@@ -61,8 +68,21 @@ class Preparer:
     def take_context(self, task_id: str) -> asyncio.Task[Discussion] | None:
         return self._context.pop(task_id, None)
 
+    def expect(self, task_id: str) -> None:
+        """A task was just claimed into ``preparing``: busy from now on, not from when
+        its run gets to :meth:`prepare` (a verification waiting for :attr:`idle` must
+        not slip in between)."""
+        self._preparing.add(task_id)
+        self.idle.clear()
+
+    def _done(self, task_id: str) -> None:
+        self._preparing.discard(task_id)
+        if not self._preparing:
+            self.idle.set()
+
     def forget(self, task_id: str) -> None:
         """The run of the task ended: drop what its turn did not take."""
+        self._done(task_id)
         self._status.pop(task_id, None)
         leftover = self._context.pop(task_id, None)
         if leftover is not None:
@@ -78,9 +98,11 @@ class Preparer:
         assert repo_row is not None
         self._context[task["task_id"]] = asyncio.create_task(self.discussion(task, resource))
         receipt = asyncio.create_task(self._receipt(task))
+        self.expect(task["task_id"])
         try:
             return await self._prepare(task, resource, repo_row, receipt)
         finally:
+            self._done(task["task_id"])
             if not receipt.done():
                 receipt.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
@@ -195,6 +217,8 @@ class Preparer:
         return []
 
     async def _receipt(self, task: dict[str, Any]) -> list[audit.AuditEvent]:
+        if modes.is_draft(task.get("mode")):
+            return []  # a review/plan (draft) task posts nothing on Gitea
         try:
             await self.replies.receipt(task, wait_in_flight=True)
         except GiteaError as exc:

@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Callable
 from datetime import timedelta
 from functools import partial
 from typing import Any
 
 import structlog
+from sqlalchemy import Connection
 
 from forgeflow.domain.retry import RetryPolicy
 from forgeflow.execution import Execution
@@ -25,6 +27,8 @@ from forgeflow.store.types import utcnow
 
 log = structlog.get_logger("forgeflow.scheduler")
 _RECEIPTS_AT_ONCE = 8
+# At most this long the outbox lets this process's preparing tasks go first.
+_RECEIPTS_DEFER_SECONDS = 1.0
 
 
 class Scheduler:
@@ -53,11 +57,17 @@ class Scheduler:
         self._wake = asyncio.Event()
         self._outbox_wake = asyncio.Event()
         self._running: dict[str, asyncio.Task[Any]] = {}
-        self._busy_repos: set[str] = set()
+        # Repository → the task of this process that holds it. A task's run still ends
+        # (reply verification) after its lease went to the next task: only the holder
+        # named here frees the repository.
+        self._busy_repos: dict[str, str] = {}
+        # Busy repositories the last claim round saw tasks waiting for.
+        self._waiting_repos: set[str] = set()
         self._loops: list[asyncio.Task[None]] = []
         self._stopping = False
         # Set after the first claim round: `serve` imports its HTTP layer only then.
         self.first_round_done = asyncio.Event()
+        execution.moves.handoff = self
 
     def wake(self) -> None:
         # The outbox is woken by the claim loop once its round is done: a task claimed
@@ -163,6 +173,7 @@ class Scheduler:
             await self._sleep(self._wake, delay)
 
     async def _claim_round(self) -> None:
+        waiting: set[str] = set()
         claims = await self.store.write(
             partial(
                 scheduling.claim_round,
@@ -171,12 +182,48 @@ class Scheduler:
                 owner=self.owner,
                 ttl=self.lease_ttl,
                 worker_id=self.worker_id,
+                waiting=waiting,
             )
         )
+        self._waiting_repos = waiting
+        self.started(claims)
+
+    # -- the handoff (task_moves.Handoff) ---------------------------------------------
+
+    def claimer(self, repo_key: str) -> Callable[[Connection], list[scheduling.Claim]] | None:
+        if self._stopping or repo_key not in self._waiting_repos:
+            # No task was seen waiting for it in the last round (one task per repository
+            # is the common case): no query; a task accepted since then is claimed by
+            # the round its acceptance wakes, or the one after this run ends.
+            return None
+        running = frozenset(self._running)  # taken here, on the event loop
+
+        def claim_next(conn: Connection) -> list[scheduling.Claim]:
+            # In its own savepoint: whatever goes wrong here must not undo the move that
+            # releases the lease; the claim round then picks the task up as before.
+            try:
+                with conn.begin_nested():
+                    return scheduling.claim_next(
+                        conn,
+                        repo_key,
+                        running=running,
+                        owner=self.owner,
+                        ttl=self.lease_ttl,
+                        worker_id=self.worker_id,
+                    )
+            except Exception:
+                log.exception("scheduler.handoff_failed", repo_key=repo_key)
+                return []
+
+        return claim_next
+
+    def started(self, claims: list[scheduling.Claim]) -> None:
         for claim in claims:
             task = claim.task
             if claim.lease_id is not None:
-                self._busy_repos.add(task["repo_key"])
+                self._busy_repos[task["repo_key"]] = task["task_id"]
+            if task["state"] == "preparing":
+                self.execution.preparer.expect(task["task_id"])
             self._running[task["task_id"]] = asyncio.create_task(
                 self._execute(task, claim.repo), name=f"task {task['task_id']}"
             )
@@ -201,7 +248,8 @@ class Scheduler:
                 log.exception("execution.abandon_failed", task_id=task["task_id"])
         finally:
             self._running.pop(task["task_id"], None)
-            self._busy_repos.discard(task["repo_key"])
+            if self._busy_repos.get(task["repo_key"]) == task["task_id"]:
+                del self._busy_repos[task["repo_key"]]
             self.wake()
 
     async def _outbox_loop(self) -> None:
@@ -211,6 +259,15 @@ class Scheduler:
             except Exception:
                 log.exception("outbox.round_failed")
             await self._sleep(self._outbox_wake, self.poll_seconds)
+
+    async def _receipts_owed(self) -> list[dict[str, Any]]:
+        return [
+            t
+            for t in await self.store.read(outbox.receipts_owed)
+            # A task this process prepares posts its own receipt, beside its workspace
+            # work, and waits for it before its turn; later states are retried here.
+            if not (t["task_id"] in self._running and t["state"] == "preparing")
+        ]
 
     async def _outbox_round(self) -> None:
         # Receipts go out side by side (a burst of mentions must not queue each one
@@ -225,13 +282,15 @@ class Scheduler:
                 except GiteaError as exc:
                     log.warning("outbox.receipt_failed", task_id=task["task_id"], error=str(exc))
 
-        owed = [
-            t
-            for t in await self.store.read(outbox.receipts_owed)
-            # A task this process prepares posts its own receipt, beside its workspace
-            # work, and waits for it before its turn; later states are retried here.
-            if not (t["task_id"] in self._running and t["state"] == "preparing")
-        ]
+        owed = await self._receipts_owed()
+        idle = self.execution.preparer.idle
+        if owed and not idle.is_set():
+            # A burst of mentions: the first task's preparation goes first (its turn
+            # waits for it; the queued tasks' receipts only say "received"), bounded.
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(_RECEIPTS_DEFER_SECONDS):
+                    await idle.wait()
+            owed = await self._receipts_owed()
         await asyncio.gather(*(receipt(t) for t in owed))
         for row in await self.store.read(outbox.command_replies_owed):
             try:

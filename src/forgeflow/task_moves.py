@@ -7,7 +7,7 @@ Shared by the preparing step (``preparing.py``) and the rest of the flow
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 from sqlalchemy import Connection
 
@@ -16,6 +16,7 @@ from forgeflow.domain.states import ACTIVE_STATES, TaskState
 from forgeflow.store import Store, Transition
 from forgeflow.store import audit as audit_q
 from forgeflow.store.audit import AuditEvent
+from forgeflow.store.scheduling import Claim
 from forgeflow.store.types import utcnow
 
 S = TaskState
@@ -33,10 +34,30 @@ def task_event(task: dict[str, Any], action: str, **kw: Any) -> AuditEvent:
     )
 
 
+class Handoff(Protocol):
+    """Who takes a repository over when a task gives its lease back (the scheduler).
+
+    The next task is claimed in the transaction that releases the lease: the repository
+    never waits for a scheduler round between two of its tasks, and the database's
+    one-lease-per-repository rule still decides.
+    """
+
+    def claimer(self, repo_key: str) -> Callable[[Connection], list[Claim]] | None:
+        """The unit that claims the repository's next task (None: do not claim now);
+        built on the event loop, run on the writer thread inside the releasing
+        transaction."""
+        ...
+
+    def started(self, claims: list[Claim]) -> None:
+        """Run what that unit claimed (on the event loop, after the commit)."""
+        ...
+
+
 class TaskMoves:
     def __init__(self, store: Store, retry: RetryPolicy) -> None:
         self.store = store
         self.retry = retry
+        self.handoff: Handoff | None = None
 
     async def move(
         self,
@@ -49,12 +70,27 @@ class TaskMoves:
         metadata: dict[str, Any] | None = None,
         before: Callable[[Connection], object] | None = None,
         events: Sequence[AuditEvent] = (),
+        unless_moved: bool = False,
     ) -> dict[str, Any]:
+        """Move ``task`` to ``to``; leaving the active states gives the repository's
+        lease back and claims its next task in the same transaction. ``unless_moved``:
+        see :meth:`Store.transition`."""
         release = None
+        claim_next = None
         if to not in ACTIVE_STATES and task.get("lease_id"):
             release = (task["repo_key"], task["lease_id"])
             fields = {"lease_id": None, **(fields or {})}
-        return await self.store.transition(
+            if self.handoff is not None:
+                claim_next = self.handoff.claimer(task["repo_key"])
+        claimed: list[Claim] = []
+        after = None
+        if claim_next is not None:
+            unit = claim_next
+
+            def after(c: Connection) -> None:
+                claimed.extend(unit(c))
+
+        row = await self.store.transition(
             Transition(
                 task["task_id"],
                 to,
@@ -67,7 +103,12 @@ class TaskMoves:
             release=release,
             before=before,
             events=events,
+            after=after,
+            unless_moved=unless_moved,
         )
+        if claimed and self.handoff is not None:
+            self.handoff.started(claimed)
+        return row
 
     async def audit(self, task: dict[str, Any], action: str, **kw: Any) -> None:
         event = task_event(task, action, **kw)

@@ -12,7 +12,8 @@ Behaviour comes from the environment because ``forgeflow serve`` builds it from
 - ``FORGEFLOW_TEST_REPLY``: ``mcp`` (post the final comment), ``none`` (forget to);
   ``none-once`` forgets only the first turn of a task; ``ask`` asks the user a
   question instead of answering (``item/tool/requestUserInput``); ``early`` posts the
-  answer at the start of the turn, before it ends;
+  answer at the start of the turn, before it ends; a draft turn (``TurnSpec.read_only``,
+  a review/plan pipeline space) never posts and answers with :func:`draft_text`;
 - ``FORGEFLOW_TEST_TRACE``: a JSON-lines file receiving turn start/end times.
 """
 
@@ -117,6 +118,12 @@ class ScriptedRuntime:
             return
         seq = 1
         yield TokenUsage(seq, input_tokens=100, output_tokens=20)
+        if turn.read_only:
+            # A draft turn (review/plan space) has no Gitea tool: it answers in its
+            # final message only, whatever FORGEFLOW_TEST_REPLY says.
+            self._trace(event="end", task=turn.task_id, repo=repo_key, turn=turn.turn_key)
+            yield TurnCompleted(seq + 1, TurnStatus.COMPLETED, last_message=draft_text(turn))
+            return
         if self.reply == "ask":
             yield NeedsUser(seq + 1, "Which branch should I use?")
             self._trace(event="end", task=turn.task_id, repo=repo_key, turn=turn.turn_key)
@@ -156,6 +163,14 @@ class ScriptedRuntime:
 
     async def aclose(self) -> None:
         await self._http.aclose()
+
+
+def draft_text(turn: TurnSpec) -> str:
+    """The final message of a scripted draft turn."""
+    return (
+        f"comment: draft review of {turn.owner}/{turn.repo}#{turn.number} "
+        f"({turn.task_id}); no finding."
+    )
 
 
 def parse_turn_seconds(text: str) -> tuple[float, tuple[float, float] | None]:

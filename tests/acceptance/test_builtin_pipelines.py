@@ -1,7 +1,8 @@
 """The built-in templates through forgeflow's public surface: seeded at start, the
 disabled ones refused, ``pr_review`` run end to end with the scripted agent against
-the Gitea emulator (draft, gate, one published comment), then ``pr_merged_cleanup``
-sweeping the merged pull request's worktree."""
+the Gitea emulator (a silent review-mode draft, the gate, then exactly one comment on
+the pull request: the draft), then ``pr_merged_cleanup`` sweeping the merged pull
+request's worktree."""
 
 from __future__ import annotations
 
@@ -36,6 +37,7 @@ def test_builtins_are_seeded_and_pr_review_publishes_once_after_approval(
     gitea, ff = worker
     gitea.push_branch("acme", "widget", "feature", {"f.txt": "x\n"}, base="main")
     pull = gitea.add_pull("acme", "widget", title="Feature", head="feature", author="alice")
+    before = gitea.comments("acme", "widget", pull)
     with ff.admin() as admin:
         items = admin.get("/api/pipelines/templates").json()["items"]
         switches = {t["key"]: t["enabled"] for t in items if t["builtIn"]}
@@ -66,7 +68,12 @@ def test_builtins_are_seeded_and_pr_review_publishes_once_after_approval(
         assert draft["state"] == "succeeded" and draft["reply"]
         gate = _step(run, "approve")
         assert draft["reply"] in gate["suspend"]["data"]["message"]
-        assert _published(gitea, pull, run_id) == [], "nothing is published before approval"
+        # The draft ran in review mode, in a space of its own, and posted nothing: no
+        # receipt, no answer; the pull request is exactly as it was.
+        assert run["state"]["space"]["mode"] == "review"
+        task = admin.get(f"/api/gitea-workflow/tasks/{draft['taskId']}").json()["task"]
+        assert (task["mode"], task["sessionKey"]) == ("review", run["state"]["space"]["spaceId"])
+        assert gitea.comments("acme", "widget", pull) == before, "nothing before approval"
 
         r = admin.post(
             f"/api/pipelines/runs/{run_id}/steps/approve/approve",
@@ -81,6 +88,8 @@ def test_builtins_are_seeded_and_pr_review_publishes_once_after_approval(
         assert again.json()["error"] == "step_not_awaiting_approval"
         published = _published(gitea, pull, run_id)
         assert len(published) == 1 and published[0].startswith(draft["reply"])
+        after = gitea.comments("acme", "widget", pull)
+        assert len(after) == len(before) + 1 and after[-1]["body"] == published[0]
         assert run["state"]["published"]["commentId"] > 0
 
         # The PR is merged: the daily sweep (run by hand here) removes its worktree.

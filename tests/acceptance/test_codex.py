@@ -137,6 +137,10 @@ def test_one_thread_per_issue_and_a_turn_per_comment(agentic: Agentic) -> None: 
     )
     assert (params[0]["approvalPolicy"], params[0]["sandbox"]) == ("never", "danger-full-access")
     assert params[0]["mcpServers"]["gitea"]["command"] == str(GITEA_MCP)
+    # turn/start's sandboxPolicy sticks to the thread, so every mention turn names its own.
+    for d in details:
+        sandbox = [e["metadata"] for e in d["audit"] if e["action"] == "turn.sandbox"]
+        assert sandbox == [{"sandboxPolicy": {"type": "dangerFullAccess"}, "kind": "normal"}]
     assert params[0]["mcpServers"]["gitea"]["env"] == [
         "GITEA_ACCESS_TOKEN",
         "GITEA_HOST",

@@ -3,6 +3,7 @@ the scheduler against the Gitea emulator, and ``forgeflow pipelines`` on the CLI
 
 from __future__ import annotations
 
+import json
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -206,7 +207,7 @@ nodes:
     bodyKey: messaging.createSpace
     outputKey: space
     inputs: {repo: acme/widget, number: "{{ inputs.issue }}"}
-    extras: {mode: plan}
+    extras: {mode: chat}
   - id: ask
     kind: listen
     bodyKey: conversation.promptAgent
@@ -263,7 +264,9 @@ def test_an_agent_step_runs_as_a_task_then_comments_and_labels(
     assert task["instruction"] == f"Summarise issue #{issue}"
     assert run["state"]["agent"]["reply"] == f"done: {task_id}"
     resource = f"default:acme/widget:issue:{issue}"
-    assert run["state"]["space"] == {"spaceId": resource, "mode": "plan", "resourceKey": resource}
+    # chat mode is the mention workflow: the resource's own session, answer on the issue.
+    assert run["state"]["space"] == {"spaceId": resource, "mode": "chat", "resourceKey": resource}
+    assert task["mode"] == "chat" and task["sessionKey"] == resource
     assert run["state"]["cleanup"] == {"resourceKey": resource, "removed": True}
     worktree = Path(ff.settings.resolved_workspace_root) / ".sessions/default/acme/widget"
     assert not (worktree / f"issue-{issue}").exists()
@@ -277,6 +280,91 @@ def test_an_agent_step_runs_as_a_task_then_comments_and_labels(
         c["user"]["login"] == BOT and "kind=final" in c["body"]
         for c in gitea.comments("acme", "widget", issue)
     )
+
+
+REVIEW_SPACE = """
+key: review_space
+name: A review space, then a step that tries to widen it
+enabled: true
+inputs: [{name: issue, type: integer, required: true}]
+nodes:
+  - {id: start, kind: trigger}
+  - id: space
+    kind: listen
+    bodyKey: messaging.createSpace
+    outputKey: space
+    inputs: {repo: acme/widget, number: "{{ inputs.issue }}"}
+  - id: draft
+    kind: listen
+    bodyKey: conversation.promptAgent
+    outputKey: draft
+    inputs: {repo: acme/widget, number: "{{ inputs.issue }}", prompt: "Review #{{ inputs.issue }}"}
+    extras: {pollSeconds: 0.2, spaceId: "{{ space.spaceId }}"}
+  - id: widen
+    kind: listen
+    bodyKey: conversation.promptAgent
+    outputKey: widened
+    inputs: {repo: acme/widget, number: "{{ inputs.issue }}", prompt: "Now fix it"}
+    extras: {pollSeconds: 0.2, spaceId: "{{ space.spaceId }}", mode: chat}
+edges:
+  - {from: start, to: space}
+  - {from: space, to: draft}
+  - {from: draft, to: widen}
+triggers: [{type: manual}]
+"""
+
+
+def test_a_review_space_drafts_silently_and_a_step_cannot_widen_it(
+    worker: tuple[GiteaEmulator, Running],
+) -> None:
+    gitea, ff = worker
+    issue = gitea.add_issue("acme", "widget", title="Flaky", author="alice")
+    resource = f"default:acme/widget:issue:{issue}"
+    with ff.admin() as admin:
+        assert admin.post("/api/pipelines/templates", content=REVIEW_SPACE, headers=YAML).is_success
+        r = admin.post(
+            "/api/pipelines/templates/review_space/runs",
+            json={"requestId": "go", "inputs": {"issue": issue}},
+        )
+        run_id = r.json()["run"]["runId"]
+        run = wait_for(lambda: (x := _run(admin, run_id))["status"] != "running" and x)
+        # The default mode is review; the space is a session of its own, not the issue's.
+        space = run["state"]["space"]
+        assert space["mode"] == "review" and space["spaceId"].startswith(resource + ":space-")
+        draft = run["state"]["draft"]
+        task = admin.get(f"/api/gitea-workflow/tasks/{draft['taskId']}").json()
+        assert (task["task"]["state"], task["task"]["mode"]) == ("succeeded", "review")
+        assert task["task"]["sessionKey"] == space["spaceId"]
+        assert draft["reply"] == task["turns"][0]["lastMessage"] and draft["reply"]
+        assert "draft.record" in [e["action"] for e in task["audit"]]
+        # The widening step failed before any task was created.
+        assert run["status"] == "failed", run
+        widen = _step(run, "widen")
+        assert (widen["status"], widen["errorCode"]) == ("failed", "mode_widening")
+        assert "widened" not in run["state"]
+    # Nothing reached the issue: no receipt, no answer, no failure notice.
+    assert gitea.comments("acme", "widget", issue) == []
+
+    # A later mention on the same issue keeps the full-access mention session.
+    gitea.post_comment("acme", "widget", issue, author="alice", body="@ccweb-bot fix it")
+    mention = gitea.deliveries[-1]
+    assert mention.status_code == 202, mention.response
+    mention_id = json.loads(mention.response)["taskId"]
+    with ff.admin() as admin:
+        detail = wait_for(
+            lambda: (
+                (d := admin.get(f"/api/gitea-workflow/tasks/{mention_id}").json())["terminal"] and d
+            )
+        )
+    assert detail["task"]["state"] == "succeeded"
+    assert (detail["task"]["sessionKey"], detail["task"]["mode"]) == (resource, None)
+    assert detail["task"]["threadId"] != task["task"]["threadId"]
+    kinds = sorted(
+        c["body"].rsplit("kind=", 1)[1]
+        for c in gitea.comments("acme", "widget", issue)
+        if c["user"]["login"] == BOT
+    )
+    assert kinds == ["final -->", "receipt -->"]
 
 
 def test_the_command_line(tmp_path: Path) -> None:

@@ -4,6 +4,8 @@ One long-lived ``codex app-server`` per worker, in its own process group. Each i
 or pull request has its own thread, started with the session's worktree as ``cwd``,
 ``approvalPolicy: never`` with ``danger-full-access`` (codexapp + yolo) and the Gitea MCP
 server injected at thread level, with the bot token in that thread's MCP ``env`` only.
+A pipeline draft space (review/plan mode) has a thread of its own: ``read-only``, no
+MCP server; every ``turn/start`` names its sandbox policy (docs/codex-app-server.md).
 """
 
 from __future__ import annotations
@@ -81,19 +83,29 @@ class CodexConfig:
 
 def _audit_params(params: Json) -> dict[str, Any]:
     """What a thread was started with, for the audit: env names, never values."""
-    gitea = params["config"]["mcp_servers"]["gitea"]
+    servers = (params.get("config") or {}).get("mcp_servers") or {}
     return {
         "cwd": params["cwd"],
         "approvalPolicy": params["approvalPolicy"],
         "sandbox": params["sandbox"],
         "mcpServers": {
-            "gitea": {
-                "command": gitea["command"],
-                "args": gitea["args"],
-                "env": sorted(gitea["env"]),
+            name: {
+                "command": server["command"],
+                "args": server["args"],
+                "env": sorted(server["env"]),
             }
+            for name, server in servers.items()
         },
     }
+
+
+def sandbox_policy(read_only: bool) -> Json:
+    """``turn/start``'s ``sandboxPolicy`` (0.171.0 ``SandboxPolicy``). It overrides the
+    thread's sandbox "for this turn and subsequent turns", so every turn sends its own:
+    a turn never inherits another's policy."""
+    if read_only:
+        return {"type": "readOnly", "networkAccess": False}
+    return {"type": "dangerFullAccess"}
 
 
 class CodexRuntime:
@@ -262,32 +274,38 @@ class CodexRuntime:
         return self._tool
 
     def _thread_params(self, spec: SessionSpec) -> Json:
-        command = resolve_command(self.cfg.mcp_argv)
-        return {
+        params: Json = {
             "cwd": spec.cwd,
             "approvalPolicy": "never",
             "sandbox": "read-only" if spec.read_only else "danger-full-access",
             "developerInstructions": spec.developer_instructions,
-            "config": {
-                "mcp_servers": {
-                    "gitea": {
-                        "command": command,
-                        "args": self.cfg.mcp_argv[1:],
-                        "env": mcp_env(self.cfg.gitea_url, self.cfg.gitea_token),
-                    }
-                }
-            },
         }
+        if spec.read_only:
+            # A draft thread gets no Gitea MCP server at all: MCP servers are set per
+            # thread (turn/start cannot remove one), and the server's env holds the
+            # bot token, which a read-only agent must not be able to use.
+            return params
+        params["config"] = {
+            "mcp_servers": {
+                "gitea": {
+                    "command": resolve_command(self.cfg.mcp_argv),
+                    "args": self.cfg.mcp_argv[1:],
+                    "env": mcp_env(self.cfg.gitea_url, self.cfg.gitea_token),
+                }
+            }
+        }
+        return params
 
     async def ensure_session(self, spec: SessionSpec) -> str:
-        await self.comment_tool()
+        if not spec.read_only:
+            await self.comment_tool()
         proc = await self._server()
         asyncio.get_running_loop().create_task(self._watch(proc))
         if spec.thread_id and spec.thread_id in self._loaded:
             return spec.thread_id
         params = self._thread_params(spec)
         thread_id = None
-        if spec.thread_id:
+        if spec.thread_id and not spec.read_only:
             self._mcp[spec.thread_id] = asyncio.get_running_loop().create_future()
             try:
                 result = await self._call("thread/resume", {"threadId": spec.thread_id, **params})
@@ -311,7 +329,8 @@ class CodexRuntime:
             except RpcError as exc:
                 raise AgentError("thread_start_failed", str(exc), retryable=True) from None
             thread_id = str(result["thread"]["id"])
-        await self._mcp_ready(thread_id)
+        if not spec.read_only:
+            await self._mcp_ready(thread_id)
         self._loaded.add(thread_id)
         self._notices.append(Notice(0, "session.thread_params", _audit_params(params)))
         return thread_id
@@ -336,9 +355,11 @@ class CodexRuntime:
     # -- turns ----------------------------------------------------------------------
 
     async def start_turn(self, thread_id: str, turn: TurnSpec) -> TurnHandle:
+        policy = sandbox_policy(turn.read_only)
         params: Json = {
             "threadId": thread_id,
             "input": [{"type": "text", "text": turn.prompt, "text_elements": []}],
+            "sandboxPolicy": policy,
         }
         if self._collaboration and self.cfg.model:
             settings: Json = {"model": self.cfg.model}
@@ -369,6 +390,9 @@ class CodexRuntime:
         for notice in self._notices:
             state.queue.put_nowait(Notice(state.next_seq(), notice.action, notice.metadata))
         self._notices.clear()
+        state.queue.put_nowait(
+            Notice(state.next_seq(), "turn.sandbox", {"sandboxPolicy": policy, "kind": turn.kind})
+        )
         return handle
 
     async def events(self, handle: TurnHandle) -> Any:

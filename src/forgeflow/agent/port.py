@@ -30,7 +30,10 @@ class CommentTool:
 
 @dataclass(frozen=True, slots=True)
 class SessionSpec:
-    """Everything a thread is started or resumed with."""
+    """Everything a thread is started or resumed with.
+
+    ``read_only``: a draft space's thread (review/plan mode): read-only sandbox and no
+    Gitea MCP server, so neither the agent's shell nor a tool can write anywhere."""
 
     session_key: str
     thread_id: str | None
@@ -51,6 +54,9 @@ class TurnSpec:
     owner: str = ""
     repo: str = ""
     number: int = 0
+    # A draft turn (review/plan mode): read-only sandbox for this turn, nothing posted;
+    # its answer is the turn's last agent message.
+    read_only: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,6 +10,7 @@ from typing import Any
 
 from sqlalchemy import Connection
 
+from forgeflow.domain import modes
 from forgeflow.domain.ids import INSTANCE_ID, InvalidName, RepoRef, ResourceKind, ResourceRef
 from forgeflow.domain.paths import SESSIONS_DIR, repo_workspace
 from forgeflow.domain.states import TERMINAL_STATES, TaskState
@@ -47,9 +48,51 @@ class StoreAgentDispatch:
         self.gitea = gitea
         self.wake = wake
 
-    async def create_space(self, resource: ResourceRef, mode: str) -> str:
-        row = await self.store.write(lambda c: sessions.ensure(c, resource))
+    async def create_space(self, resource: ResourceRef, mode: str, *, run_id: str) -> str:
+        # chat is the mention workflow itself: the resource's own session and thread.
+        # A draft mode gets a session of its own (per run and resource), whose thread
+        # is started read-only without the Gitea MCP server: Codex has no per-turn way
+        # to take a thread's MCP server (and the bot token in it) away again.
+        if mode == modes.CHAT:
+            row = await self.store.write(lambda c: sessions.ensure(c, resource))
+            return str(row["session_key"])
+        row = await self.store.write(
+            lambda c: sessions.open_space(c, resource, mode=mode, run_id=run_id)
+        )
+        if row["mode"] != mode:
+            raise StepFailed(
+                "mode_mismatch",
+                f"this run opened the space of {resource.key} in {row['mode']} mode already",
+                retryable=False,
+            )
         return str(row["session_key"])
+
+    async def _space(self, request: AgentRequest) -> tuple[str | None, str]:
+        """The session and mode a step's task runs in (see ``domain.modes``)."""
+        if request.space_id is None:
+            # No space: the resource's own session, as a mention. Only a space can
+            # make a step read-only, so asking for a draft mode here is an error.
+            if request.mode not in (None, modes.CHAT):
+                raise StepFailed(
+                    "mode_needs_space",
+                    f"extras.mode {request.mode} is read on messaging.createSpace: "
+                    "open a space in that mode and pass its spaceId",
+                    retryable=False,
+                )
+            return None, modes.CHAT
+        space_id = request.space_id
+        row = await self.store.read(lambda c: sessions.get(c, space_id))
+        if row is None or row["resource_key"] != request.resource.key:
+            raise StepFailed(
+                "space_mismatch",
+                f"space {space_id} is not a conversation of {request.resource.key}",
+                retryable=False,
+            )
+        space_mode = str(row["mode"] or modes.CHAT)
+        refused = modes.step_mode_error(space_mode, request.mode)
+        if refused is not None:
+            raise StepFailed(refused[0], refused[1], retryable=False)
+        return str(row["session_key"]), space_mode
 
     async def _repo_facts(self, repo: RepoRef) -> dict[str, str | None]:
         known = await self.store.read(lambda c: repo_q.get(c, repo.key))
@@ -73,6 +116,7 @@ class StoreAgentDispatch:
 
     async def dispatch(self, request: AgentRequest) -> str:
         task_id = pipeline_task_id(request.key)
+        session_key, mode = await self._space(request)
         facts = await self._repo_facts(request.resource.repo)
 
         def _create(conn: Connection) -> dict[str, Any]:
@@ -82,6 +126,8 @@ class StoreAgentDispatch:
                 resource=request.resource,
                 instruction=request.prompt,
                 run_id=request.run_id,
+                session_key=session_key,
+                mode=mode,
                 **facts,
             )
 

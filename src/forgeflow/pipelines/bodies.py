@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from datetime import timedelta
 from typing import Any
 
+from forgeflow.domain import modes
 from forgeflow.domain.ids import InvalidName, RepoRef, ResourceKind, ResourceRef, parse_resource_key
 from forgeflow.pipelines import state as bag
 from forgeflow.pipelines.ports import AgentRequest
@@ -208,14 +209,15 @@ async def prompt_agent(ctx: StepContext) -> Any:
 
 async def create_space(ctx: StepContext) -> dict[str, Any]:
     """``messaging.createSpace``: the resource's conversation; ``extras.mode`` (chat,
-    plan or review; default review) is read here only."""
+    plan or review; default review) is read here only and recorded with the space:
+    every agent step on it runs in that mode (``domain.modes``)."""
     resource = resource_of(ctx.inputs)
-    mode = str(ctx.extras.get("mode") or "review")
-    if mode not in ("chat", "plan", "review"):
+    mode = str(ctx.extras.get("mode") or modes.DEFAULT_SPACE_MODE)
+    if mode not in modes.MODES:
         raise StepFailed(
             "invalid_mode", "extras.mode must be chat, plan or review", retryable=False
         )
-    space_id = await _port(ctx, "agent").create_space(resource, mode)
+    space_id = await _port(ctx, "agent").create_space(resource, mode, run_id=ctx.run_id)
     return {"spaceId": space_id, "mode": mode, "resourceKey": resource.key}
 
 

@@ -38,12 +38,16 @@ class AgentTaskStatus:
 
 
 class AgentDispatchPort(Protocol):
-    async def create_space(self, resource: ResourceRef, mode: str) -> str:
-        """Open (or reuse) the conversation of a resource; returns its spaceId."""
+    async def create_space(self, resource: ResourceRef, mode: str, *, run_id: str) -> str:
+        """Open (or reuse) the conversation of a resource in ``mode`` for ``run_id``;
+        returns its spaceId. Raises ``StepFailed`` when the run already opened one
+        in another mode."""
         ...
 
     async def dispatch(self, request: AgentRequest) -> str:
-        """Create the agent task (once per ``request.key``); returns its task id."""
+        """Create the agent task (once per ``request.key``) in its space's mode; returns
+        its task id. Raises ``StepFailed`` when the step's mode differs from its
+        space's (``mode_widening``, ``mode_mismatch``)."""
         ...
 
     async def poll(self, task_id: str) -> AgentTaskStatus:

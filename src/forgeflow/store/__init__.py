@@ -7,11 +7,13 @@ threads. Callers never see a driver.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 from sqlalchemy import Connection, text
 
+from forgeflow.domain.states import TaskState
 from forgeflow.store import (
     audit,
     control,
@@ -88,13 +90,20 @@ class Store:
         release: tuple[str, str] | None = None,
         before: Callable[[Connection], object] | None = None,
         events: Sequence[audit.AuditEvent] = (),
+        after: Callable[[Connection], object] | None = None,
+        unless_moved: bool = False,
     ) -> dict[str, Any]:
         """Apply one transition; a refused one keeps its audit alert and re-raises.
 
         ``release`` = (repoKey, leaseId) gives the lease back in the same transaction,
         so a task never leaves its active state while still holding the repository.
         ``before`` and ``events`` (audit rows of the steps that led here) are written
-        first, in the same transaction: one commit instead of several.
+        first, in the same transaction: one commit instead of several. ``after`` runs
+        last, only when the move applied (e.g. the claim of the repository's next task
+        in the transaction that gives its lease back). ``unless_moved``: when another
+        writer moved the task since ``t.expected_version`` (an operator's abort), nothing
+        but ``before`` is applied and the task's current row is returned instead of
+        raising (the caller tells by its state version).
         """
         refused: list[Exception] = []
 
@@ -103,17 +112,26 @@ class Store:
                 before(conn)
             for event in events:
                 audit.append(conn, event)
+            move = t
+            if unless_moved:
+                current = tasks.get(conn, t.task_id)
+                if current is None or current["state_version"] != t.expected_version:
+                    return current
+                move = dataclasses.replace(t, from_state=TaskState(current["state"]))
             try:
-                row = tasks.transition(conn, t)
+                row = tasks.transition(conn, move)
             except (StaleStateVersion, tasks.IllegalTransition) as exc:
                 refused.append(exc)
                 return None
             if release is not None:
                 leases.release(conn, *release)
+            if after is not None:
+                after(conn)
             return row
 
         row = await self.db.write(_apply)
         if refused:
             raise refused[0]
-        assert row is not None
+        if row is None:
+            raise TaskNotFound(t.task_id)
         return row

@@ -20,6 +20,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError, OperationalError
 
 from forgeflow.store.checkpoint import Checkpointer
+from forgeflow.store.groupcommit import GroupWriter
 
 T = TypeVar("T")
 
@@ -99,6 +100,12 @@ class Database:
             self.reader = self.writer
             write_threads, read_threads = 16, 8
         self._listeners: dict[str, list[Callable[[], None]]] = {}
+        # SQLite: one writer thread committing queued units together (groupcommit.py).
+        self._group = (
+            GroupWriter(self.writer, translate=_translate, committed=self._after_commit)
+            if self.dialect == "sqlite"
+            else None
+        )
         self._write_pool = ThreadPoolExecutor(write_threads, thread_name_prefix="db-write")
         self._read_pool = ThreadPoolExecutor(read_threads, thread_name_prefix="db-read")
 
@@ -112,21 +119,31 @@ class Database:
         self._listeners.setdefault(topic, []).append(listener)
         return lambda: self._listeners.get(topic, []).remove(listener)
 
+    def _after_commit(self, conn: Connection) -> Callable[[], None]:
+        """Take the topics the transaction announced; returns what to call once it
+        has committed (the subscribed listeners)."""
+        topics = conn.info.pop(_AFTER_COMMIT, None) or ()
+        listeners = [fn for topic in topics for fn in list(self._listeners.get(topic, ()))]
+
+        def _notify() -> None:
+            for listener in listeners:
+                listener()
+
+        return _notify
+
     def write_sync(self, fn: Callable[[Connection], T]) -> T:
         try:
             with self.writer.begin() as conn:
                 try:
                     result = fn(conn)
                 finally:
-                    topics = conn.info.pop(_AFTER_COMMIT, None)
-            for topic in topics or ():
-                for listener in list(self._listeners.get(topic, ())):
-                    listener()
-            return result
+                    notify = self._after_commit(conn)
         except (OperationalError, DBAPIError) as exc:
             if _is_unavailable(exc):
-                raise StoreUnavailable(_describe(exc)) from None
+                raise _translate(exc) from None
             raise
+        notify()
+        return result
 
     def read_sync(self, fn: Callable[[Connection], T]) -> T:
         try:
@@ -138,6 +155,9 @@ class Database:
             raise
 
     async def write(self, fn: Callable[[Connection], T]) -> T:
+        if self._group is not None:
+            result: T = await asyncio.wrap_future(self._group.submit(fn))
+            return result
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._write_pool, self.write_sync, fn)
 
@@ -146,6 +166,8 @@ class Database:
         return await loop.run_in_executor(self._read_pool, self.read_sync, fn)
 
     def dispose(self) -> None:
+        if self._group is not None:
+            self._group.close()
         self._write_pool.shutdown(wait=True)
         self._read_pool.shutdown(wait=True)
         if self._checkpointer is not None:
@@ -153,6 +175,14 @@ class Database:
         self.writer.dispose()
         if self.reader is not self.writer:
             self.reader.dispose()
+
+
+def _translate(exc: BaseException) -> BaseException:
+    """A driver error that means the database cannot be used becomes StoreUnavailable
+    (without the driver's message, which can carry the URL); anything else as it is."""
+    if isinstance(exc, OperationalError | DBAPIError) and _is_unavailable(exc):
+        return StoreUnavailable(_describe(exc))
+    return exc
 
 
 def _is_unavailable(exc: DBAPIError) -> bool:

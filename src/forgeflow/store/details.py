@@ -23,6 +23,8 @@ def turns_of(conn: Connection, task_id: str) -> list[dict[str, Any]]:
             "eventSeq": r.event_seq,
             "inputTokens": r.input_tokens,
             "outputTokens": r.output_tokens,
+            # The agent's final message: a draft task's (review/plan) result.
+            "lastMessage": r.last_message,
             "startedAt": iso(r.started_at),
             "completedAt": iso(r.completed_at),
         }

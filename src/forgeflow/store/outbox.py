@@ -6,6 +6,7 @@ from typing import Any
 
 from sqlalchemy import Connection, and_, or_, select
 
+from forgeflow.domain.modes import DRAFT_MODES
 from forgeflow.store import comments as comment_q
 from forgeflow.store.comments import CONFIRMED, SENT, SKIPPED
 from forgeflow.store.schema import comments, tasks
@@ -32,6 +33,8 @@ def _owed(
         select(tasks)
         .outerjoin(c, c.c.comment_key == tasks.c.task_id + suffix)
         .where(tasks.c.state.in_(states))
+        # Draft tasks (review/plan spaces) owe nobody a comment: they post nothing.
+        .where(or_(tasks.c.mode.is_(None), tasks.c.mode.not_in(sorted(DRAFT_MODES))))
         .where(or_(c.c.comment_key.is_(None), and_(c.c.status.not_in((SENT, CONFIRMED, SKIPPED)))))
         .order_by(tasks.c.created_at)
         .limit(limit)

@@ -29,11 +29,13 @@ def candidates(
     worker_id: str | None = None,
     ttl: timedelta | None = None,
     limit: int = 200,
+    repo_key: str | None = None,
 ) -> list[dict[str, Any]]:
     """Claimable tasks, oldest first: queued, and retry_wait whose time has come.
 
     With ``worker_id``, only repositories bound to this worker, to nobody, or to a worker
-    whose heartbeat is older than ``ttl`` (repository affinity).
+    whose heartbeat is older than ``ttl`` (repository affinity). With ``repo_key``, only
+    that repository's.
     """
     now = utcnow()
     older = tasks.alias("older")
@@ -57,6 +59,8 @@ def candidates(
         .order_by(tasks.c.created_at, tasks.c.task_id)
         .limit(limit)
     )
+    if repo_key is not None:
+        stmt = stmt.where(tasks.c.repo_key == repo_key)
     if worker_id is not None and ttl is not None:
         stmt = stmt.outerjoin(workers, workers.c.worker_id == repositories.c.worker_id).where(
             or_(
@@ -166,14 +170,37 @@ def claim_round(
     owner: str,
     ttl: timedelta,
     worker_id: str | None = None,
+    waiting: set[str] | None = None,
 ) -> list[Claim]:
     """The candidates and their claims in one transaction (one trip to the writer
     instead of a read and then a write): every candidate whose repository this worker
-    is not busy with and that it does not run already."""
+    is not busy with and that it does not run already. ``waiting`` receives the busy
+    repositories that have candidates (their next task is claimed at the handoff)."""
+    wanted = []
+    for cand in candidates(conn, worker_id=worker_id, ttl=ttl):
+        if cand["repo_key"] in busy_repos:
+            if waiting is not None:
+                waiting.add(cand["repo_key"])
+        elif cand["task_id"] not in running:
+            wanted.append((cand["task_id"], cand["repo_key"]))
+    return claim_many(conn, wanted, owner=owner, ttl=ttl, worker_id=worker_id)
+
+
+def claim_next(
+    conn: Connection,
+    repo_key: str,
+    *,
+    running: frozenset[str],
+    owner: str,
+    ttl: timedelta,
+    worker_id: str | None = None,
+) -> list[Claim]:
+    """The repository's next task(s), claimed in the caller's transaction, the one that
+    gives the repository's lease back (the handoff from one task to the next)."""
     wanted = [
         (cand["task_id"], cand["repo_key"])
-        for cand in candidates(conn, worker_id=worker_id, ttl=ttl)
-        if cand["repo_key"] not in busy_repos and cand["task_id"] not in running
+        for cand in candidates(conn, worker_id=worker_id, ttl=ttl, limit=20, repo_key=repo_key)
+        if cand["task_id"] not in running
     ]
     return claim_many(conn, wanted, owner=owner, ttl=ttl, worker_id=worker_id)
 

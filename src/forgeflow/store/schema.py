@@ -83,6 +83,8 @@ sessions = Table(
     Column("created_at", UTCDateTime(), nullable=False),
     Column("updated_at", UTCDateTime(), nullable=False),
     Column("version", Integer, nullable=False),
+    # NULL: the resource's own (mention) session; plan/review: a pipeline space (0004).
+    Column("mode", String(16)),
     Index("ix_sessions_repo_key", "repo_key"),
 )
 
@@ -116,6 +118,8 @@ tasks = Table(
     Column("created_at", UTCDateTime(), nullable=False),
     Column("updated_at", UTCDateTime(), nullable=False),
     Column("state_version", Integer, nullable=False),
+    # The conversation mode of a pipeline task (from its space); NULL for mentions (0004).
+    Column("mode", String(16)),
     # Gitea's replay sends the same comment under a new delivery id.
     Index("ux_tasks_repo_comment", "repo_key", "comment_id", unique=True),
     Index("ix_tasks_state_created", "state", "created_at"),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from typing import Any
 
 from sqlalchemy import Connection, bindparam, func, select, update
@@ -14,6 +15,31 @@ from forgeflow.store.types import iso, utcnow
 
 RUNTIME = {"app": "codexapp", "mode": "yolo"}
 MCP = {"server": "gitea", "transport": "stdio", "hostRef": "gitea-main"}
+# A draft space's thread: read-only sandbox, no MCP server (docs/codex-app-server.md).
+DRAFT_RUNTIME = {"app": "codexapp", "mode": "read-only"}
+NO_MCP: dict[str, Any] = {"server": None}
+
+
+def space_key(resource: ResourceRef, run_id: str) -> str:
+    """The session of a pipeline run's draft space on ``resource``: its own row and
+    thread, so the resource's mention session keeps its thread and its full access."""
+    digest = hashlib.sha256(run_id.encode()).hexdigest()[:12]
+    return f"{resource.session_key}:space-{digest}"
+
+
+def open_space(
+    conn: Connection, resource: ResourceRef, *, mode: str, run_id: str
+) -> dict[str, Any]:
+    """The draft space (``plan``/``review``) of ``run_id`` on ``resource``, created on
+    first use. Its mode is recorded once: a second opening in the same run returns the
+    row as it is (the caller compares the modes)."""
+    key = space_key(resource, run_id)
+    row = get(conn, key)
+    if row is None:
+        _create(conn, resource, key=key, mode=mode)
+        row = get(conn, key)
+        assert row is not None
+    return row
 
 
 def ensure(conn: Connection, resource: ResourceRef, *, reopen: bool = False) -> dict[str, Any]:
@@ -38,20 +64,23 @@ def ensure(conn: Connection, resource: ResourceRef, *, reopen: bool = False) -> 
     return row
 
 
-def _create(conn: Connection, resource: ResourceRef) -> None:
+def _create(
+    conn: Connection, resource: ResourceRef, *, key: str | None = None, mode: str | None = None
+) -> None:
     # insert-or-ignore: a concurrent first mention on PostgreSQL may win the race.
     now = utcnow()
     insert_ignore(
         conn,
         sessions,
         {
-            "session_key": resource.session_key,
+            "session_key": key or resource.session_key,
             "resource_key": resource.key,
             "repo_key": resource.repo.key,
             "kind": resource.kind.value,
             "number": resource.number,
-            "runtime": RUNTIME,
-            "mcp": MCP,
+            "runtime": RUNTIME if mode is None else DRAFT_RUNTIME,
+            "mcp": MCP if mode is None else NO_MCP,
+            "mode": mode,
             "status": "active",
             "created_at": now,
             "updated_at": now,
@@ -126,6 +155,7 @@ def to_json(row: dict[str, Any]) -> dict[str, Any]:
         "runtime": row["runtime"],
         "mcp": row["mcp"],
         "status": row["status"],
+        "mode": row["mode"],
         "lastTaskId": row["last_task_id"],
         "lastTurnId": row["last_turn_id"],
         "createdAt": iso(row["created_at"]),

@@ -240,6 +240,8 @@ def create_pipeline_task(
     clone_url: str | None = None,
     default_branch: str | None = None,
     workspace_path: str | None = None,
+    session_key: str | None = None,
+    mode: str | None = None,
 ) -> dict[str, Any]:
     """An agent task asked for by a pipeline step, queued in the caller's transaction.
 
@@ -265,7 +267,8 @@ def create_pipeline_task(
         )
     if repo_row["status"] == repos.DISABLED:
         raise RepositoryDisabled(f"repository {resource.repo.key} is disabled")
-    sessions.ensure(conn, resource)
+    if session_key is None:
+        session_key = sessions.ensure(conn, resource)["session_key"]
     actor = f"pipeline:{run_id}"
     insert_received(
         conn,
@@ -274,11 +277,12 @@ def create_pipeline_task(
             "delivery_key": None,
             "repo_key": resource.repo.key,
             "resource_key": resource.key,
-            "session_key": resource.session_key,
+            "session_key": session_key,
             "comment_id": None,
             "author": actor,
             "instruction": instruction,
             "refs": None,
+            "mode": mode,
         },
     )
     return transition(
@@ -289,7 +293,7 @@ def create_pipeline_task(
             expected_version=1,
             actor=actor,
             action="pipeline.task.create",
-            metadata={"runId": run_id},
+            metadata={"runId": run_id, "mode": mode, "sessionKey": session_key},
         ),
     )
 
@@ -393,4 +397,5 @@ def to_json(row: dict[str, Any]) -> dict[str, Any]:
         "createdAt": iso(row["created_at"]),
         "updatedAt": iso(row["updated_at"]),
         "stateVersion": row["state_version"],
+        "mode": row["mode"],
     }
