@@ -68,7 +68,10 @@ def test_approve_a_gate_and_the_run_finishes(stack: Stack) -> None:
     # Disabling the template flags its triggers.
     page.click("nav >> text=Pipelines")
     page.once("dialog", _accept)
-    page.click("#template-table button:has-text('Disable')")
+    page.click("#template-table tr:has-text('ship_it') button:has-text('Disable')")
     expect(page.locator(".flash.ok")).to_contain_text("ship_it is disabled")
-    expect(page.locator("#template-table .flag").first).to_have_text("template disabled")
+    # Each of ship_it's two triggers says so (and only its row: built-ins are listed too).
+    expect(page.locator("#template-table tr:has-text('ship_it') .flag")).to_have_text(
+        ["template disabled", "template disabled"]
+    )
     stack.shot("11-pipeline-templates")
