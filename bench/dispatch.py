@@ -190,8 +190,10 @@ def serial_round(serve: Serve, world: World, issues: list[int], turn: float) -> 
         "overhead": round(makespan / (len(ms) * turn) - 1, 4),
         "first_start_ms": round((spans[0][0] - ms[0].accepted) * 1000, 1),
         "handoff_gap": summary_ms(gaps),
-        # turn end → next claim: verify the reply, succeed, release the lease, wake;
-        # next claim → its turn start: the same chain as the latency breakdown.
+        # turn end → next claim: the turn's last events, then one transaction records
+        # its end, moves it to verifying_reply, gives the lease back and claims the
+        # next task (the reply is verified meanwhile); next claim → its turn start:
+        # the same chain as the latency breakdown.
         "handoff_end_to_claim": summary_ms(to_claim),
         "handoff_claim_to_start": summary_ms(to_start),
         "cpu": usage,

@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
 from functools import partial
@@ -26,10 +25,7 @@ from forgeflow.agent.port import (
     AgentRuntime,
     CommentTool,
     NeedsUser,
-    Notice,
     SessionSpec,
-    TokenUsage,
-    ToolCall,
     TurnCompleted,
     TurnHandle,
     TurnSpec,
@@ -37,21 +33,21 @@ from forgeflow.agent.port import (
 )
 from forgeflow.domain import prompt
 from forgeflow.domain.ids import parse_resource_key, turn_key
-from forgeflow.domain.markers import Marker, MarkerKind, parse_marker
+from forgeflow.domain.markers import Marker, MarkerKind
 from forgeflow.domain.paths import session_branch, session_worktree
 from forgeflow.domain.retry import RetryPolicy
 from forgeflow.domain.states import TaskState
 from forgeflow.gitea.client import GiteaClient, GiteaError
 from forgeflow.preparing import Preparer
-from forgeflow.redaction import redact
 from forgeflow.replies import Found, Replies
-from forgeflow.store import Store, audit, leases, sessions, usage
+from forgeflow.store import Store, leases, sessions
 from forgeflow.store import comments as comment_q
 from forgeflow.store import tasks as task_q
 from forgeflow.store import turns as turn_q
 from forgeflow.store.types import utcnow
 from forgeflow.store.usage import Budgets
-from forgeflow.task_moves import TaskMoves, task_event
+from forgeflow.task_moves import TaskMoves
+from forgeflow.turn_events import TurnFollower
 from forgeflow.workspace import WorkspaceManager
 
 log = structlog.get_logger("forgeflow.execution")
@@ -70,13 +66,6 @@ class ExecutionConfig:
     retry: RetryPolicy
     abort_timeout: float = 30.0
     budgets: Budgets = dataclasses.field(default_factory=Budgets)
-
-
-def _asks_user(call: ToolCall, task_id: str) -> bool:
-    """A comment the agent posted whose marker says it waits for the user."""
-    body = call.arguments.get("body")
-    marker = parse_marker(body) if call.ok and isinstance(body, str) else None
-    return marker is not None and marker.task_id == task_id and marker.state == "waiting_user"
 
 
 class Execution:
@@ -99,6 +88,7 @@ class Execution:
         self.preparer = Preparer(
             store, workspace, gitea, replies, self.moves, bot_login=cfg.bot_login
         )
+        self.follower = TurnFollower(store, runtime, cfg.abort_timeout, cfg.budgets)
         # Per task: the normal turn that just ended in this run, as its row would say
         # (the verification that follows needs no read of it).
         self._ended: dict[str, dict[str, Any]] = {}
@@ -249,7 +239,7 @@ class Execution:
                 session_key=task["session_key"],
             )
         )
-        completed, needs_user, aborted = await self._follow(task, key, handle)
+        completed, needs_user, aborted = await self.follower.follow(task, key, handle)
 
         def finish(c: Connection) -> dict[str, Any] | None:
             if completed is not None:
@@ -353,93 +343,6 @@ class Execution:
             ),
             draft=draft,
         )
-
-    async def _follow(
-        self, task: dict[str, Any], key: str, handle: TurnHandle
-    ) -> tuple[TurnCompleted | None, NeedsUser | None, bool]:
-        completed: TurnCompleted | None = None
-        needs_user: NeedsUser | None = None
-        aborted = asyncio.Event()
-        watcher = asyncio.create_task(self._watch_abort(task["task_id"], handle, aborted))
-        try:
-            async with asyncio.timeout(None) as scope:
-                async for event in self.runtime.events(handle):
-                    if isinstance(event, TurnCompleted):
-                        # Its eventSeq goes with the turn's end (one commit, in _turn).
-                        completed = event
-                        break
-                    if not await self.store.write(self._recorder(task, handle, key, event)):
-                        continue  # a duplicate notification: handled once already
-                    if isinstance(event, NeedsUser):
-                        needs_user = event
-                    elif isinstance(event, ToolCall) and _asks_user(event, task["task_id"]):
-                        # The agent already posted its question; nothing to post for it.
-                        needs_user = NeedsUser(event.seq, "")
-                    if aborted.is_set() and scope.when() is None:
-                        scope.reschedule(asyncio.get_running_loop().time() + self.cfg.abort_timeout)
-        except TimeoutError:
-            completed = None
-        finally:
-            watcher.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await watcher
-        return completed, needs_user, aborted.is_set()
-
-    async def _watch_abort(self, task_id: str, handle: TurnHandle, flag: asyncio.Event) -> None:
-        while True:
-            # An operator's abort reaches the turn within a second (abort_timeout counts
-            # from then); a shorter poll costs every running turn a read each time.
-            await asyncio.sleep(1.0)
-            state = await self.store.read(partial(task_q.state_of, task_id=task_id))
-            if state == S.ABORTING:
-                flag.set()
-                with contextlib.suppress(AgentError):
-                    await self.runtime.interrupt(handle)
-                return
-
-    def _recorder(
-        self, task: dict[str, Any], handle: TurnHandle, key: str, event: Any
-    ) -> Callable[[Connection], bool]:
-        """The unit of work of one runtime event: advance ``eventSeq`` (False for a
-        duplicate, which records nothing) and record the event, in one transaction."""
-        row: audit.AuditEvent | None = None
-        if isinstance(event, ToolCall):
-            row = task_event(
-                task,
-                "mcp.call",
-                turn_id=handle.turn_id,
-                comment_id=event.comment_id,
-                error_code=None if event.ok else "mcp_call_failed",
-                metadata={
-                    "tool": event.tool,
-                    "arguments": redact(event.arguments),
-                    "ok": event.ok,
-                    "error": event.error,
-                },
-            )
-        elif isinstance(event, NeedsUser):
-            row = task_event(
-                task,
-                "turn.needs_user",
-                turn_id=handle.turn_id,
-                metadata={"question": event.question[:2000]},
-            )
-        elif isinstance(event, Notice):
-            row = task_event(task, event.action, turn_id=handle.turn_id, metadata=event.metadata)
-
-        def unit(c: Connection) -> bool:
-            if not turn_q.event_seen(c, turn_key=key, seq=event.seq):
-                return False
-            if row is not None:
-                audit.append(c, row)
-            elif isinstance(event, TokenUsage):
-                added = turn_q.add_tokens(
-                    c, key, task["task_id"], event.input_tokens, event.output_tokens
-                )
-                usage.note_tokens(c, task["repo_key"], added, self.cfg.budgets)
-            return True
-
-        return unit
 
     async def _after_turn(
         self,

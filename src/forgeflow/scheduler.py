@@ -190,7 +190,9 @@ class Scheduler:
 
     # -- the handoff (task_moves.Handoff) ---------------------------------------------
 
-    def claimer(self, repo_key: str) -> Callable[[Connection], list[scheduling.Claim]] | None:
+    def claimer(
+        self, repo_key: str, released_by: str
+    ) -> Callable[[Connection], list[scheduling.Claim]] | None:
         if self._stopping or repo_key not in self._waiting_repos:
             # No task was seen waiting for it in the last round (one task per repository
             # is the common case): no query; a task accepted since then is claimed by
@@ -206,6 +208,7 @@ class Scheduler:
                     return scheduling.claim_next(
                         conn,
                         repo_key,
+                        released_by=released_by,
                         running=running,
                         owner=self.owner,
                         ttl=self.lease_ttl,

@@ -42,7 +42,9 @@ class Handoff(Protocol):
     one-lease-per-repository rule still decides.
     """
 
-    def claimer(self, repo_key: str) -> Callable[[Connection], list[Claim]] | None:
+    def claimer(
+        self, repo_key: str, released_by: str
+    ) -> Callable[[Connection], list[Claim]] | None:
         """The unit that claims the repository's next task (None: do not claim now);
         built on the event loop, run on the writer thread inside the releasing
         transaction."""
@@ -81,7 +83,7 @@ class TaskMoves:
             release = (task["repo_key"], task["lease_id"])
             fields = {"lease_id": None, **(fields or {})}
             if self.handoff is not None:
-                claim_next = self.handoff.claimer(task["repo_key"])
+                claim_next = self.handoff.claimer(task["repo_key"], task["task_id"])
         claimed: list[Claim] = []
         after = None
         if claim_next is not None:

@@ -131,6 +131,25 @@ def test_one_repository_runs_serially_and_repositories_overlap(
     assert any(s < g_end and g_start < e for s, e in w)  # repositories ran in parallel
 
 
+def test_the_next_task_is_claimed_when_the_lease_is_given_back(
+    worker: Worker, tmp_path: Path
+) -> None:  # AC-04
+    """The handoff: the move that gives the repository's lease back (turn done, on to
+    reply verification) claims the repository's next task in the same transaction; no
+    scheduler round in between, and the turns still never overlap."""
+    gitea, ff = worker
+    issues = [gitea.add_issue("acme", "widget", title=f"h{i}", author="alice") for i in range(2)]
+    first, second = (_mention(gitea, "widget", i) for i in issues)
+    wait_for(lambda: _done(ff, first, second))
+    assert [_state(ff, t) for t in (first, second)] == ["succeeded", "succeeded"]
+    audit = {t: {e["action"]: e for e in _detail(ff, t)["audit"]} for t in (first, second)}
+    claim = audit[second]["task.claim"]
+    assert claim["metadata"]["handoffFrom"] == first
+    assert audit[first]["task.verify"]["seq"] < claim["seq"]
+    assert claim["seq"] < audit[first]["reply.confirm"]["seq"]
+    assert overlapping(turn_intervals(_trace(tmp_path), {})) == []
+
+
 def test_pause_stops_claims_and_resume_restarts_them(worker: Worker) -> None:  # AC-10
     gitea, ff = worker
     ff.services.runtime.turn_seconds = 1.5  # type: ignore[union-attr]

@@ -90,9 +90,16 @@ class Claim:
 
 
 def claim(
-    conn: Connection, task_id: str, *, owner: str, ttl: timedelta, worker_id: str | None = None
+    conn: Connection,
+    task_id: str,
+    *,
+    owner: str,
+    ttl: timedelta,
+    worker_id: str | None = None,
+    handoff_from: str | None = None,
 ) -> Claim | None:
-    """Move one task into work under its repository's lease, or return None."""
+    """Move one task into work under its repository's lease, or return None.
+    ``handoff_from``: the task whose lease release claims this one (audit only)."""
     if control.get(conn)["global_paused"]:
         return None
     stmt = select(tasks).where(tasks.c.task_id == task_id)
@@ -127,7 +134,8 @@ def claim(
             expected_version=row["state_version"],
             action="task.claim",
             fields={"lease_id": lease_id, "claimed_by": owner, "next_retry_at": None},
-            metadata={"leaseId": lease_id, "owner": owner},
+            metadata={"leaseId": lease_id, "owner": owner}
+            | ({"handoffFrom": handoff_from} if handoff_from else {}),
         ),
     )
     return Claim(updated, lease_id, repos.get(conn, row["repo_key"]))
@@ -140,6 +148,7 @@ def claim_many(
     owner: str,
     ttl: timedelta,
     worker_id: str | None = None,
+    handoff_from: str | None = None,
 ) -> list[Claim]:
     """:func:`claim` each (task id, repository key) in turn, all in one transaction (one
     commit per claim round instead of one per task); each claim in its own savepoint, so
@@ -152,7 +161,14 @@ def claim_many(
             continue  # its lease was taken a moment ago, in this transaction
         try:
             with conn.begin_nested():
-                got = claim(conn, task_id, owner=owner, ttl=ttl, worker_id=worker_id)
+                got = claim(
+                    conn,
+                    task_id,
+                    owner=owner,
+                    ttl=ttl,
+                    worker_id=worker_id,
+                    handoff_from=handoff_from,
+                )
         except (IntegrityError, StaleStateVersion):
             continue
         if got is not None:
@@ -190,19 +206,22 @@ def claim_next(
     conn: Connection,
     repo_key: str,
     *,
+    released_by: str,
     running: frozenset[str],
     owner: str,
     ttl: timedelta,
     worker_id: str | None = None,
 ) -> list[Claim]:
-    """The repository's next task(s), claimed in the caller's transaction, the one that
-    gives the repository's lease back (the handoff from one task to the next)."""
+    """The repository's next task(s), claimed in the caller's transaction, the one in
+    which ``released_by`` gives the repository's lease back (the handoff)."""
     wanted = [
         (cand["task_id"], cand["repo_key"])
         for cand in candidates(conn, worker_id=worker_id, ttl=ttl, limit=20, repo_key=repo_key)
         if cand["task_id"] not in running
     ]
-    return claim_many(conn, wanted, owner=owner, ttl=ttl, worker_id=worker_id)
+    return claim_many(
+        conn, wanted, owner=owner, ttl=ttl, worker_id=worker_id, handoff_from=released_by
+    )
 
 
 def queue_position(conn: Connection, task: dict[str, Any]) -> int:

@@ -310,12 +310,14 @@ def get(conn: Connection, task_id: str) -> dict[str, Any] | None:
     return dict(row._mapping) if row else None
 
 
-def state_of(conn: Connection, task_id: str) -> str | None:
-    """Only the state (a running turn polls it for an operator's abort)."""
-    value: str | None = conn.execute(
-        select(tasks.c.state).where(tasks.c.task_id == task_id)
-    ).scalar_one_or_none()
-    return value
+def aborting_among(conn: Connection, task_ids: list[str]) -> set[str]:
+    """Which of ``task_ids`` are in ``aborting`` (one poll for all running turns)."""
+    rows = conn.execute(
+        select(tasks.c.task_id)
+        .where(tasks.c.task_id.in_(task_ids))
+        .where(tasks.c.state == TaskState.ABORTING.value)
+    )
+    return {r[0] for r in rows}
 
 
 @dataclass(frozen=True, slots=True)
