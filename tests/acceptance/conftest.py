@@ -7,10 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from forgeflow.config import Role
 from forgeflow_testkit.gitea_emulator import GiteaEmulator
-from tests.support.cluster import SCRIPTED
+from forgeflow_testkit.model_server import ScriptedModel
+from tests.support.agentic import Agentic, start_agentic
 from tests.support.forgeflow import WEBHOOK_SECRET, Running, run_forgeflow
+from tests.support.worker import start_worker
 from tests.support.world import BOT, World
 
 
@@ -45,24 +46,22 @@ def world(gitea: GiteaEmulator, tmp_path: Path, db_url: str) -> Iterator[World]:
 def worker(
     gitea: GiteaEmulator, tmp_path: Path, db_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> Iterator[tuple[GiteaEmulator, Running]]:
-    monkeypatch.setenv("FORGEFLOW_TEST_TURN_SECONDS", "0.3")
-    monkeypatch.setenv("FORGEFLOW_TEST_TRACE", str(tmp_path / "trace.jsonl"))
-    bot_token = gitea.add_user(BOT)
-    gitea.add_user("alice")
-    for repo in ("widget", "gadget"):
-        gitea.add_repo("acme", repo)
-        gitea.set_permission("acme", repo, "alice", "write")
-        gitea.set_permission("acme", repo, BOT, "admin")
-    with run_forgeflow(
-        tmp_path / "ff",
-        db_url,
-        role=Role.ALL,
-        gitea_url=gitea.url,
-        gitea_token=bot_token,
-        agent_runtime=SCRIPTED,
-        retry_base_seconds=0.1,
-        poll_seconds=0.5,
-    ) as ff:
-        for repo in ("widget", "gadget"):
-            gitea.add_hook("acme", repo, url=ff.webhook_url, secret=WEBHOOK_SECRET)
-        yield gitea, ff
+    yield from start_worker(gitea, tmp_path, db_url, monkeypatch)
+
+
+@pytest.fixture
+def model() -> Iterator[ScriptedModel]:
+    with ScriptedModel() as scripted:
+        yield scripted
+
+
+@pytest.fixture
+def agentic(
+    gitea: GiteaEmulator,
+    model: ScriptedModel,
+    tmp_path: Path,
+    sqlite_url: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> Iterator[Agentic]:
+    """forgeflow with the real codex app-server on SQLite (tests/support/agentic.py)."""
+    yield from start_agentic(gitea, model, tmp_path, sqlite_url, monkeypatch)

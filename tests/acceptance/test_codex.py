@@ -7,114 +7,17 @@ import json
 import os
 import signal
 import sys
-from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from forgeflow.config import Role
 from forgeflow_testkit.agents import answering_agent, asking_agent, read_turn
 from forgeflow_testkit.codex_home import write_codex_home
 from forgeflow_testkit.gitea_emulator import GiteaEmulator
 from forgeflow_testkit.model_server import ScriptedModel
 from forgeflow_testkit.model_steps import delay, message
+from tests.support.agentic import CODEX, GITEA_MCP, Agentic, start_agentic
 from tests.support.cluster import wait_for
-from tests.support.forgeflow import WEBHOOK_SECRET, Running, run_forgeflow
-from tests.support.world import BOT
-
-ROOT = Path(__file__).resolve().parents[2]
-CODEX = ROOT / "tools" / "node" / "node_modules" / ".bin" / "codex"
-GITEA_MCP = Path(sys.executable).parent / "gitea-mcp"
-
-
-@dataclass
-class Agentic:
-    gitea: GiteaEmulator
-    ff: Running
-    model: ScriptedModel
-    issue: int
-
-    def mention(
-        self, text: str = "@ccweb-bot please fix the flaky test", index: int | None = None
-    ) -> str:
-        self.gitea.post_comment("acme", "widget", index or self.issue, author="alice", body=text)
-        d = self.gitea.deliveries[-1]
-        assert d.status_code == 202, d.response
-        task_id: str = json.loads(d.response)["taskId"]
-        return task_id
-
-    def detail(self, task_id: str) -> dict[str, Any]:
-        with self.ff.admin() as admin:
-            body: dict[str, Any] = admin.get(f"/api/gitea-workflow/tasks/{task_id}").json()
-            return body
-
-    def finished(self, task_id: str, timeout: float = 90) -> dict[str, Any]:
-        detail: dict[str, Any] = wait_for(
-            lambda: (d := self.detail(task_id))["terminal"] and d,
-            timeout=timeout,
-            what=f"task {task_id} ends",
-        )
-        return detail
-
-    def bot_comments(self, index: int | None = None) -> list[dict[str, Any]]:
-        return [
-            c
-            for c in self.gitea.comments("acme", "widget", index or self.issue)
-            if c["user"]["login"] == BOT
-        ]
-
-
-def _start(
-    gitea: GiteaEmulator,
-    model: ScriptedModel,
-    tmp_path: Path,
-    db_url: str,
-    monkeypatch: pytest.MonkeyPatch,
-    **settings: Any,
-) -> Iterator[Agentic]:
-    assert CODEX.exists() and GITEA_MCP.exists()
-    home = write_codex_home(tmp_path / "codex-home", model.url)
-    for key, value in home.env().items():
-        monkeypatch.setenv(key, value)
-    bot = gitea.add_user(BOT)
-    gitea.add_user("alice")
-    gitea.add_repo("acme", "widget")
-    gitea.set_permission("acme", "widget", "alice", "write")
-    gitea.set_permission("acme", "widget", BOT, "admin")
-    issue = gitea.add_issue("acme", "widget", title="Flaky test", author="alice")
-    values: dict[str, Any] = {
-        "gitea_url": gitea.url,
-        "gitea_token": bot,
-        "agent_runtime": "codex",
-        "codex_command": f"{CODEX} app-server",
-        "gitea_mcp_command": str(GITEA_MCP),
-        "model": "scripted-model",
-        "retry_base_seconds": 0.2,
-        "poll_seconds": 0.5,
-        **settings,
-    }
-    with run_forgeflow(tmp_path / "ff", db_url, role=Role.ALL, **values) as ff:
-        gitea.add_hook("acme", "widget", url=ff.webhook_url, secret=WEBHOOK_SECRET)
-        yield Agentic(gitea, ff, model, issue)
-
-
-@pytest.fixture
-def model() -> Iterator[ScriptedModel]:
-    with ScriptedModel() as scripted:
-        yield scripted
-
-
-@pytest.fixture
-def agentic(
-    gitea: GiteaEmulator,
-    model: ScriptedModel,
-    tmp_path: Path,
-    sqlite_url: str,
-    monkeypatch: pytest.MonkeyPatch,
-) -> Iterator[Agentic]:
-    yield from _start(gitea, model, tmp_path, sqlite_url, monkeypatch)
 
 
 def test_one_thread_per_issue_and_a_turn_per_comment(agentic: Agentic) -> None:  # AC-05..07
@@ -295,7 +198,7 @@ def test_broken_gitea_mcp_fails_once_with_one_result_comment(
     command: str,
     code: str,
 ) -> None:
-    for world in _start(
+    for world in start_agentic(
         gitea,
         model,
         tmp_path,
@@ -374,7 +277,7 @@ def test_under_yolo_codex_declines_a_servers_elicitation_itself(
     ``elicitation/create`` with ``decline`` and never asks forgeflow, whatever
     FORGEFLOW_ELICITATION_POLICY says. The answer still lands, through the REST fallback."""
     asking = f"{sys.executable} -m forgeflow_testkit.asking_mcp"
-    for world in _start(
+    for world in start_agentic(
         gitea,
         model,
         tmp_path,

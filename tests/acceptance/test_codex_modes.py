@@ -5,16 +5,11 @@ Gitea; the draft is the step's output."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
-import pytest
-
 from forgeflow_testkit.agents import answering_agent
-from forgeflow_testkit.gitea_emulator import GiteaEmulator
-from forgeflow_testkit.model_server import RecordedRequest, ScriptedModel
-from tests.acceptance.test_codex import Agentic, _start
+from forgeflow_testkit.model_server import RecordedRequest
+from tests.support.agentic import Agentic
 from tests.support.cluster import wait_for
 
 YAML = {"Content-Type": "application/yaml"}
@@ -44,23 +39,6 @@ edges:
   - {from: space, to: draft}
 triggers: [{type: manual}]
 """
-
-
-@pytest.fixture
-def model() -> Iterator[ScriptedModel]:
-    with ScriptedModel() as scripted:
-        yield scripted
-
-
-@pytest.fixture
-def agentic(
-    gitea: GiteaEmulator,
-    model: ScriptedModel,
-    tmp_path: Path,
-    sqlite_url: str,
-    monkeypatch: pytest.MonkeyPatch,
-) -> Iterator[Agentic]:
-    yield from _start(gitea, model, tmp_path, sqlite_url, monkeypatch)
 
 
 def _is_draft_turn(request: RecordedRequest) -> bool:

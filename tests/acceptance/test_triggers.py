@@ -22,8 +22,9 @@ import pytest
 from forgeflow.config import Role
 from forgeflow.domain.events import EVENT_TYPES, PAYLOAD_FIELDS
 from forgeflow_testkit.gitea_emulator import GiteaEmulator
-from tests.support.cluster import SCRIPTED, wait_for
-from tests.support.forgeflow import WEBHOOK_SECRET, Running, run_forgeflow
+from tests.support.cluster import wait_for
+from tests.support.forgeflow import Running, run_forgeflow
+from tests.support.worker import start_worker
 from tests.support.world import BOT
 
 REPO = "default:acme/widget"
@@ -34,28 +35,10 @@ def ff_with_gitea(
     gitea: GiteaEmulator, tmp_path: Path, db_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> Iterator[tuple[GiteaEmulator, Running]]:
     # Turns long enough that a second mention is still queued when it is cancelled.
-    monkeypatch.setenv("FORGEFLOW_TEST_TURN_SECONDS", "1.5")
-    bot_token = gitea.add_user(BOT)
-    for user in ("alice", "mallory"):
-        gitea.add_user(user)
-    for repo in ("widget", "gadget"):
-        gitea.add_repo("acme", repo)
-        gitea.set_permission("acme", repo, "alice", "write")
-        gitea.set_permission("acme", repo, BOT, "admin")
-    gitea.set_permission("acme", "widget", "mallory", "read")
-    with run_forgeflow(
-        tmp_path / "ff",
-        db_url,
-        role=Role.ALL,
-        gitea_url=gitea.url,
-        gitea_token=bot_token,
-        agent_runtime=SCRIPTED,
-        retry_base_seconds=0.1,
-        poll_seconds=0.5,
-    ) as ff:
-        for repo in ("widget", "gadget"):
-            gitea.add_hook("acme", repo, url=ff.webhook_url, secret=WEBHOOK_SECRET)
-        yield gitea, ff
+    for gitea_, ff in start_worker(gitea, tmp_path, db_url, monkeypatch, turn_seconds="1.5"):
+        gitea_.add_user("mallory")
+        gitea_.set_permission("acme", "widget", "mallory", "read")
+        yield gitea_, ff
 
 
 def _listener(event_type: str) -> dict[str, Any]:
