@@ -143,3 +143,24 @@ def test_close_finishes_what_is_queued(sqlite_url: str) -> None:
         assert _rows(reopened) == list(range(20))
     finally:
         reopened.close()
+
+
+@_sync
+async def test_a_transaction_that_fails_at_commit_leaves_the_writer_usable(
+    sqlite_store: Store,
+) -> None:
+    # The writer keeps one connection across batches; a failed COMMIT must not leave
+    # it holding a broken transaction for the next unit.
+    with sqlite_store.db.writer.begin() as conn:
+        conn.execute(
+            text("CREATE TABLE child (n INTEGER REFERENCES probe(n) DEFERRABLE INITIALLY DEFERRED)")
+        )
+
+    def orphan(conn: Connection) -> None:
+        # A deferred foreign key fails at COMMIT, not at the INSERT.
+        conn.execute(text("INSERT INTO child (n) VALUES (404)"))
+
+    with pytest.raises(Exception, match="FOREIGN KEY"):
+        await sqlite_store.write(orphan)
+    assert await sqlite_store.write(_insert(9)) == 9
+    assert _rows(sqlite_store) == [9]

@@ -84,3 +84,52 @@ def test_transitions_emit_domain_events_once(store: Store) -> None:
         lambda c: events.emit(c, "TaskCancelled", dedupe_key=f"{task_id}:3", payload={})
     )
     assert again is False
+
+
+def test_driver_level_inserts_store_what_sqlalchemy_stores(store: Store) -> None:
+    # On SQLite the hot INSERTs run on the driver's cursor (store/sql.py); the rows must
+    # be the same as SQLAlchemy's own path writes, value for value and type for type.
+    from datetime import UTC, datetime
+
+    from sqlalchemy import select, text
+
+    from forgeflow.store.schema import audit_events
+    from forgeflow.store.sql import insert_ignore, insert_row
+
+    when = datetime(2026, 11, 30, 13, 10, 29, 445190, tzinfo=UTC)
+
+    def values(event_id: str) -> dict[str, object]:
+        return {
+            "event_id": event_id,
+            "task_id": "t",
+            "actor": "gitea:user:alice",
+            "action": "webhook.accept",
+            "state_version": 2,
+            "comment_id": 7,
+            "timestamp": when,
+            "metadata": {"b": [1, "x"], "a": None},
+        }
+
+    def write(conn: object) -> None:
+        insert_row(conn, audit_events, values("direct"))  # type: ignore[arg-type]
+        conn.execute(audit_events.insert(), values("plain"))  # type: ignore[attr-defined]
+        assert insert_ignore(conn, audit_events, values("ignored"))  # type: ignore[arg-type]
+        assert not insert_ignore(conn, audit_events, values("ignored"))  # type: ignore[arg-type]
+
+    store.db.write_sync(write)
+    columns = [c for c in audit_events.columns if c.name not in ("seq", "event_id")]
+    with store.db.reader.connect() as conn:
+        rows = {
+            r.event_id: r
+            for r in conn.execute(select(audit_events.c.event_id, *columns)).fetchall()
+        }
+        assert set(rows) == {"direct", "plain", "ignored"}
+        assert rows["direct"][1:] == rows["plain"][1:] == rows["ignored"][1:]
+        assert rows["direct"].timestamp == when
+        assert rows["direct"].metadata == {"a": None, "b": [1, "x"]}
+        if store.db.is_sqlite:  # the stored text itself, not only what it reads back as
+            raw = text("SELECT timestamp, metadata, typeof(timestamp) FROM audit_events")
+            assert len({tuple(r) for r in conn.execute(raw)}) == 1
+
+    with pytest.raises(IntegrityError):  # the driver's error, as SQLAlchemy's class
+        store.db.write_sync(lambda c: insert_row(c, audit_events, values("direct")))

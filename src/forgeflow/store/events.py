@@ -17,7 +17,7 @@ from sqlalchemy import Connection, select, text, update
 from forgeflow.domain.events import KNOWN_EVENT_TYPES, DomainEvent
 from forgeflow.store.db import after_commit
 from forgeflow.store.schema import domain_events
-from forgeflow.store.sql import insert_ignore
+from forgeflow.store.sql import insert_ignore, insert_rows
 from forgeflow.store.types import utcnow
 
 EVENT_TYPES = KNOWN_EVENT_TYPES
@@ -96,7 +96,7 @@ def record_unique(
                 "created_at": now,
             }
         )
-    conn.execute(domain_events.insert(), rows)
+    insert_rows(conn, domain_events, rows)
     _wake_dispatchers(conn)
 
 

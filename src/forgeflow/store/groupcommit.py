@@ -12,6 +12,7 @@ exactly as before. No library does this for SQLAlchemy, hence the hand-written q
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections import deque
 from collections.abc import Callable
@@ -39,6 +40,7 @@ class GroupWriter:
         self._queue: deque[tuple[Unit, Future[Any]]] = deque()
         self._ready = threading.Condition()
         self._closed = False
+        self._conn: Connection | None = None
         self._thread = threading.Thread(target=self._run, name="db-write", daemon=True)
         self._thread.start()
 
@@ -64,6 +66,7 @@ class GroupWriter:
                 while not self._queue and not self._closed:
                     self._ready.wait()
                 if not self._queue:
+                    self._drop_connection()
                     return
                 batch = [
                     self._queue.popleft() for _ in range(min(len(self._queue), self._max_batch))
@@ -72,11 +75,19 @@ class GroupWriter:
             if batch:
                 self._commit(batch)
 
+    def _connection(self) -> Connection:
+        # One connection for the thread's life: a pool checkout and its reset-on-return
+        # per batch cost more than a small batch's statements.
+        if self._conn is None or self._conn.invalidated or self._conn.closed:
+            self._conn = self._engine.connect()
+        return self._conn
+
     def _commit(self, batch: list[tuple[Unit, Future[Any]]]) -> None:
         outcomes: list[tuple[bool, Any]] = []
         after: Callable[[], None] = _nothing
         try:
-            with self._engine.begin() as conn:
+            conn = self._connection()
+            with conn.begin():
                 try:
                     if len(batch) == 1:
                         outcomes.append((True, batch[0][0](conn)))
@@ -85,6 +96,7 @@ class GroupWriter:
                 finally:
                     after = self._committed(conn)
         except BaseException as exc:  # the transaction failed: nothing of it is kept
+            self._drop_connection()
             error = self._translate(exc)
             for _fn, future in batch:
                 future.set_exception(error)
@@ -95,6 +107,14 @@ class GroupWriter:
                 future.set_result(value)
             else:
                 future.set_exception(self._translate(value))
+
+    def _drop_connection(self) -> None:
+        """Give the connection back (after a failed transaction, or at the end): the
+        next batch starts on a fresh one."""
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            with contextlib.suppress(Exception):
+                conn.close()
 
 
 def _nothing() -> None:
