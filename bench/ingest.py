@@ -124,6 +124,15 @@ def run_one(
         )
     elif kind == "probot":
         server = servers.start_probot(run_dir, secret=SECRET, nice=args.nice)
+    elif kind in ("floor", "floor-minimal"):
+        server = servers.start_floor(
+            run_dir,
+            secret=SECRET,
+            bot=BOT,
+            src=emu_info["src"],
+            minimal=kind == "floor-minimal",
+            nice=args.nice,
+        )
     else:
         server = servers.start_baseline(run_dir, nice=args.nice)
     out = run_dir / "loadgen.json"
@@ -147,9 +156,9 @@ def run_one(
     result["waited_for_quiet_s"] = waited
     result["server_exit"] = code
     accepted = result["accepted_total"]
-    if kind == "forgeflow":
+    if kind not in ("baseline", "probot"):  # forgeflow and the floors: same schema
         verdict = servers.audit_forgeflow(
-            server.db_path, accepted, all_queued=args.role == "ingress"
+            server.db_path, accepted, all_queued=kind != "forgeflow" or args.role == "ingress"
         )
     elif kind == "probot":  # nothing persisted: its handler must have seen every one
         verdict = {"answers_200": accepted, "handled": handled, "ok": handled == accepted}
@@ -229,6 +238,12 @@ def main() -> int:
         default="HEAD",
         help="git ref of the forgeflow code to serve, or 'worktree' (copied once at start)",
     )
+    p.add_argument(
+        "--floor",
+        action="store_true",
+        help="also run bench/floor_app.py twice: forgeflow's acceptance SQL with no "
+        "framework, and the least any design must write",
+    )
     p.add_argument("--no-docs", action="store_true", help="leave docs/BENCHMARKS.md alone")
     p.add_argument(
         "--from-json",
@@ -275,6 +290,7 @@ def main() -> int:
             for rnd in range(args.rounds):
                 for mode in ("fixed", "saturate"):
                     order = ["forgeflow", "baseline"]
+                    order += ["floor", "floor-minimal"] if args.floor else []
                     if rnd % 2:
                         order.reverse()
                     for kind in order:

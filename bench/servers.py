@@ -167,6 +167,27 @@ def start_baseline(run_dir: Path, *, nice: int = 0) -> Server:
     return server
 
 
+def start_floor(
+    run_dir: Path, *, secret: str, bot: str, src: str, minimal: bool = False, nice: int = 0
+) -> Server:
+    """bench/floor_app.py on a database migrated by forgeflow's code from `src`."""
+    port = free_port()
+    name = "floor-minimal" if minimal else "floor"
+    db = run_dir / f"{name}.db"
+    log = run_dir / f"{name}.stderr"
+    with log.open("ab") as err:
+        argv = [sys.executable, str(BENCH / "floor_app.py"), "--port", str(port), "--db", str(db)]
+        proc = subprocess.Popen(
+            [*niced(nice), *argv, "--secret", secret, "--bot", bot, *(["--minimal"] * minimal)],
+            env=_clean_env(PYTHONPATH=src),
+            stdout=subprocess.DEVNULL,
+            stderr=err,
+        )
+    server = Server(name, proc, port, db, log)
+    _wait_healthy(server)
+    return server
+
+
 PROBOT = BENCH / "probot"
 
 
