@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Callable
-from datetime import timedelta
+from datetime import datetime, timedelta
 from functools import partial
 from typing import Any
 
@@ -159,9 +159,8 @@ class Scheduler:
                     # Another worker may have died meanwhile: its leases expire, we recover.
                     last_recovery = now
                     await self.recover()
-                await self._claim_round()
+                due = await self._claim_round()
                 self._outbox_wake.set()
-                due = await self.store.read(scheduling.next_wake)
             except Exception:
                 log.exception("scheduler.round_failed")
                 self._outbox_wake.set()
@@ -172,9 +171,10 @@ class Scheduler:
                 delay = min(delay, max((due - utcnow()).total_seconds(), 0.01))
             await self._sleep(self._wake, delay)
 
-    async def _claim_round(self) -> None:
+    async def _claim_round(self) -> datetime | None:
+        """Claim what can start; returns when the next retry_wait task becomes due."""
         waiting: set[str] = set()
-        claims = await self.store.write(
+        round_ = await self.store.write(
             partial(
                 scheduling.claim_round,
                 busy_repos=frozenset(self._busy_repos),
@@ -186,7 +186,8 @@ class Scheduler:
             )
         )
         self._waiting_repos = waiting
-        self.started(claims)
+        self.started(round_.claims)
+        return round_.next_due
 
     # -- the handoff (task_moves.Handoff) ---------------------------------------------
 
@@ -263,13 +264,11 @@ class Scheduler:
                 log.exception("outbox.round_failed")
             await self._sleep(self._outbox_wake, self.poll_seconds)
 
-    async def _receipts_owed(self) -> list[dict[str, Any]]:
+    def _not_ours(self, receipts: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        # A task this process prepares posts its own receipt, beside its workspace
+        # work, and waits for it before its turn; later states are retried here.
         return [
-            t
-            for t in await self.store.read(outbox.receipts_owed)
-            # A task this process prepares posts its own receipt, beside its workspace
-            # work, and waits for it before its turn; later states are retried here.
-            if not (t["task_id"] in self._running and t["state"] == "preparing")
+            t for t in receipts if not (t["task_id"] in self._running and t["state"] == "preparing")
         ]
 
     async def _outbox_round(self) -> None:
@@ -285,7 +284,8 @@ class Scheduler:
                 except GiteaError as exc:
                     log.warning("outbox.receipt_failed", task_id=task["task_id"], error=str(exc))
 
-        owed = await self._receipts_owed()
+        found = await self.store.read(outbox.owed)
+        owed = self._not_ours(found.receipts)
         idle = self.execution.preparer.idle
         if owed and not idle.is_set():
             # A burst of mentions: the first task's preparation goes first (its turn
@@ -293,14 +293,14 @@ class Scheduler:
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(_RECEIPTS_DEFER_SECONDS):
                     await idle.wait()
-            owed = await self._receipts_owed()
+            owed = self._not_ours(await self.store.read(outbox.receipts_owed))
         await asyncio.gather(*(receipt(t) for t in owed))
-        for row in await self.store.read(outbox.command_replies_owed):
+        for row in found.command_replies:
             try:
                 await self.replies.command_reply(row)
             except GiteaError as exc:
                 log.warning("outbox.command_reply_failed", key=row["comment_key"], error=str(exc))
-        for task in await self.store.read(outbox.results_owed):
+        for task in found.results:
             try:
                 if task["state"] == "failed" and await self.replies.answered(task):
                     # The task failed after its answer landed (a crash between the agent's

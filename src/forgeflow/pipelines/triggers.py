@@ -39,11 +39,17 @@ class TriggerLoops:
         *,
         poll_seconds: float = 5.0,
         batch: int = 100,
+        gather_seconds: float = 0.1,
     ) -> None:
         self.store = store
         self.engine = engine
         self.poll_seconds = poll_seconds
         self.batch = batch
+        # Woken by a commit, the dispatcher first lets the events of the moments after it
+        # arrive: a task's moves each commit events, and a batch per move cost a write
+        # transaction each on the path from a mention to its turn. No run waits for a
+        # trigger to the millisecond.
+        self.gather_seconds = gather_seconds
         self._events = asyncio.Event()
         self._clock = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
@@ -107,6 +113,8 @@ class TriggerLoops:
                 log.exception("pipeline.dispatch_failed")
                 await self._after_failure()
             await _sleep(self._events, self.poll_seconds)
+            if self._events.is_set() and self.gather_seconds > 0:
+                await asyncio.sleep(self.gather_seconds)
 
     async def _after_failure(self) -> None:
         self._failures += 1

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Connection, and_, or_, select
+from sqlalchemy import Connection, Select, and_, or_, select
 
 from forgeflow.domain.modes import DRAFT_MODES
 from forgeflow.store import comments as comment_q
@@ -25,11 +26,9 @@ _LIVE = (
 RESULT_STATES = ("failed", "failed_reply", "cancelled", "aborted")
 
 
-def _owed(
-    conn: Connection, suffix: str, states: tuple[str, ...], limit: int
-) -> list[dict[str, Any]]:
+def _owed_query(suffix: str, states: tuple[str, ...], limit: int) -> Select[Any]:
     c = comments.alias("c")
-    stmt = (
+    return (
         select(tasks)
         .outerjoin(c, c.c.comment_key == tasks.c.task_id + suffix)
         .where(tasks.c.state.in_(states))
@@ -39,18 +38,47 @@ def _owed(
         .order_by(tasks.c.created_at)
         .limit(limit)
     )
-    return [dict(r._mapping) for r in conn.execute(stmt)]
 
 
-def receipts_owed(conn: Connection, limit: int = 100) -> list[dict[str, Any]]:
-    return _owed(conn, ":receipt", _LIVE, limit)
+# Built once: the outbox asks after every claim round, and building a join like these
+# per call cost more CPU than SQLite spent answering it.
+_RECEIPTS_OWED = _owed_query(":receipt", _LIVE, 100)
+_RESULTS_OWED = _owed_query(":result", (*RESULT_STATES, "rejected"), 100)
+_COMMAND_REPLIES_OWED = (
+    select(comments)
+    .where(comments.c.kind == "status")
+    .where(comments.c.status.not_in((SENT, CONFIRMED)))
+    .order_by(comments.c.created_at)
+    .limit(100)
+)
 
 
-def results_owed(conn: Connection, limit: int = 100) -> list[dict[str, Any]]:
-    owed = _owed(conn, ":result", (*RESULT_STATES, "rejected"), limit)
+def receipts_owed(conn: Connection) -> list[dict[str, Any]]:
+    return [dict(r._mapping) for r in conn.execute(_RECEIPTS_OWED)]
+
+
+def results_owed(conn: Connection) -> list[dict[str, Any]]:
+    owed = [dict(r._mapping) for r in conn.execute(_RESULTS_OWED)]
     # A rejected mention is answered only when a budget refused it; an unauthorised
     # commenter gets no reply from the bot.
     return [t for t in owed if t["state"] != "rejected" or t["error_code"] == "budget_exceeded"]
+
+
+def command_replies_owed(conn: Connection) -> list[dict[str, Any]]:
+    """Answers to ``@bot status`` that are written but not posted yet."""
+    return [dict(r._mapping) for r in conn.execute(_COMMAND_REPLIES_OWED)]
+
+
+@dataclass(frozen=True, slots=True)
+class Owed:
+    receipts: list[dict[str, Any]]
+    command_replies: list[dict[str, Any]]
+    results: list[dict[str, Any]]
+
+
+def owed(conn: Connection) -> Owed:
+    """Everything the outbox may have to post, in one read."""
+    return Owed(receipts_owed(conn), command_replies_owed(conn), results_owed(conn))
 
 
 def result_text(task: dict[str, Any]) -> str:
@@ -67,18 +95,6 @@ def result_text(task: dict[str, Any]) -> str:
             f"({task['error_code'] or 'reply_unknown'}); nothing was re-posted."
         )
     return f"任务失败 / the task failed ({task['error_code'] or 'failed'})."
-
-
-def command_replies_owed(conn: Connection, limit: int = 100) -> list[dict[str, Any]]:
-    """Answers to ``@bot status`` that are written but not posted yet."""
-    rows = conn.execute(
-        select(comments)
-        .where(comments.c.kind == "status")
-        .where(comments.c.status.not_in((SENT, CONFIRMED)))
-        .order_by(comments.c.created_at)
-        .limit(limit)
-    )
-    return [dict(r._mapping) for r in rows]
 
 
 def skip_result(conn: Connection, task: dict[str, Any]) -> None:

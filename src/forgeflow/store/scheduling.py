@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Connection, and_, exists, or_, select
+from sqlalchemy import Connection, and_, exists, func, or_, select
 from sqlalchemy.exc import IntegrityError
 
 from forgeflow.domain.retry import RetryPolicy
@@ -73,13 +73,12 @@ def candidates(
     return [dict(r._mapping) for r in conn.execute(stmt)]
 
 
+_NEXT_WAKE = select(func.min(tasks.c.next_retry_at)).where(tasks.c.state == "retry_wait")
+
+
 def next_wake(conn: Connection) -> Any:
     """When the earliest retry_wait task becomes due (or None)."""
-    from sqlalchemy import func
-
-    return conn.execute(
-        select(func.min(tasks.c.next_retry_at)).where(tasks.c.state == "retry_wait")
-    ).scalar_one()
+    return conn.execute(_NEXT_WAKE).scalar_one()
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,6 +86,12 @@ class Claim:
     task: dict[str, Any]
     lease_id: str | None
     repo: dict[str, Any] | None = None  # the repository row, read in the same transaction
+
+
+@dataclass(frozen=True, slots=True)
+class Round:
+    claims: list[Claim]
+    next_due: datetime | None  # when the earliest retry_wait task becomes due
 
 
 def claim(
@@ -187,11 +192,12 @@ def claim_round(
     ttl: timedelta,
     worker_id: str | None = None,
     waiting: set[str] | None = None,
-) -> list[Claim]:
+) -> Round:
     """The candidates and their claims in one transaction (one trip to the writer
     instead of a read and then a write): every candidate whose repository this worker
-    is not busy with and that it does not run already. ``waiting`` receives the busy
-    repositories that have candidates (their next task is claimed at the handoff)."""
+    is not busy with and that it does not run already; and when the next ``retry_wait``
+    task is due. ``waiting`` receives the busy repositories that have candidates (their
+    next task is claimed at the handoff)."""
     wanted = []
     for cand in candidates(conn, worker_id=worker_id, ttl=ttl):
         if cand["repo_key"] in busy_repos:
@@ -199,7 +205,8 @@ def claim_round(
                 waiting.add(cand["repo_key"])
         elif cand["task_id"] not in running:
             wanted.append((cand["task_id"], cand["repo_key"]))
-    return claim_many(conn, wanted, owner=owner, ttl=ttl, worker_id=worker_id)
+    claims = claim_many(conn, wanted, owner=owner, ttl=ttl, worker_id=worker_id)
+    return Round(claims, next_wake(conn))
 
 
 def claim_next(
