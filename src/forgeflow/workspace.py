@@ -192,9 +192,24 @@ class WorkspaceManager:
     ) -> RepoCheckout:
         action: Literal["cloned", "fetched"]
         if os.path.lexists(path) and not _is_empty_dir(path):
-            await self._check_main_clone(path, clone_url, session)
+            upstream: asyncio.Future[str | None] | None = None
+            if (
+                session is not None
+                and self.fetch_interval > 0
+                and branch_head is not None
+                and not os.path.isdir(session_worktree(str(self.root), session))
+            ):
+                # A new worktree may skip the fetch if Gitea's head is the clone's: ask
+                # Gitea while git checks the clone.
+                upstream = asyncio.ensure_future(branch_head())
+            try:
+                await self._check_main_clone(path, clone_url, session)
+            except BaseException:
+                if upstream is not None:
+                    upstream.cancel()
+                raise
             if session is not None and self.fetch_interval > 0:
-                reused = await self._reuse(path, branch, session, branch_head)
+                reused = await self._reuse(path, branch, session, upstream)
                 if reused is not None:
                     return reused
             await self.git.run(
@@ -239,26 +254,35 @@ class WorkspaceManager:
         path: str,
         branch: str,
         session: ResourceRef,
-        branch_head: Callable[[], Awaitable[str | None]] | None,
+        upstream: asyncio.Future[str | None] | None,
     ) -> RepoCheckout | None:
         """The clone as it is, when the fetch rule lets this task skip the fetch."""
         last = self._fetched.get(path)
         now = time.monotonic()
         if os.path.isdir(session_worktree(str(self.root), session)):
+            if upstream is not None:
+                upstream.cancel()
             if last is not None and last.branch == branch and now - last.at < self.fetch_interval:
                 return RepoCheckout(path, "reused", last.head, now - last.at)
             return None
-        upstream = await branch_head() if branch_head is not None else None
-        if not upstream:
+        head = await upstream if upstream is not None else None
+        if not head:
             return None
-        ours = await self.git.run(
-            "rev-parse", "--verify", "--quiet", f"refs/remotes/origin/{branch}^{{commit}}",
-            cwd=path, check=False,
-        )  # fmt: skip
-        if ours.stdout.strip() != upstream:
+        if last is not None and last.branch == branch:
+            # Only this manager fetches the clone, under its lock: the head it recorded
+            # is still the clone's, without a git process to ask.
+            ours = last.head
+        else:
+            ours = (
+                await self.git.run(
+                    "rev-parse", "--verify", "--quiet",
+                    f"refs/remotes/origin/{branch}^{{commit}}", cwd=path, check=False,
+                )
+            ).stdout.strip()  # fmt: skip
+        if ours != head:
             return None
         ago = now - last.at if last is not None else float("inf")
-        return RepoCheckout(path, "reused", upstream, ago)
+        return RepoCheckout(path, "reused", head, ago)
 
     async def prepare_session(
         self,
@@ -296,8 +320,11 @@ class WorkspaceManager:
                     peeked.cancel()
                 await self._add_worktree(main, path, branch, target or checkout.head)
                 created = True
-                await self.checks.session(main, path)
-                status = await self.worktree_status(path)
+                checked, status = await self._look(main, path)
+                for outcome in (checked, status):
+                    if isinstance(outcome, BaseException):
+                        raise outcome
+                assert isinstance(status, WorktreeStatus)
             if status.unmerged:
                 raise WorkspaceDirty(
                     f"session worktree {path} has unmerged paths",

@@ -317,6 +317,13 @@ def test_a_session_that_exists_skips_a_recent_fetch(world: World) -> None:
     moved = world.emu.push_branch("alice", "proj", "main", {"d.txt": "more\n"})
     got = new(moved)
     assert got.action == "fetched" and got.head == moved
+    # A manager that never fetched this clone (a restart) asks git for the clone's head.
+    restarted = world.manager(fetch_interval=0.5)
+    for sha, action in ((moved, "reused"), ("0" * 40, "fetched")):
+        checked = run(restarted.prepare_repo(world.repo, world.clone_url, "main",
+                                             session=world.issue(10),
+                                             branch_head=lambda sha=sha: head_is(sha)))  # fmt: skip
+        assert checked.action == action and checked.head == moved
 
     # With an interval of 0 (the manager's default), every task fetches.
     always = world.manager()
