@@ -80,39 +80,44 @@ class Checks:
 
     async def session(self, main: str, path: str) -> None:
         """Raise WorkspaceDirty unless ``path`` is a worktree of ``main`` registered at
-        ``path`` ("occupied") without a stale ``index.lock``; one git process."""
+        ``path`` ("occupied") without a stale ``index.lock``; at most one git process."""
         dot_git = os.path.join(path, ".git")
-        ours = not os.path.islink(path) and os.path.isfile(dot_git) and not os.path.islink(dot_git)
-        lines: list[str] = []
-        if ours:
-            found = await self.git.run(
-                "rev-parse", "--show-toplevel", "--git-common-dir", "--absolute-git-dir",
-                "--git-path", "index.lock", cwd=path, check=False,
-            )  # fmt: skip
-            lines = found.stdout.splitlines()
-            ours = (
-                found.returncode == 0
-                and len(lines) == 4
-                and os.path.realpath(lines[0]) == os.path.realpath(path)
-                and os.path.realpath(os.path.join(path, lines[1]))
-                == os.path.realpath(os.path.join(main, ".git"))
-                # Registered at this very path (what `git worktree list` reads): the
-                # administrative entry points back to this .git file, so it is neither
-                # prunable nor a copy of another worktree.
-                and _points_back(lines[2], dot_git)
-            )
-        if not ours:
+        admin = None
+        if not os.path.islink(path) and os.path.isfile(dot_git) and not os.path.islink(dot_git):
+            # git's own files answer the common case without a process; anything they
+            # do not show plainly gets git's verdict.
+            admin = _registered_admin_dir(main, path) or await self._admin_dir_by_git(main, path)
+        if admin is None:
             raise WorkspaceDirty(
                 f"{path} is taken by something that is not this session's worktree",
                 details={"path": path, "reason": "occupied"},
             )
         # A session is prepared before its turn starts, so no git of ours or of the agent
         # is running there: any index.lock is a leftover of a crash.
-        if os.path.lexists(os.path.join(path, lines[3])):
+        if os.path.lexists(os.path.join(admin, "index.lock")):
             raise WorkspaceDirty(
                 f"session worktree {path} has a stale index.lock",
                 details={"path": path, "reason": "index_lock"},
             )
+
+    async def _admin_dir_by_git(self, main: str, path: str) -> str | None:
+        found = await self.git.run(
+            "rev-parse", "--show-toplevel", "--git-common-dir", "--absolute-git-dir",
+            cwd=path, check=False,
+        )  # fmt: skip
+        lines = found.stdout.splitlines()
+        ours = (
+            found.returncode == 0
+            and len(lines) == 3
+            and os.path.realpath(lines[0]) == os.path.realpath(path)
+            and os.path.realpath(os.path.join(path, lines[1]))
+            == os.path.realpath(os.path.join(main, ".git"))
+            # Registered at this very path (what `git worktree list` reads): the
+            # administrative entry points back to this .git file, so it is neither
+            # prunable nor a copy of another worktree.
+            and _points_back(lines[2], os.path.join(path, ".git"))
+        )
+        return lines[2] if ours else None
 
 
 def _stat_key(path: str) -> tuple[int, ...]:
@@ -122,6 +127,33 @@ def _stat_key(path: str) -> tuple[int, ...]:
     except OSError:
         return (-1,)
     return (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_mode)
+
+
+def _registered_admin_dir(main: str, path: str) -> str | None:
+    """The administrative directory of ``path`` when, by git's files alone
+    (gitrepository-layout(5)), it is a worktree of ``main`` registered at this very
+    path: ``path/.git`` names ``main/.git/worktrees/<id>``, whose ``commondir`` leads
+    back to ``main/.git`` and whose ``gitdir`` points back to ``path/.git``. None when
+    any of it is missing or reads otherwise (then git itself is asked)."""
+    dot_git = os.path.join(path, ".git")
+    common = os.path.realpath(os.path.join(main, ".git"))
+    try:
+        with open(dot_git, encoding="utf-8") as fh:
+            first = fh.readline().strip()
+        if not first.startswith("gitdir: "):
+            return None
+        admin = os.path.realpath(os.path.join(path, first.removeprefix("gitdir: ")))
+        if os.path.dirname(admin) != os.path.join(common, "worktrees"):
+            return None
+        with open(os.path.join(admin, "commondir"), encoding="utf-8") as fh:
+            recorded_common = fh.readline().strip()
+        if os.path.realpath(os.path.join(admin, recorded_common)) != common:
+            return None
+        if not os.path.isfile(os.path.join(admin, "HEAD")):
+            return None
+    except (OSError, UnicodeDecodeError):
+        return None
+    return admin if _points_back(admin, dot_git) else None
 
 
 def _points_back(admin_dir: str, dot_git: str) -> bool:

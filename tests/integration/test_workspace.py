@@ -414,6 +414,25 @@ def test_a_copy_of_another_sessions_worktree_is_not_ours(world: World) -> None:
     assert run(wm.prepare_session(world.issue(1), checkout, default_branch="main")).status.clean
 
 
+def test_a_worktree_of_another_repository_is_not_ours(world: World, tmp_path: Path) -> None:
+    # git's files are read directly in the common case: a real worktree that belongs
+    # to another clone must still be refused, and with git's own verdict.
+    wm = world.manager()
+    checkout = run(wm.prepare_repo(world.repo, world.clone_url, "main"))
+    other = tmp_path / "other"
+    git(tmp_path, "init", "-q", "-b", "main", str(other))
+    (other / "f").write_text("x\n")
+    git(other, "add", "f")
+    git(other, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "x")
+    taken = world.root / ".sessions" / "default" / "alice" / "proj" / "issue-4"
+    taken.parent.mkdir(parents=True, exist_ok=True)
+    git(other, "worktree", "add", "-q", "-b", "ccweb/issue-4", str(taken))
+    with pytest.raises(WorkspaceDirty) as err:
+        run(wm.prepare_session(world.issue(4), checkout, default_branch="main"))
+    assert err.value.details["reason"] == "occupied"
+    assert (taken / "f").read_text() == "x\n"
+
+
 def test_a_worktree_deleted_by_hand_comes_back_with_its_branch(world: World) -> None:
     wm = world.manager()
     checkout = run(wm.prepare_repo(world.repo, world.clone_url, "main"))
