@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import Connection, select, update
+from sqlalchemy import Connection, bindparam, select, update
 
-from forgeflow.store import audit
+from forgeflow.store import audit, sql
 from forgeflow.store.schema import control, control_requests
 from forgeflow.store.sql import insert_ignore
 from forgeflow.store.types import iso, utcnow
@@ -14,17 +14,20 @@ from forgeflow.store.types import iso, utcnow
 _ROW_ID = 1
 
 
+_GET = select(control).where(control.c.id == bindparam("id"))
+
+
 def get(conn: Connection) -> dict[str, Any]:
-    row = conn.execute(select(control).where(control.c.id == _ROW_ID)).first()
-    if row is None:
+    found = sql.first(conn, _GET, {"id": _ROW_ID})
+    if found is None:
         insert_ignore(
             conn,
             control,
             {"id": _ROW_ID, "global_paused": False, "updated_at": utcnow(), "version": 1},
         )
-        row = conn.execute(select(control).where(control.c.id == _ROW_ID)).first()
-    assert row is not None
-    return dict(row._mapping)
+        found = sql.first(conn, _GET, {"id": _ROW_ID})
+    assert found is not None
+    return found
 
 
 def set_paused(conn: Connection, paused: bool, actor: str, reason: str | None) -> dict[str, Any]:

@@ -6,11 +6,11 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
-from sqlalchemy import Connection, bindparam, func, select, update
+from sqlalchemy import Connection, bindparam, func, or_, select, update
 
 from forgeflow.domain.ids import ResourceRef, task_id_for
 from forgeflow.domain.states import TaskState
-from forgeflow.store import audit, repos, sessions
+from forgeflow.store import audit, repos, sessions, sql
 from forgeflow.store import tasks as task_q
 from forgeflow.store.schema import tasks, webhook_deliveries
 from forgeflow.store.sql import insert_ignore, notify_tasks
@@ -62,17 +62,20 @@ _EARLIER = (
     .where(webhook_deliveries.c.repo_key == bindparam("repo_key"))
     .where(webhook_deliveries.c.comment_id == bindparam("comment_id"))
     .where(webhook_deliveries.c.delivery_key != bindparam("key"))
-    .where(webhook_deliveries.c.status.in_(("accepted", "rejected")))
+    # Two comparisons, not IN: a fixed statement runs on SQLite's cursor (store/direct.py).
+    .where(
+        or_(webhook_deliveries.c.status == "accepted", webhook_deliveries.c.status == "rejected")
+    )
 )
 
 
 def get(conn: Connection, delivery_key: str) -> DeliveryRecord | None:
-    row = conn.execute(_GET, {"key": delivery_key}).first()
-    return _record(conn, dict(row._mapping), duplicate=True) if row else None
+    row = sql.first(conn, _GET, {"key": delivery_key})
+    return _record(conn, row, duplicate=True) if row else None
 
 
 def _task_state(conn: Connection, task_id: str) -> str | None:
-    state: str | None = conn.execute(_TASK_STATE, {"task_id": task_id}).scalar_one_or_none()
+    state: str | None = sql.scalar(conn, _TASK_STATE, {"task_id": task_id})
     return state
 
 
@@ -233,24 +236,24 @@ def open_delivery(
             ),
         )
         return DeliveryRecord(a.delivery_id, "rejected", 409, reason="repository_disabled")
-    earlier = conn.execute(
-        _EARLIER, {"repo_key": repo.key, "comment_id": a.comment_id, "key": a.delivery_key}
-    ).first()
+    earlier = sql.first(
+        conn, _EARLIER, {"repo_key": repo.key, "comment_id": a.comment_id, "key": a.delivery_key}
+    )
     if earlier is not None:
-        state = _task_state(conn, earlier.task_id) if earlier.task_id else None
+        state = _task_state(conn, earlier["task_id"]) if earlier["task_id"] else None
         finish(
             conn,
             a.delivery_key,
             status="duplicate",
             reason="comment_already_accepted",
             response_code=200,
-            task_id=earlier.task_id,
+            task_id=earlier["task_id"],
         )
         audit.append(
             conn,
             audit.AuditEvent(
                 action="webhook.duplicate",
-                task_id=earlier.task_id,
+                task_id=earlier["task_id"],
                 delivery_id=a.delivery_id,
                 repo_key=repo.key,
                 comment_id=a.comment_id,
@@ -261,7 +264,7 @@ def open_delivery(
             a.delivery_id,
             "duplicate",
             200,
-            earlier.task_id,
+            earlier["task_id"],
             state,
             "comment_already_accepted",
             duplicate=True,

@@ -9,18 +9,19 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Connection, delete, select, update
+from sqlalchemy import Connection, bindparam, delete, select, update
 
 from forgeflow.domain.ids import new_lease_id
-from forgeflow.store import audit
+from forgeflow.store import audit, sql
 from forgeflow.store.schema import repo_leases
 from forgeflow.store.sql import insert_ignore
 from forgeflow.store.types import utcnow
 
+_GET = select(repo_leases).where(repo_leases.c.repo_key == bindparam("key"))
+
 
 def get(conn: Connection, repo_key: str) -> dict[str, Any] | None:
-    row = conn.execute(select(repo_leases).where(repo_leases.c.repo_key == repo_key)).first()
-    return dict(row._mapping) if row else None
+    return sql.first(conn, _GET, {"key": repo_key})
 
 
 def acquire(

@@ -8,7 +8,7 @@ from sqlalchemy import Connection, bindparam, select, update
 
 from forgeflow.domain.events import repo_added
 from forgeflow.domain.ids import INSTANCE_ID, RepoRef
-from forgeflow.store import audit, events
+from forgeflow.store import audit, events, sql
 from forgeflow.store.schema import repositories
 from forgeflow.store.sql import insert_ignore
 from forgeflow.store.types import iso, utcnow
@@ -73,12 +73,11 @@ _STATUS = select(repositories.c.status).where(repositories.c.repo_key == bindpar
 
 
 def get(conn: Connection, repo_key: str) -> dict[str, Any] | None:
-    row = conn.execute(_GET, {"key": repo_key}).first()
-    return dict(row._mapping) if row else None
+    return sql.first(conn, _GET, {"key": repo_key})
 
 
 def status(conn: Connection, repo_key: str) -> str | None:
-    value: str | None = conn.execute(_STATUS, {"key": repo_key}).scalar_one_or_none()
+    value: str | None = sql.scalar(conn, _STATUS, {"key": repo_key})
     return value
 
 

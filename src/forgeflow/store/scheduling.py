@@ -6,12 +6,12 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Connection, and_, exists, func, or_, select
+from sqlalchemy import Connection, Select, and_, bindparam, exists, func, or_, select
 from sqlalchemy.exc import IntegrityError
 
 from forgeflow.domain.retry import RetryPolicy
 from forgeflow.domain.states import ACTIVE_STATES, TaskState
-from forgeflow.store import control, leases, repos
+from forgeflow.store import control, leases, repos, sql
 from forgeflow.store import tasks as task_q
 from forgeflow.store import workers as worker_q
 from forgeflow.store.schema import repositories, tasks, workers
@@ -38,6 +38,25 @@ def candidates(
     that repository's.
     """
     now = utcnow()
+    affinity = worker_id is not None and ttl is not None
+    params: dict[str, Any] = {"now": now, "limit": limit}
+    if repo_key is not None:
+        params["repo_key"] = repo_key
+    if affinity:
+        assert ttl is not None
+        params |= {"worker_id": worker_id, "stale_before": now - ttl}
+    return sql.rows(conn, _candidates(repo_key is not None, affinity), params)
+
+
+_CANDIDATES: dict[tuple[bool, bool], Select[Any]] = {}
+
+
+def _candidates(by_repo: bool, affinity: bool) -> Select[Any]:
+    """The candidates query, built once per shape: the claim loop asks after every
+    acceptance and every task's end."""
+    stmt = _CANDIDATES.get((by_repo, affinity))
+    if stmt is not None:
+        return stmt
     older = tasks.alias("older")
     stmt = (
         select(tasks)
@@ -46,31 +65,35 @@ def candidates(
         .where(
             or_(
                 tasks.c.state == TaskState.QUEUED.value,
-                and_(tasks.c.state == TaskState.RETRY_WAIT.value, tasks.c.next_retry_at <= now),
+                and_(
+                    tasks.c.state == TaskState.RETRY_WAIT.value,
+                    tasks.c.next_retry_at <= bindparam("now"),
+                ),
             )
         )
         .where(
             ~exists().where(
                 older.c.resource_key == tasks.c.resource_key,
                 older.c.created_at < tasks.c.created_at,
-                older.c.state.in_(_WAITING),
+                or_(*(older.c.state == s for s in _WAITING)),
             )
         )
         .order_by(tasks.c.created_at, tasks.c.task_id)
-        .limit(limit)
+        .limit(bindparam("limit"))
     )
-    if repo_key is not None:
-        stmt = stmt.where(tasks.c.repo_key == repo_key)
-    if worker_id is not None and ttl is not None:
+    if by_repo:
+        stmt = stmt.where(tasks.c.repo_key == bindparam("repo_key"))
+    if affinity:
         stmt = stmt.outerjoin(workers, workers.c.worker_id == repositories.c.worker_id).where(
             or_(
                 repositories.c.worker_id.is_(None),
-                repositories.c.worker_id == worker_id,
+                repositories.c.worker_id == bindparam("worker_id"),
                 workers.c.heartbeat_at.is_(None),
-                workers.c.heartbeat_at < now - ttl,
+                workers.c.heartbeat_at < bindparam("stale_before"),
             )
         )
-    return [dict(r._mapping) for r in conn.execute(stmt)]
+    _CANDIDATES[(by_repo, affinity)] = stmt
+    return stmt
 
 
 _NEXT_WAKE = select(func.min(tasks.c.next_retry_at)).where(tasks.c.state == "retry_wait")
@@ -78,7 +101,7 @@ _NEXT_WAKE = select(func.min(tasks.c.next_retry_at)).where(tasks.c.state == "ret
 
 def next_wake(conn: Connection) -> Any:
     """When the earliest retry_wait task becomes due (or None)."""
-    return conn.execute(_NEXT_WAKE).scalar_one()
+    return sql.scalar(conn, _NEXT_WAKE, {})
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,14 +130,16 @@ def claim(
     ``handoff_from``: the task whose lease release claims this one (audit only)."""
     if control.get(conn)["global_paused"]:
         return None
-    stmt = select(tasks).where(tasks.c.task_id == task_id)
     if conn.dialect.name == "postgresql":
         # Another worker holding this row is claiming it: skip instead of waiting.
-        stmt = stmt.with_for_update(skip_locked=True)
-    found = conn.execute(stmt).first()
-    if found is None:
+        found = conn.execute(
+            select(tasks).where(tasks.c.task_id == task_id).with_for_update(skip_locked=True)
+        ).first()
+        row = None if found is None else dict(found._mapping)
+    else:
+        row = task_q.get(conn, task_id)
+    if row is None:
         return None
-    row = dict(found._mapping)
     if worker_id is not None and not worker_q.claim_repository(
         conn, row["repo_key"], worker_id=worker_id, ttl=ttl
     ):

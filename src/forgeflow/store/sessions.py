@@ -8,7 +8,7 @@ from typing import Any
 from sqlalchemy import Connection, bindparam, func, select, update
 
 from forgeflow.domain.ids import ResourceRef
-from forgeflow.store import audit, events
+from forgeflow.store import audit, events, sql
 from forgeflow.store.schema import sessions
 from forgeflow.store.sql import insert_ignore
 from forgeflow.store.types import iso, utcnow
@@ -124,8 +124,7 @@ _GET = select(sessions).where(sessions.c.session_key == bindparam("key"))
 
 
 def get(conn: Connection, session_key: str) -> dict[str, Any] | None:
-    row = conn.execute(_GET, {"key": session_key}).first()
-    return dict(row._mapping) if row else None
+    return sql.first(conn, _GET, {"key": session_key})
 
 
 def list_page(

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from sqlalchemy import Connection, Insert, Table, literal_column, text
 from sqlalchemy.dialects import postgresql, sqlite
-from sqlalchemy.exc import DBAPIError
+
+from forgeflow.store.direct import direct
 
 # Statements built once per (dialect, table): building a Core statement per call costs
 # more CPU than SQLite spends running it, and the webhook's hot path inserts several.
@@ -29,9 +29,9 @@ def insert_ignore(conn: Connection, table: Table, values: dict[str, Any]) -> boo
         # RETURNING tells reliably whether a row went in; rowcount does not on every driver.
         stmt = module.insert(table).on_conflict_do_nothing().returning(literal_column("1"))
         _INSERT_IGNORE[(dialect, table.name)] = stmt
-    direct = _direct(conn, stmt, table, values)
-    if direct is not None:
-        return direct.run(conn, [values], returns=True)
+    fast = direct(conn, stmt, values, table)
+    if fast is not None:
+        return bool(fast.run(conn, [values], fetch=1)[0])
     return conn.execute(stmt, values).first() is not None
 
 
@@ -45,71 +45,43 @@ def insert_rows(conn: Connection, table: Table, rows: Sequence[dict[str, Any]]) 
     stmt = _INSERT.get(table.name)
     if stmt is None:
         stmt = _INSERT[table.name] = table.insert()
-    direct = _direct(conn, stmt, table, rows[0])
-    if direct is not None:
-        direct.run(conn, rows, returns=False)
+    fast = direct(conn, stmt, rows[0], table)
+    if fast is not None:
+        fast.run(conn, rows)
     else:
         conn.execute(stmt, rows[0] if len(rows) == 1 else list(rows))
 
 
-# SQLite's one writer thread is forgeflow's bottleneck, and for a short INSERT
-# SQLAlchemy's execute machinery (execution context, parameter and result set-up) cost
-# several times what SQLite spent running it. So on SQLite these INSERTs are compiled
-# once per set of columns and run on the driver's own cursor, with SQLAlchemy's bind
-# processors (datetimes, JSON, booleans) and its exception classes. PostgreSQL keeps the
-# plain path: a network round trip dwarfs the difference there.
-@dataclass(frozen=True, slots=True)
-class _Direct:
-    sql: str
-    order: tuple[str, ...]
-    processors: Mapping[str, Callable[[Any], Any]]
-
-    def _params(self, values: Mapping[str, Any]) -> tuple[Any, ...]:
-        p = self.processors
-        return tuple(p[k](values[k]) if k in p else values[k] for k in self.order)
-
-    def run(self, conn: Connection, rows: Sequence[Mapping[str, Any]], *, returns: bool) -> bool:
-        driver = conn.connection.driver_connection
-        assert driver is not None
-        cursor = driver.cursor()
-        try:
-            if len(rows) == 1:
-                cursor.execute(self.sql, self._params(rows[0]))
-            else:
-                cursor.executemany(self.sql, [self._params(r) for r in rows])
-            return returns and cursor.fetchone() is not None
-        except conn.dialect.loaded_dbapi.Error as exc:
-            raise DBAPIError.instance(
-                self.sql, None, exc, conn.dialect.loaded_dbapi.Error, dialect=conn.dialect
-            ) from exc
-        finally:
-            cursor.close()
+# Statements the hot paths build once (module constants with ``bindparam``) run through
+# these: on SQLite on the driver's cursor (store/direct.py), elsewhere as usual.
+def rows(conn: Connection, stmt: Any, params: Mapping[str, Any]) -> list[dict[str, Any]]:
+    fast = direct(conn, stmt, params)
+    if fast is not None:
+        return fast.run(conn, [params], fetch=None)[0]
+    return [dict(r._mapping) for r in conn.execute(stmt, dict(params))]
 
 
-_DIRECT: dict[tuple[Any, frozenset[str]], _Direct | None] = {}
+def first(conn: Connection, stmt: Any, params: Mapping[str, Any]) -> dict[str, Any] | None:
+    fast = direct(conn, stmt, params)
+    if fast is not None:
+        found = fast.run(conn, [params], fetch=1)[0]
+        return found[0] if found else None
+    row = conn.execute(stmt, dict(params)).first()
+    return None if row is None else dict(row._mapping)
 
 
-def _direct(conn: Connection, stmt: Any, table: Table, values: Mapping[str, Any]) -> _Direct | None:
-    """The driver-level form of ``stmt`` for these columns on SQLite, else None."""
-    if conn.dialect.name != "sqlite":
-        return None
-    keys = frozenset(values)
-    key = (stmt, keys)
-    if key in _DIRECT:
-        return _DIRECT[key]
-    direct = None
-    # A column left out whose default SQLAlchemy computes in Python needs its path.
-    if not any(
-        (c.default is not None or c.onupdate is not None) and c.name not in keys
-        for c in table.columns
-    ):
-        compiled = stmt.compile(dialect=conn.dialect, column_keys=sorted(keys))
-        order = tuple(compiled.positiontup or ())
-        if compiled.positional and set(order) == keys:
-            processors = {k: v for k, v in compiled._bind_processors.items() if k in keys}
-            direct = _Direct(compiled.string, order, processors)
-    _DIRECT[key] = direct
-    return direct
+def scalar(conn: Connection, stmt: Any, params: Mapping[str, Any]) -> Any:
+    """The first column of the first row, or None."""
+    row = first(conn, stmt, params)
+    return None if row is None else next(iter(row.values()))
+
+
+def execute(conn: Connection, stmt: Any, params: Mapping[str, Any]) -> int:
+    """A statement without result rows; returns how many rows it changed."""
+    fast = direct(conn, stmt, params)
+    if fast is not None:
+        return fast.run(conn, [params])[1]
+    return int(conn.execute(stmt, dict(params)).rowcount)
 
 
 TASKS_CHANNEL = "forgeflow_tasks"

@@ -12,7 +12,7 @@ from forgeflow.domain.ids import ResourceRef
 from forgeflow.domain.states import IllegalTransition, TaskState, is_allowed
 
 __all__ = ["IllegalTransition", "StaleStateVersion", "TaskNotFound", "Transition", "transition"]
-from forgeflow.store import audit, events, repos, sessions
+from forgeflow.store import audit, events, repos, sessions, sql
 from forgeflow.store.schema import tasks
 from forgeflow.store.sql import insert_row
 from forgeflow.store.types import iso, utcnow
@@ -89,10 +89,9 @@ def transition(conn: Connection, t: Transition) -> dict[str, Any]:
         from_state = t.from_state.value
         updated = _swap(conn, t, from_state, fields)
     if updated is None:
-        row = conn.execute(select(tasks).where(tasks.c.task_id == t.task_id)).first()
-        if row is None:
+        current = get(conn, t.task_id)
+        if current is None:
             raise TaskNotFound(t.task_id)
-        current = row._mapping
         if not is_allowed(current["state"], t.to_state.value):
             _refuse(conn, t, current, "illegal_transition", {"requestedBy": t.action})
             raise IllegalTransition(t.task_id, current["state"], t.to_state.value)
@@ -150,8 +149,7 @@ def _swap(
         "b_version": t.expected_version,
         "b_from": from_state,
     }
-    row = conn.execute(_SWAP, values).first()
-    return None if row is None else dict(row._mapping)
+    return sql.first(conn, _SWAP, values)
 
 
 def _refuse(
@@ -305,9 +303,11 @@ def set_fields(conn: Connection, task_id: str, **values: Any) -> None:
     conn.execute(update(tasks).where(tasks.c.task_id == task_id).values(**values))
 
 
+_GET = select(tasks).where(tasks.c.task_id == bindparam("task_id"))
+
+
 def get(conn: Connection, task_id: str) -> dict[str, Any] | None:
-    row = conn.execute(select(tasks).where(tasks.c.task_id == task_id)).first()
-    return dict(row._mapping) if row else None
+    return sql.first(conn, _GET, {"task_id": task_id})
 
 
 def aborting_among(conn: Connection, task_ids: list[str]) -> set[str]:

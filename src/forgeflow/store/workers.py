@@ -5,9 +5,9 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
-from sqlalchemy import Connection, select, update
+from sqlalchemy import Connection, bindparam, select, update
 
-from forgeflow.store import audit
+from forgeflow.store import audit, sql
 from forgeflow.store.schema import repositories, workers
 from forgeflow.store.sql import insert_ignore
 from forgeflow.store.types import utcnow
@@ -50,39 +50,40 @@ def beat(conn: Connection, worker_id: str, owner: str) -> bool:
     return result.rowcount == 1
 
 
+_BINDING = select(repositories.c.worker_id, repositories.c.version).where(
+    repositories.c.repo_key == bindparam("key")
+)
+
+
 def claim_repository(conn: Connection, repo_key: str, *, worker_id: str, ttl: timedelta) -> bool:
     """Bind the repository's workspace to this worker, or confirm it is bound here.
 
     A repository bound to a worker whose heartbeat is older than ``ttl`` is taken over
     (and cloned afresh on this worker's disk).
     """
-    repo = conn.execute(
-        select(repositories.c.worker_id, repositories.c.version).where(
-            repositories.c.repo_key == repo_key
-        )
-    ).first()
+    repo = sql.first(conn, _BINDING, {"key": repo_key})
     if repo is None:
         return False
-    if repo.worker_id == worker_id:
+    if repo["worker_id"] == worker_id:
         return True
-    if repo.worker_id is not None:
-        holder = get(conn, repo.worker_id)
+    if repo["worker_id"] is not None:
+        holder = get(conn, repo["worker_id"])
         if holder is not None and holder["heartbeat_at"] > utcnow() - ttl:
             return False
     changed = conn.execute(
         update(repositories)
         .where(repositories.c.repo_key == repo_key)
-        .where(repositories.c.version == repo.version)
-        .values(worker_id=worker_id, version=repo.version + 1, updated_at=utcnow())
+        .where(repositories.c.version == repo["version"])
+        .values(worker_id=worker_id, version=repo["version"] + 1, updated_at=utcnow())
     )
     if changed.rowcount != 1:
         return False
     audit.append(
         conn,
         audit.AuditEvent(
-            action="repository.takeover" if repo.worker_id else "repository.affinity",
+            action="repository.takeover" if repo["worker_id"] else "repository.affinity",
             repo_key=repo_key,
-            metadata={"workerId": worker_id, "previous": repo.worker_id},
+            metadata={"workerId": worker_id, "previous": repo["worker_id"]},
         ),
     )
     return True
