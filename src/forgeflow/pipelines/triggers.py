@@ -39,7 +39,7 @@ class TriggerLoops:
         *,
         poll_seconds: float = 5.0,
         batch: int = 100,
-        gather_seconds: float = 0.1,
+        gather_seconds: float = 0.25,
     ) -> None:
         self.store = store
         self.engine = engine

@@ -5,9 +5,9 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
-from sqlalchemy import Connection, select, update
+from sqlalchemy import Connection, bindparam, select, update
 
-from forgeflow.store import audit
+from forgeflow.store import audit, sql
 from forgeflow.store.schema import comments
 from forgeflow.store.sql import insert_ignore
 from forgeflow.store.types import utcnow
@@ -131,15 +131,16 @@ def record_result(
     row = get(conn, comment_key)
     assert row is not None
     # ``age`` backdates the row so the next poster may take the intent over at once.
-    conn.execute(
-        update(comments)
-        .where(comments.c.comment_key == comment_key)
-        .values(
-            status=status,
-            comment_id=comment_id,
-            turn_id=turn_id or row["turn_id"],
-            updated_at=utcnow() - (age or timedelta(0)),
-        )
+    sql.execute(
+        conn,
+        _SET_RESULT,
+        {
+            "b_key": comment_key,
+            "status": status,
+            "comment_id": comment_id,
+            "turn_id": turn_id or row["turn_id"],
+            "updated_at": utcnow() - (age or timedelta(0)),
+        },
     )
     audit.append(
         conn,
@@ -160,6 +161,9 @@ def record_result(
     )
 
 
+_GET = select(comments).where(comments.c.comment_key == bindparam("b_key"))
+_SET_RESULT = update(comments).where(comments.c.comment_key == bindparam("b_key"))
+
+
 def get(conn: Connection, comment_key: str) -> dict[str, Any] | None:
-    row = conn.execute(select(comments).where(comments.c.comment_key == comment_key)).first()
-    return dict(row._mapping) if row else None
+    return sql.first(conn, _GET, {"b_key": comment_key})

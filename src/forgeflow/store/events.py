@@ -12,9 +12,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any, TypeVar
 
-from sqlalchemy import Connection, select, text, update
+from sqlalchemy import Connection, bindparam, select, text, update
 
 from forgeflow.domain.events import KNOWN_EVENT_TYPES, DomainEvent
+from forgeflow.store import sql
 from forgeflow.store.db import after_commit
 from forgeflow.store.schema import domain_events
 from forgeflow.store.sql import insert_ignore, insert_rows
@@ -67,14 +68,22 @@ def claim(conn: Connection, limit: int = 100) -> list[dict[str, Any]]:
     disjoint batches instead of waiting for each other. SQLite has one writer, which
     serialises them anyway (the clause is not rendered there).
     """
-    rows = conn.execute(
-        select(domain_events)
-        .where(domain_events.c.dispatched_at.is_(None))
-        .order_by(domain_events.c.seq)
-        .limit(limit)
-        .with_for_update(skip_locked=True)
-    )
-    return [dict(r._mapping) for r in rows]
+    return sql.rows(conn, _CLAIM, {"limit": limit})
+
+
+# Built once: the dispatcher claims after every commit that recorded events.
+_CLAIM = (
+    select(domain_events)
+    .where(domain_events.c.dispatched_at.is_(None))
+    .order_by(domain_events.c.seq)
+    .limit(bindparam("limit"))
+    .with_for_update(skip_locked=True)
+)
+_MARK = (
+    update(domain_events)
+    .where(domain_events.c.seq == bindparam("b_seq"))
+    .values(dispatched_at=bindparam("b_at"))
+)
 
 
 def record_unique(
@@ -119,11 +128,8 @@ def pending(conn: Connection, limit: int = 100) -> list[dict[str, Any]]:
 def mark_dispatched(conn: Connection, seq: int | Iterable[int]) -> None:
     seqs = [seq] if isinstance(seq, int) else list(seq)
     if seqs:
-        conn.execute(
-            update(domain_events)
-            .where(domain_events.c.seq.in_(seqs))
-            .values(dispatched_at=utcnow())
-        )
+        now = utcnow()
+        sql.execute_many(conn, _MARK, [{"b_seq": n, "b_at": now} for n in seqs])
 
 
 def all_of(conn: Connection, event_type: str | None = None) -> list[dict[str, Any]]:

@@ -76,6 +76,15 @@ def scalar(conn: Connection, stmt: Any, params: Mapping[str, Any]) -> Any:
     return None if row is None else next(iter(row.values()))
 
 
+def execute_many(conn: Connection, stmt: Any, params: Sequence[Mapping[str, Any]]) -> None:
+    """One statement for each parameter set (``executemany``)."""
+    fast = direct(conn, stmt, params[0])
+    if fast is not None:
+        fast.run(conn, params)
+    else:
+        conn.execute(stmt, [dict(p) for p in params])
+
+
 def execute(conn: Connection, stmt: Any, params: Mapping[str, Any]) -> int:
     """A statement without result rows; returns how many rows it changed."""
     fast = direct(conn, stmt, params)

@@ -15,6 +15,7 @@ from typing import Any
 
 from sqlalchemy import Connection, func, select, update
 
+from forgeflow.store import sql
 from forgeflow.store.pipeline_schema import pipeline_definitions as defs
 from forgeflow.store.pipeline_schema import pipeline_triggers as triggers
 from forgeflow.store.types import utcnow
@@ -28,13 +29,16 @@ _WITH_SWITCH = select(triggers, defs.c.is_enabled.label("template_enabled")).joi
 
 def event_triggers(conn: Connection, event_types: Collection[str]) -> list[Row]:
     """Enabled domain-event triggers listening to any of ``event_types``."""
-    rows = conn.execute(
-        _WITH_SWITCH.where(triggers.c.trigger_type == "event")
-        .where(triggers.c.is_enabled.is_(True))
-        .where(triggers.c.event_type.in_(list(event_types)))
-        .order_by(triggers.c.template_key)
-    )
-    return [dict(r._mapping) for r in rows]
+    wanted = set(event_types)
+    # All enabled event triggers (a handful), filtered here: one fixed statement.
+    return [t for t in sql.rows(conn, _EVENT_TRIGGERS, {}) if t["event_type"] in wanted]
+
+
+_EVENT_TRIGGERS = (
+    _WITH_SWITCH.where(triggers.c.trigger_type == "event")
+    .where(triggers.c.is_enabled.is_(True))
+    .order_by(triggers.c.template_key)
+)
 
 
 def by_token(conn: Connection, token: str) -> Row | None:

@@ -5,28 +5,58 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, insert, select, update
+from sqlalchemy import Connection, bindparam, func, select, update
 
-from forgeflow.store import audit
+from forgeflow.store import audit, sql
 from forgeflow.store.schema import sessions, tasks, turns
+from forgeflow.store.sql import insert_row
 from forgeflow.store.types import utcnow
+
+# Built once (see store/direct.py): a turn's start and its events write these.
+_TURN = turns.c.turn_key == bindparam("b_turn_key")
+_COUNT_TURN = (
+    update(tasks)
+    .where(tasks.c.task_id == bindparam("b_task_id"))
+    .values(turn_count=tasks.c.turn_count + 1)
+)
+_TURN_STARTED = update(turns).where(_TURN)
+_THREAD_OF_TURN = select(turns.c.thread_id).where(_TURN)
+_TASK_TURN = update(tasks).where(tasks.c.task_id == bindparam("b_task_id"))
+_SESSION_TURN = update(sessions).where(sessions.c.session_key == bindparam("b_session_key"))
+_EVENT_SEEN = (
+    update(turns)
+    .where(_TURN)
+    .where(turns.c.event_seq < bindparam("b_seq"))
+    .values(event_seq=bindparam("b_seq"))
+)
+_TURN_TOKENS = select((turns.c.input_tokens + turns.c.output_tokens).label("tokens")).where(_TURN)
+_SET_TURN_TOKENS = update(turns).where(_TURN)
+_TASK_TOKENS = select(
+    func.coalesce(func.sum(turns.c.input_tokens), 0).label("input"),
+    func.coalesce(func.sum(turns.c.output_tokens), 0).label("output"),
+).where(turns.c.task_id == bindparam("b_task_id"))
+_SET_TASK_TOKENS = update(tasks).where(tasks.c.task_id == bindparam("b_task_id"))
+_TURN_FINISHED = update(turns).where(_TURN)
+_SESSION_THREAD = select(sessions.c.thread_id, sessions.c.version).where(
+    sessions.c.session_key == bindparam("b_session_key")
+)
 
 
 def begin(conn: Connection, *, turn_key: str, task_id: str, thread_id: str, kind: str) -> None:
     """The intent of a turn, written before ``turn/start`` is sent."""
-    conn.execute(
-        insert(turns).values(
-            turn_key=turn_key,
-            task_id=task_id,
-            thread_id=thread_id,
-            kind=kind,
-            status="starting",
-            event_seq=0,
-        )
+    insert_row(
+        conn,
+        turns,
+        {
+            "turn_key": turn_key,
+            "task_id": task_id,
+            "thread_id": thread_id,
+            "kind": kind,
+            "status": "starting",
+            "event_seq": 0,
+        },
     )
-    conn.execute(
-        update(tasks).where(tasks.c.task_id == task_id).values(turn_count=tasks.c.turn_count + 1)
-    )
+    sql.execute(conn, _COUNT_TURN, {"b_task_id": task_id})
     audit.append(
         conn,
         audit.AuditEvent(
@@ -40,21 +70,25 @@ def begin(conn: Connection, *, turn_key: str, task_id: str, thread_id: str, kind
 def started(
     conn: Connection, *, turn_key: str, turn_id: str, task_id: str, session_key: str
 ) -> None:
-    conn.execute(
-        update(turns)
-        .where(turns.c.turn_key == turn_key)
-        .values(turn_id=turn_id, status="started", started_at=utcnow())
+    now = utcnow()
+    sql.execute(
+        conn,
+        _TURN_STARTED,
+        {"b_turn_key": turn_key, "turn_id": turn_id, "status": "started", "started_at": now},
     )
-    thread_id = conn.execute(
-        select(turns.c.thread_id).where(turns.c.turn_key == turn_key)
-    ).scalar_one()
-    conn.execute(
-        update(tasks).where(tasks.c.task_id == task_id).values(turn_id=turn_id, thread_id=thread_id)
+    thread_id = sql.scalar(conn, _THREAD_OF_TURN, {"b_turn_key": turn_key})
+    sql.execute(
+        conn, _TASK_TURN, {"b_task_id": task_id, "turn_id": turn_id, "thread_id": thread_id}
     )
-    conn.execute(
-        update(sessions)
-        .where(sessions.c.session_key == session_key)
-        .values(last_turn_id=turn_id, last_task_id=task_id, updated_at=utcnow())
+    sql.execute(
+        conn,
+        _SESSION_TURN,
+        {
+            "b_session_key": session_key,
+            "last_turn_id": turn_id,
+            "last_task_id": task_id,
+            "updated_at": now,
+        },
     )
     audit.append(
         conn,
@@ -70,53 +104,43 @@ def started(
 
 def event_seen(conn: Connection, turn_key: str, seq: int) -> bool:
     """Advance ``eventSeq``; False when ``seq`` was already handled (a duplicate)."""
-    result = conn.execute(
-        update(turns)
-        .where(turns.c.turn_key == turn_key)
-        .where(turns.c.event_seq < seq)
-        .values(event_seq=seq)
-    )
-    return result.rowcount == 1
+    return sql.execute(conn, _EVENT_SEEN, {"b_turn_key": turn_key, "b_seq": seq}) == 1
 
 
 def add_tokens(
     conn: Connection, turn_key: str, task_id: str, input_tokens: int, output_tokens: int
 ) -> int:
     """Set the turn's running totals; returns how many tokens this call added."""
-    before = conn.execute(
-        select(turns.c.input_tokens + turns.c.output_tokens).where(turns.c.turn_key == turn_key)
-    ).scalar_one()
-    conn.execute(
-        update(turns)
-        .where(turns.c.turn_key == turn_key)
-        .values(input_tokens=input_tokens, output_tokens=output_tokens)
+    before = sql.scalar(conn, _TURN_TOKENS, {"b_turn_key": turn_key})
+    sql.execute(
+        conn,
+        _SET_TURN_TOKENS,
+        {"b_turn_key": turn_key, "input_tokens": input_tokens, "output_tokens": output_tokens},
     )
-    total_in, total_out = _totals(conn, task_id)
-    conn.execute(
-        update(tasks)
-        .where(tasks.c.task_id == task_id)
-        .values(input_tokens=total_in, output_tokens=total_out)
+    totals = sql.first(conn, _TASK_TOKENS, {"b_task_id": task_id})
+    assert totals is not None
+    sql.execute(
+        conn,
+        _SET_TASK_TOKENS,
+        {
+            "b_task_id": task_id,
+            "input_tokens": int(totals["input"]),
+            "output_tokens": int(totals["output"]),
+        },
     )
     return input_tokens + output_tokens - int(before)
 
 
-def _totals(conn: Connection, task_id: str) -> tuple[int, int]:
-    from sqlalchemy import func
-
-    row = conn.execute(
-        select(
-            func.coalesce(func.sum(turns.c.input_tokens), 0),
-            func.coalesce(func.sum(turns.c.output_tokens), 0),
-        ).where(turns.c.task_id == task_id)
-    ).one()
-    return int(row[0]), int(row[1])
-
-
 def finish(conn: Connection, turn_key: str, status: str, last_message: str | None) -> None:
-    conn.execute(
-        update(turns)
-        .where(turns.c.turn_key == turn_key)
-        .values(status=status, completed_at=utcnow(), last_message=last_message)
+    sql.execute(
+        conn,
+        _TURN_FINISHED,
+        {
+            "b_turn_key": turn_key,
+            "status": status,
+            "completed_at": utcnow(),
+            "last_message": last_message,
+        },
     )
 
 
@@ -139,27 +163,25 @@ def bind_thread(
     resumed: bool,
     at: datetime | None = None,
 ) -> None:
-    row = conn.execute(
-        select(sessions.c.thread_id, sessions.c.version).where(
-            sessions.c.session_key == session_key
-        )
-    ).one()
-    if row.thread_id == thread_id:
+    row = sql.first(conn, _SESSION_THREAD, {"b_session_key": session_key})
+    if row is None:
+        raise KeyError(session_key)
+    if row["thread_id"] == thread_id:
         action = "session.thread_resume" if resumed else "session.thread_reuse"
     else:
         conn.execute(
             update(sessions)
             .where(sessions.c.session_key == session_key)
-            .values(thread_id=thread_id, version=row.version + 1, updated_at=utcnow())
+            .values(thread_id=thread_id, version=row["version"] + 1, updated_at=utcnow())
         )
-        action = "session.thread_replace" if row.thread_id else "session.thread_start"
+        action = "session.thread_replace" if row["thread_id"] else "session.thread_start"
     audit.append(
         conn,
         audit.AuditEvent(
             action=action,
             task_id=task_id,
             session_key=session_key,
-            metadata={"threadId": thread_id, "previousThreadId": row.thread_id},
+            metadata={"threadId": thread_id, "previousThreadId": row["thread_id"]},
             at=at,
         ),
     )
