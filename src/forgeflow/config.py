@@ -28,7 +28,10 @@ class Permission(StrEnum):
 
     @property
     def rank(self) -> int:
-        return list(Permission).index(self)
+        return _RANK[self]
+
+
+_RANK = {p: i for i, p in enumerate(Permission)}  # every mention compares two ranks
 
 
 class Role(StrEnum):
