@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import sqlite3
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import uvicorn
@@ -56,6 +57,13 @@ def create_app(db_path: Path) -> Starlette:
         conn.execute("COMMIT")
         return JSONResponse({"deliveryId": delivery_id}, status_code=202)
 
+    return app_for(webhook)
+
+
+def app_for(webhook: Callable[[Request], Awaitable[JSONResponse]]) -> Starlette:
+    """The webhook route and ``/healthz`` (bench/floor_app.py serves its own webhook in
+    the same shell)."""
+
     async def healthz(_request: Request) -> JSONResponse:
         return JSONResponse({"status": "ok"})
 
@@ -67,20 +75,19 @@ def create_app(db_path: Path) -> Starlette:
     )
 
 
+def run(app: Starlette, port: int) -> None:
+    # The same options as `forgeflow serve` (src/forgeflow/cli.py).
+    uvicorn.run(
+        app, host="127.0.0.1", port=port, log_level="warning", access_log=False, loop="asyncio"
+    )
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description="forgeflow ingest benchmark baseline")
     p.add_argument("--port", type=int, required=True)
     p.add_argument("--db", type=Path, required=True)
     args = p.parse_args()
-    # The same options as `forgeflow serve` (src/forgeflow/cli.py).
-    uvicorn.run(
-        create_app(args.db),
-        host="127.0.0.1",
-        port=args.port,
-        log_level="warning",
-        access_log=False,
-        loop="asyncio",
-    )
+    run(create_app(args.db), args.port)
 
 
 if __name__ == "__main__":

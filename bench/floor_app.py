@@ -35,16 +35,17 @@ import hmac
 import json
 import sqlite3
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-import uvicorn
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse
-from starlette.routing import Route
 
+from baseline_app import app_for, run
 from forgeflow.domain.ids import delivery_key, task_id_for
 from forgeflow.domain.mentions import find_mention
 from forgeflow.store import Store
@@ -117,45 +118,50 @@ INSERT_TASK_QUEUED = INSERT_TASK.replace(
 )
 
 
+@contextmanager
+def _committed(conn: sqlite3.Connection) -> Iterator[None]:
+    try:
+        yield
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    conn.execute("COMMIT")
+
+
+def _audit(conn: sqlite3.Connection, d: dict[str, Any], now: str, metadata: str) -> None:
+    actor = f"gitea:user:{d['author']}"
+    row = (f"audit-{uuid.uuid4()}", d["task_id"], d["resource_key"], d["repo_key"], actor)
+    conn.execute(INSERT_AUDIT, (*row, d["delivery_id"], d["comment_id"], now, metadata))
+
+
+def _open(conn: sqlite3.Connection, d: dict[str, Any], now: str, expires: str, probe: str) -> bool:
+    """``BEGIN IMMEDIATE``, the delivery row and the repository's registration; False
+    (rolled back) for a redelivery."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        key, repo = d["key"], d["repo_key"]
+        row = (key, d["delivery_id"], "issue_comment", now, d["task_id"], repo, d["comment_id"])
+        if conn.execute(INSERT_DELIVERY, (*row, d["hash"], expires)).fetchone() is None:
+            conn.execute("ROLLBACK")
+            return False
+        if conn.execute(probe, (repo,)).fetchone() is None:
+            repository = (repo, d["owner"], d["name"], d["clone_url"], d["workspace"])
+            conn.execute(INSERT_REPO, (*repository, d["branch"], now, now))
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    return True
+
+
 def accept_minimal(conn: sqlite3.Connection, d: dict[str, Any]) -> str:
     """The least the spec's acceptance can write: the delivery row, the repository's
     registration (checked), the session reference (insert-or-ignore), the task born
     ``queued`` and its one audit row; no domain events, no replay check, no read-backs."""
     now = datetime.now(UTC).replace(tzinfo=None).isoformat(" ")
     key, repo, res, task = d["key"], d["repo_key"], d["resource_key"], d["task_id"]
-    conn.execute("BEGIN IMMEDIATE")
-    try:
-        inserted = conn.execute(
-            INSERT_DELIVERY,
-            (
-                key,
-                d["delivery_id"],
-                "issue_comment",
-                now,
-                task,
-                repo,
-                d["comment_id"],
-                d["hash"],
-                now,
-            ),
-        ).fetchone()
-        if inserted is None:
-            conn.execute("ROLLBACK")
-            return "duplicate"
-        if conn.execute(SELECT_REPO_EXISTS, (repo,)).fetchone() is None:
-            conn.execute(
-                INSERT_REPO,
-                (
-                    repo,
-                    d["owner"],
-                    d["name"],
-                    d["clone_url"],
-                    d["workspace"],
-                    d["branch"],
-                    now,
-                    now,
-                ),
-            )
+    if not _open(conn, d, now, now, SELECT_REPO_EXISTS):
+        return "duplicate"
+    with _committed(conn):
         conn.execute(
             INSERT_SESSION, (res, res, repo, d["kind"], d["number"], RUNTIME, MCP, now, now)
         ).fetchone()
@@ -163,24 +169,7 @@ def accept_minimal(conn: sqlite3.Connection, d: dict[str, Any]) -> str:
             INSERT_TASK_QUEUED,
             (task, key, repo, res, res, d["comment_id"], d["author"], d["instruction"], now, now),
         )
-        conn.execute(
-            INSERT_AUDIT,
-            (
-                f"audit-{uuid.uuid4()}",
-                task,
-                res,
-                repo,
-                f"gitea:user:{d['author']}",
-                d["delivery_id"],
-                d["comment_id"],
-                now,
-                "{}",
-            ),
-        )
-    except BaseException:
-        conn.execute("ROLLBACK")
-        raise
-    conn.execute("COMMIT")
+        _audit(conn, d, now, "{}")
     return "queued"
 
 
@@ -189,39 +178,9 @@ def accept(conn: sqlite3.Connection, d: dict[str, Any]) -> str:
     now = datetime.now(UTC).replace(tzinfo=None).isoformat(" ")
     expires = (datetime.now(UTC) + timedelta(days=30)).replace(tzinfo=None).isoformat(" ")
     key, repo, res, task = d["key"], d["repo_key"], d["resource_key"], d["task_id"]
-    conn.execute("BEGIN IMMEDIATE")
-    try:
-        inserted = conn.execute(
-            INSERT_DELIVERY,
-            (
-                key,
-                d["delivery_id"],
-                "issue_comment",
-                now,
-                task,
-                repo,
-                d["comment_id"],
-                d["hash"],
-                expires,
-            ),
-        ).fetchone()
-        if inserted is None:  # a redelivery: the original answer, nothing new
-            conn.execute("ROLLBACK")
-            return "duplicate"
-        if conn.execute(SELECT_REPO, (repo,)).fetchone() is None:
-            conn.execute(
-                INSERT_REPO,
-                (
-                    repo,
-                    d["owner"],
-                    d["name"],
-                    d["clone_url"],
-                    d["workspace"],
-                    d["branch"],
-                    now,
-                    now,
-                ),
-            )
+    if not _open(conn, d, now, expires, SELECT_REPO):
+        return "duplicate"
+    with _committed(conn):
         conn.execute(SELECT_REPLAY, (repo, d["comment_id"], key)).fetchall()
         conn.execute(SELECT_SESSION, (res,)).fetchone()
         conn.execute(
@@ -234,20 +193,7 @@ def accept(conn: sqlite3.Connection, d: dict[str, Any]) -> str:
         )
         conn.execute(QUEUE_TASK, (now, task)).fetchone()
         metadata = json.dumps({"eventType": "issue_comment", "permission": "write"})
-        conn.execute(
-            INSERT_AUDIT,
-            (
-                f"audit-{uuid.uuid4()}",
-                task,
-                res,
-                repo,
-                f"gitea:user:{d['author']}",
-                d["delivery_id"],
-                d["comment_id"],
-                now,
-                metadata,
-            ),
-        )
+        _audit(conn, d, now, metadata)
         change = json.dumps(
             {"author": d["author"], "errorCode": None, "fromState": "received"}
             | {"repoKey": repo, "resourceKey": res, "taskId": task, "toState": "queued"},
@@ -285,10 +231,6 @@ def accept(conn: sqlite3.Connection, d: dict[str, Any]) -> str:
                 now,
             ),
         ).fetchone()
-    except BaseException:
-        conn.execute("ROLLBACK")
-        raise
-    conn.execute("COMMIT")
     return "queued"
 
 
@@ -342,15 +284,7 @@ def create_app(db_path: Path, secret: str, bot: str, root: str, *, minimal: bool
             {"deliveryId": delivery_id, "taskId": d["task_id"], "state": state}, status_code=202
         )
 
-    async def healthz(_request: Request) -> JSONResponse:
-        return JSONResponse({"status": "ok"})
-
-    return Starlette(
-        routes=[
-            Route("/api/gitea/webhook", webhook, methods=["POST"]),
-            Route("/healthz", healthz, methods=["GET"]),
-        ]
-    )
+    return app_for(webhook)
 
 
 def main() -> None:
@@ -366,10 +300,7 @@ def main() -> None:
     store.close()
     root = str(args.db.parent / "workspaces")
     app = create_app(args.db, args.secret, args.bot, root, minimal=args.minimal)
-    # The same options as `forgeflow serve` and the baseline.
-    uvicorn.run(
-        app, host="127.0.0.1", port=args.port, log_level="warning", access_log=False, loop="asyncio"
-    )
+    run(app, args.port)
 
 
 if __name__ == "__main__":
