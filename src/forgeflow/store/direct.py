@@ -81,7 +81,10 @@ class Direct:
             cursor.close()
 
 
+# Keyed by the statement object: callers pass module constants. A statement built per
+# call would only ever miss; the bound keeps such a mistake from growing without end.
 _CACHE: dict[tuple[Any, frozenset[str]], Direct | None] = {}
+_CACHE_LIMIT = 2048
 
 
 def direct(
@@ -107,6 +110,8 @@ def direct(
             found = _compile(conn, stmt, names)
         except (AttributeError, TypeError):  # SQLAlchemy's internals moved
             found = None
+    if len(_CACHE) >= _CACHE_LIMIT:
+        _CACHE.clear()
     _CACHE[key] = found
     return found
 
