@@ -29,11 +29,17 @@ SCHEMA = (
 )
 
 
-def connect(path: Path) -> sqlite3.Connection:
+def open_db(path: Path) -> sqlite3.Connection:
+    """forgeflow's SQLite settings (src/forgeflow/store/db.py) on a raw connection."""
     conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
     conn.execute("PRAGMA journal_mode=WAL")
     conn.execute("PRAGMA synchronous=NORMAL")
     conn.execute("PRAGMA busy_timeout=30000")
+    return conn
+
+
+def connect(path: Path) -> sqlite3.Connection:
+    conn = open_db(path)
     conn.execute(SCHEMA)
     return conn
 

@@ -45,7 +45,7 @@ from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 
-from baseline_app import app_for, run
+from baseline_app import app_for, open_db, run
 from forgeflow.domain.ids import delivery_key, task_id_for
 from forgeflow.domain.mentions import find_mention
 from forgeflow.store import Store
@@ -103,12 +103,8 @@ INSERT_EVENT_IGNORE = (
 
 
 def connect(path: Path) -> sqlite3.Connection:
-    """forgeflow's SQLite settings (src/forgeflow/store/db.py) on a raw connection."""
-    conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
-    conn.execute("PRAGMA journal_mode=WAL")
-    conn.execute("PRAGMA synchronous=NORMAL")
-    conn.execute("PRAGMA foreign_keys=ON")
-    conn.execute("PRAGMA busy_timeout=30000")
+    conn = open_db(path)
+    conn.execute("PRAGMA foreign_keys=ON")  # as forgeflow's store
     return conn
 
 
