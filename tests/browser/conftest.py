@@ -14,11 +14,9 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import Browser, Page, sync_playwright
 
-from forgeflow.config import Role
 from forgeflow_testkit.gitea_emulator import GiteaEmulator
-from tests.support.cluster import SCRIPTED
-from tests.support.forgeflow import ADMIN_TOKEN, WEBHOOK_SECRET, Running, run_forgeflow
-from tests.support.world import BOT
+from tests.support.forgeflow import ADMIN_TOKEN, Running
+from tests.support.worker import start_worker
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [
@@ -77,35 +75,23 @@ class Stack:
 def stack(
     browser: Browser, tmp_path: Path, sqlite_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> Iterator[Stack]:
-    monkeypatch.setenv("FORGEFLOW_TEST_TURN_SECONDS", "0.5")
     gitea = GiteaEmulator(tmp_path / "gitea-repos")
     gitea.start()
     context = browser.new_context(viewport={"width": 1360, "height": 900})
     context.set_default_timeout(15_000)
+    worker = start_worker(
+        gitea, tmp_path, sqlite_url, monkeypatch, turn_seconds="0.5", repos=("widget",)
+    )
     try:
-        bot_token = gitea.add_user(BOT)
-        gitea.add_user("alice")
-        gitea.add_repo("acme", "widget")
-        gitea.set_permission("acme", "widget", "alice", "write")
-        gitea.set_permission("acme", "widget", BOT, "admin")
-        with run_forgeflow(
-            tmp_path / "ff",
-            sqlite_url,
-            role=Role.ALL,
-            gitea_url=gitea.url,
-            gitea_token=bot_token,
-            agent_runtime=SCRIPTED,
-            retry_base_seconds=0.1,
-            poll_seconds=0.5,
-        ) as ff:
-            gitea.add_hook("acme", "widget", url=ff.webhook_url, secret=WEBHOOK_SECRET)
-            page = context.new_page()
-            errors: list[str] = []
-            page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
-            page.on("pageerror", lambda exc: errors.append(str(exc)))
-            yield Stack(gitea, ff, page, errors)
-            # No script error and no Content-Security-Policy violation on any page.
-            assert errors == []
+        _, ff = next(worker)
+        page = context.new_page()
+        errors: list[str] = []
+        page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+        page.on("pageerror", lambda exc: errors.append(str(exc)))
+        yield Stack(gitea, ff, page, errors)
+        # No script error and no Content-Security-Policy violation on any page.
+        assert errors == []
     finally:
+        worker.close()  # forgeflow stops
         context.close()
         gitea.stop()

@@ -21,13 +21,15 @@ def start_worker(
     monkeypatch: pytest.MonkeyPatch,
     *,
     turn_seconds: str = "0.3",
+    repos: tuple[str, ...] = ("widget", "gadget"),
 ) -> Iterator[tuple[GiteaEmulator, Running]]:
-    """A whole forgeflow (role all, scripted runtime) on acme/widget and acme/gadget."""
+    """A whole forgeflow (role all, scripted runtime) on acme/<repo> for each of
+    ``repos``, their webhooks pointing at it."""
     monkeypatch.setenv("FORGEFLOW_TEST_TURN_SECONDS", turn_seconds)
     monkeypatch.setenv("FORGEFLOW_TEST_TRACE", str(tmp_path / "trace.jsonl"))
     bot_token = gitea.add_user(BOT)
     gitea.add_user("alice")
-    for repo in ("widget", "gadget"):
+    for repo in repos:
         gitea.add_repo("acme", repo)
         gitea.set_permission("acme", repo, "alice", "write")
         gitea.set_permission("acme", repo, BOT, "admin")
@@ -41,6 +43,6 @@ def start_worker(
         retry_base_seconds=0.1,
         poll_seconds=0.5,
     ) as ff:
-        for repo in ("widget", "gadget"):
+        for repo in repos:
             gitea.add_hook("acme", repo, url=ff.webhook_url, secret=WEBHOOK_SECRET)
         yield gitea, ff
