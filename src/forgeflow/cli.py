@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import importlib
+import os
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
@@ -114,6 +115,7 @@ async def _serve(services: Services, settings: Settings) -> None:
     """
     import uvicorn
 
+    _watch_children_with_pidfds()
     try:
         await services.start()
         app_module = await asyncio.to_thread(importlib.import_module, "forgeflow.api.app")
@@ -132,6 +134,20 @@ async def _serve(services: Services, settings: Settings) -> None:
         await uvicorn.Server(config).serve()
     finally:
         await services.aclose()
+
+
+def _watch_children_with_pidfds() -> None:
+    """On Python 3.11 asyncio waits for each child (every git) on a thread of its own;
+    a pidfd in the loop's selector costs no thread (3.12 does this by itself)."""
+    if sys.version_info >= (3, 12) or not hasattr(os, "pidfd_open"):
+        return
+    watcher = asyncio.PidfdChildWatcher()
+    try:
+        os.close(os.pidfd_open(os.getpid()))  # the kernel may lack pidfds (before 5.3)
+    except OSError:
+        return
+    watcher.attach_loop(asyncio.get_running_loop())
+    asyncio.set_child_watcher(watcher)
 
 
 def main() -> None:

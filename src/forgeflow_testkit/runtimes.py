@@ -44,6 +44,8 @@ from forgeflow.agent.port import (
 )
 from forgeflow.config import Settings
 
+_CONNECTIONS = 8
+
 
 class ScriptedRuntime:
     def __init__(
@@ -56,11 +58,17 @@ class ScriptedRuntime:
         trace: str | None = None,
         turn_range: tuple[float, float] | None = None,
     ) -> None:
+        # It stands in for the agent's own Gitea client (gitea-mcp, another process in
+        # production), so its burst of final comments must not cost this process more
+        # than forgeflow's own requests do: few connections, the rest wait for a slot
+        # (see forgeflow.gitea.client on httpcore's pool).
         self._http = httpx.AsyncClient(
             base_url=gitea_url.rstrip("/") + "/api/v1",
             headers={"Authorization": f"token {token}"},
             timeout=30,
+            limits=httpx.Limits(max_connections=_CONNECTIONS),
         )
+        self._slots = asyncio.Semaphore(_CONNECTIONS)
         self.turn_seconds = turn_seconds
         self.turn_range = turn_range
         self.reply = reply
@@ -143,10 +151,11 @@ class ScriptedRuntime:
         yield TurnCompleted(seq + 1, TurnStatus.COMPLETED, last_message=f"done: {turn.task_id}")
 
     async def _post_final(self, turn: TurnSpec) -> httpx.Response:
-        return await self._http.post(
-            f"/repos/{turn.owner}/{turn.repo}/issues/{turn.number}/comments",
-            json={"body": f"done: {turn.task_id}\n\n{turn.marker}"},
-        )
+        async with self._slots:
+            return await self._http.post(
+                f"/repos/{turn.owner}/{turn.repo}/issues/{turn.number}/comments",
+                json={"body": f"done: {turn.task_id}\n\n{turn.marker}"},
+            )
 
     def _should_reply(self, turn: TurnSpec) -> bool:
         if self.reply == "early":

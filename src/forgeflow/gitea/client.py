@@ -5,6 +5,7 @@ The token travels only in the ``Authorization`` header; errors never include it.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from datetime import UTC, datetime
 from typing import Any
@@ -43,12 +44,35 @@ _PERMISSIONS = {
 }
 
 
-# httpcore's pool walks all its connections for each of them whenever a request comes or
-# goes (quadratic): at httpx's default 100 connections a burst of 100 tasks spent 8 % of
-# the serve process's CPU in that walk. 32 at once keep the walk cheap; more wait their
-# turn (the pool wait counts against ``timeout``), and with 16 the webhooks' permission
-# reads queued behind the tasks' requests long enough to slow the 202s.
-_LIMITS = httpx.Limits(max_connections=32, max_keepalive_connections=32)
+# httpcore's pool walks every connection for every queued request whenever a request
+# comes or goes (quadratic in the queue): a burst of 100 tasks spent 13 % of the serve
+# process's CPU in that walk even at 32 connections. So requests wait for a slot here,
+# before the pool, which then never holds a queued request. The webhook's permission
+# reads have a pool of their own, so a 202 never waits behind the tasks' requests.
+_CONNECTIONS = 16
+_LOOKUP_CONNECTIONS = 4
+
+
+class _Pool:
+    """One httpx client and the slots that keep its pool's queue empty."""
+
+    def __init__(self, connections: int, timeout: float, **client: Any) -> None:
+        self.http = httpx.AsyncClient(
+            timeout=timeout,
+            limits=httpx.Limits(max_connections=connections, max_keepalive_connections=connections),
+            **client,
+        )
+        self.slots = asyncio.Semaphore(connections)
+        self.timeout = timeout
+
+    async def request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+        # The wait for a slot counts against the timeout, as httpx's pool wait did.
+        async with asyncio.timeout(self.timeout):
+            await self.slots.acquire()
+        try:
+            return await self.http.request(method, path, **kwargs)
+        finally:
+            self.slots.release()
 
 
 class GiteaClient:
@@ -56,21 +80,23 @@ class GiteaClient:
         headers = {"Accept": "application/json", "User-Agent": "forgeflow"}
         if token:
             headers["Authorization"] = f"token {token}"
-        self._http = httpx.AsyncClient(
-            base_url=base_url.rstrip("/") + "/api/v1",
-            headers=headers,
-            timeout=timeout,
-            limits=_LIMITS,
-        )
+        client = {"base_url": base_url.rstrip("/") + "/api/v1", "headers": headers}
+        self._pool = _Pool(_CONNECTIONS, timeout, **client)
+        self._lookups = _Pool(_LOOKUP_CONNECTIONS, timeout, **client)
 
     async def aclose(self) -> None:
-        await self._http.aclose()
+        await self._pool.http.aclose()
+        await self._lookups.http.aclose()
 
-    async def _request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+    async def _request(
+        self, method: str, path: str, *, pool: _Pool | None = None, **kwargs: Any
+    ) -> httpx.Response:
         try:
-            response = await self._http.request(method, path, **kwargs)
+            response = await (pool or self._pool).request(method, path, **kwargs)
         except httpx.HTTPError as exc:
             raise GiteaUnavailable(f"{method} {path}: {type(exc).__name__}") from None
+        except TimeoutError:
+            raise GiteaUnavailable(f"{method} {path}: no free connection in time") from None
         if response.status_code >= 500:
             raise GiteaUnavailable(
                 f"{method} {path}: HTTP {response.status_code}", response.status_code
@@ -83,7 +109,7 @@ class GiteaClient:
             f"/repos/{quote(owner, safe='')}/{quote(repo, safe='')}"
             f"/collaborators/{quote(login, safe='')}/permission"
         )
-        response = await self._request("GET", path)
+        response = await self._request("GET", path, pool=self._lookups)
         if response.status_code == 404:
             # Gitea answers 404 for a login that does not exist.
             return Permission.NONE
