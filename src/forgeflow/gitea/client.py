@@ -6,12 +6,14 @@ The token travels only in the ``Authorization`` header; errors never include it.
 from __future__ import annotations
 
 import asyncio
+import json
 import time
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import quote
 
-import httpx
+import aiohttp
 
 from forgeflow.config import Permission
 
@@ -44,35 +46,55 @@ _PERMISSIONS = {
 }
 
 
-# httpcore's pool walks every connection for every queued request whenever a request
-# comes or goes (quadratic in the queue): a burst of 100 tasks spent 13 % of the serve
-# process's CPU in that walk even at 32 connections. So requests wait for a slot here,
-# before the pool, which then never holds a queued request. The webhook's permission
-# reads have a pool of their own, so a 202 never waits behind the tasks' requests.
+# aiohttp, not httpx (DESIGN's pick for HTTP clients), for this one client: on the way from
+# a burst of mentions to their turns this client made ≈ 40 % of the event loop's CPU, and
+# a request costs ≈ 0.15–0.2 ms of client CPU with aiohttp against 0.8–1.15 ms with httpx
+# (httpcore's pool walks every connection and polls every idle socket on each request;
+# docs/BENCHMARKS.md "Dispatch"). Tasks share 16 connections; the webhook's permission
+# lookups have 4 of their own, so a 202 never waits behind the tasks' requests.
 _CONNECTIONS = 16
 _LOOKUP_CONNECTIONS = 4
 
 
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """Gitea's answer, read whole."""
+
+    status_code: int
+    content: bytes
+
+    def json(self) -> Any:
+        return json.loads(self.content)
+
+
 class _Pool:
-    """One httpx client and the slots that keep its pool's queue empty."""
+    """One aiohttp session (made lazily, in the loop that uses it) and its connection
+    limit; the wait for a free connection counts against the timeout."""
 
-    def __init__(self, connections: int, timeout: float, **client: Any) -> None:
-        self.http = httpx.AsyncClient(
-            timeout=timeout,
-            limits=httpx.Limits(max_connections=connections, max_keepalive_connections=connections),
-            **client,
-        )
-        self.slots = asyncio.Semaphore(connections)
-        self.timeout = timeout
+    def __init__(self, connections: int, timeout: float, headers: dict[str, str]) -> None:
+        self._connections = connections
+        self._timeout = aiohttp.ClientTimeout(total=timeout)
+        self._headers = headers
+        self._session: aiohttp.ClientSession | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
 
-    async def request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
-        # The wait for a slot counts against the timeout, as httpx's pool wait did.
-        async with asyncio.timeout(self.timeout):
-            await self.slots.acquire()
-        try:
-            return await self.http.request(method, path, **kwargs)
-        finally:
-            self.slots.release()
+    def session(self) -> aiohttp.ClientSession:
+        loop = asyncio.get_running_loop()
+        if self._session is None or self._session.closed or self._loop is not loop:
+            self._session = aiohttp.ClientSession(
+                headers=self._headers,
+                timeout=self._timeout,
+                connector=aiohttp.TCPConnector(limit=self._connections),
+                # As httpx did: HTTP(S)_PROXY / NO_PROXY from the environment apply.
+                trust_env=True,
+            )
+            self._loop = loop
+        return self._session
+
+    async def aclose(self) -> None:
+        if self._session is not None and self._loop is asyncio.get_running_loop():
+            await self._session.close()
+        self._session = None
 
 
 class GiteaClient:
@@ -80,28 +102,38 @@ class GiteaClient:
         headers = {"Accept": "application/json", "User-Agent": "forgeflow"}
         if token:
             headers["Authorization"] = f"token {token}"
-        client = {"base_url": base_url.rstrip("/") + "/api/v1", "headers": headers}
-        self._pool = _Pool(_CONNECTIONS, timeout, **client)
-        self._lookups = _Pool(_LOOKUP_CONNECTIONS, timeout, **client)
+        self._base = base_url.rstrip("/") + "/api/v1"
+        self._pool = _Pool(_CONNECTIONS, timeout, headers)
+        self._lookups = _Pool(_LOOKUP_CONNECTIONS, timeout, headers)
 
     async def aclose(self) -> None:
-        await self._pool.http.aclose()
-        await self._lookups.http.aclose()
+        await self._pool.aclose()
+        await self._lookups.aclose()
 
     async def _request(
-        self, method: str, path: str, *, pool: _Pool | None = None, **kwargs: Any
-    ) -> httpx.Response:
+        self,
+        method: str,
+        path: str,
+        *,
+        pool: _Pool | None = None,
+        params: dict[str, str] | None = None,
+        json: Any = None,
+    ) -> Answer:
+        session = (pool or self._pool).session()
         try:
-            response = await (pool or self._pool).request(method, path, **kwargs)
-        except httpx.HTTPError as exc:
+            async with session.request(
+                method, self._base + path, params=params, json=json, allow_redirects=False
+            ) as response:
+                answer = Answer(response.status, await response.read())
+        except aiohttp.ClientError as exc:
             raise GiteaUnavailable(f"{method} {path}: {type(exc).__name__}") from None
         except TimeoutError:
-            raise GiteaUnavailable(f"{method} {path}: no free connection in time") from None
-        if response.status_code >= 500:
+            raise GiteaUnavailable(f"{method} {path}: timed out") from None
+        if answer.status_code >= 500:
             raise GiteaUnavailable(
-                f"{method} {path}: HTTP {response.status_code}", response.status_code
+                f"{method} {path}: HTTP {answer.status_code}", answer.status_code
             )
-        return response
+        return answer
 
     async def repo_permission(self, owner: str, repo: str, login: str) -> Permission:
         """The user's access to the repository, per Gitea's collaborator-permission API."""
@@ -210,9 +242,9 @@ class GiteaClient:
         body = await self._json("GET", "/version", (200,))
         return str(body.get("version", ""))
 
-    async def request_status(self, method: str, path: str, **kwargs: Any) -> int:
+    async def request_status(self, method: str, path: str, *, json: Any = None) -> int:
         """Only the status of a request (the doctor's scope probes)."""
-        return (await self._request(method, path, **kwargs)).status_code
+        return (await self._request(method, path, json=json)).status_code
 
     async def list_hooks(self, base: str) -> list[dict[str, Any]]:
         hooks = await self._json("GET", f"{base}/hooks", (200,))
