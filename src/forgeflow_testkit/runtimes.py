@@ -28,8 +28,6 @@ import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
-import httpx
-
 from forgeflow.agent.port import (
     AgentEvent,
     CommentTool,
@@ -43,8 +41,7 @@ from forgeflow.agent.port import (
     TurnStatus,
 )
 from forgeflow.config import Settings
-
-_CONNECTIONS = 8
+from forgeflow.gitea.client import GiteaClient, GiteaError
 
 
 class ScriptedRuntime:
@@ -58,17 +55,9 @@ class ScriptedRuntime:
         trace: str | None = None,
         turn_range: tuple[float, float] | None = None,
     ) -> None:
-        # It stands in for the agent's own Gitea client (gitea-mcp, another process in
-        # production), so its burst of final comments must not cost this process more
-        # than forgeflow's own requests do: few connections, the rest wait for a slot
-        # (see forgeflow.gitea.client on httpcore's pool).
-        self._http = httpx.AsyncClient(
-            base_url=gitea_url.rstrip("/") + "/api/v1",
-            headers={"Authorization": f"token {token}"},
-            timeout=30,
-            limits=httpx.Limits(max_connections=_CONNECTIONS),
-        )
-        self._slots = asyncio.Semaphore(_CONNECTIONS)
+        # The bot's Gitea client, as gitea-mcp posts in production (another process
+        # there, so this one should cost the serve process as little as forgeflow's own).
+        self._gitea = GiteaClient(gitea_url, token, timeout=30)
         self.turn_seconds = turn_seconds
         self.turn_range = turn_range
         self.reply = reply
@@ -139,23 +128,25 @@ class ScriptedRuntime:
             return
         if self._should_reply(turn):
             seq += 1
-            r = await self._post_final(turn)
+            comment_id = await self._post_final(turn)
             yield ToolCall(
                 seq,
                 "add_comment",
                 {"owner": turn.owner, "repo": turn.repo, "issue_number": turn.number},
-                ok=r.status_code == 201,
-                comment_id=r.json().get("id") if r.status_code == 201 else None,
+                ok=comment_id is not None,
+                comment_id=comment_id,
             )
         self._trace(event="end", task=turn.task_id, repo=repo_key, turn=turn.turn_key)
         yield TurnCompleted(seq + 1, TurnStatus.COMPLETED, last_message=f"done: {turn.task_id}")
 
-    async def _post_final(self, turn: TurnSpec) -> httpx.Response:
-        async with self._slots:
-            return await self._http.post(
-                f"/repos/{turn.owner}/{turn.repo}/issues/{turn.number}/comments",
-                json={"body": f"done: {turn.task_id}\n\n{turn.marker}"},
-            )
+    async def _post_final(self, turn: TurnSpec) -> int | None:
+        """The final comment's id, or None when Gitea refused it."""
+        body = f"done: {turn.task_id}\n\n{turn.marker}"
+        try:
+            created = await self._gitea.create_comment(turn.owner, turn.repo, turn.number, body)
+        except GiteaError:
+            return None
+        return int(created["id"])
 
     def _should_reply(self, turn: TurnSpec) -> bool:
         if self.reply == "early":
@@ -171,7 +162,7 @@ class ScriptedRuntime:
         self._turns[handle.turn_id][1].set()
 
     async def aclose(self) -> None:
-        await self._http.aclose()
+        await self._gitea.aclose()
 
 
 def draft_text(turn: TurnSpec) -> str:

@@ -10,6 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from forgeflow.config import Permission
 from forgeflow.gitea.client import GiteaClient, GiteaUnavailable
 
 SLOTS = 16  # forgeflow.gitea.client._CONNECTIONS: what a burst of tasks may hold at once
@@ -119,3 +120,71 @@ def test_a_permission_lookup_does_not_wait_behind_the_tasks_requests(
     assert own_connection
     # It reached the server and timed out on its silence.
     assert isinstance(outcome, GiteaUnavailable) and "timed out" in str(outcome)
+
+
+class RecordingProxy:
+    """An HTTP proxy that answers every request itself (200, a permission) and keeps
+    the request lines it was sent."""
+
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+        self._sock = socket.create_server(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self._sock.getsockname()[1]}"
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        body = b'{"permission": "write"}'
+        while True:
+            try:
+                conn, _ = self._sock.accept()
+            except OSError:
+                return
+            with conn:
+                data = b""
+                while b"\r\n\r\n" not in data:
+                    chunk = conn.recv(65536)
+                    if not chunk:
+                        break
+                    data += chunk
+                self.lines.append(data.split(b"\r\n", 1)[0].decode())
+                conn.sendall(
+                    b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                    b"Connection: close\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body)
+                )
+
+    def close(self) -> None:
+        self._sock.close()
+
+
+@pytest.mark.parametrize("bypass", [False, True])
+def test_the_proxy_of_the_environment_applies_unless_no_proxy_names_the_host(
+    silent: SilentServer, monkeypatch: pytest.MonkeyPatch, bypass: bool
+) -> None:
+    proxy = RecordingProxy()
+    monkeypatch.setenv("HTTP_PROXY", proxy.url)
+    monkeypatch.setenv("NO_PROXY", "127.0.0.1" if bypass else "")
+    monkeypatch.delenv("http_proxy", raising=False)
+    monkeypatch.delenv("no_proxy", raising=False)
+
+    async def ask() -> object:
+        client = GiteaClient(silent.url, "t", timeout=0.5)
+        try:
+            return await client.repo_permission("acme", "widget", "alice")
+        except GiteaUnavailable as exc:
+            return exc
+        finally:
+            await client.aclose()
+
+    try:
+        outcome = asyncio.run(ask())
+    finally:
+        proxy.close()
+    if bypass:  # straight to the (silent) server
+        assert proxy.lines == [] and isinstance(outcome, GiteaUnavailable)
+        assert silent.connections == 1
+    else:  # through the proxy, which answered
+        assert proxy.lines == [
+            f"GET {silent.url}/api/v1/repos/acme/widget/collaborators/alice/permission HTTP/1.1"
+        ]
+        assert outcome is Permission.WRITE
+        assert silent.connections == 0

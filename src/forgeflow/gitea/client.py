@@ -8,10 +8,11 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+import urllib.request
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, urlsplit
 
 import aiohttp
 
@@ -67,12 +68,23 @@ class Answer:
         return json.loads(self.content)
 
 
+def _proxy_for(url: str) -> str | None:
+    """The proxy HTTP(S)_PROXY / NO_PROXY name for ``url`` (as httpx applied them), or None."""
+    parts = urlsplit(url)
+    if parts.hostname and urllib.request.proxy_bypass(parts.hostname):
+        return None
+    return urllib.request.getproxies().get(parts.scheme)
+
+
 class _Pool:
     """One aiohttp session (made lazily, in the loop that uses it) and its connection
     limit; the wait for a free connection counts against the timeout."""
 
-    def __init__(self, connections: int, timeout: float, headers: dict[str, str]) -> None:
+    def __init__(
+        self, connections: int, timeout: float, headers: dict[str, str], proxy: str | None
+    ) -> None:
         self._connections = connections
+        self.proxy = proxy
         self._timeout = aiohttp.ClientTimeout(total=timeout)
         self._headers = headers
         self._session: aiohttp.ClientSession | None = None
@@ -85,8 +97,9 @@ class _Pool:
                 headers=self._headers,
                 timeout=self._timeout,
                 connector=aiohttp.TCPConnector(limit=self._connections),
-                # As httpx did: HTTP(S)_PROXY / NO_PROXY from the environment apply.
-                trust_env=True,
+                # aiohttp's trust_env reads the environment and ~/.netrc in a thread for
+                # every request; the proxy is looked up once instead (_proxy_for).
+                trust_env=False,
             )
             self._loop = loop
         return self._session
@@ -103,8 +116,9 @@ class GiteaClient:
         if token:
             headers["Authorization"] = f"token {token}"
         self._base = base_url.rstrip("/") + "/api/v1"
-        self._pool = _Pool(_CONNECTIONS, timeout, headers)
-        self._lookups = _Pool(_LOOKUP_CONNECTIONS, timeout, headers)
+        proxy = _proxy_for(base_url)
+        self._pool = _Pool(_CONNECTIONS, timeout, headers, proxy)
+        self._lookups = _Pool(_LOOKUP_CONNECTIONS, timeout, headers, proxy)
 
     async def aclose(self) -> None:
         await self._pool.aclose()
@@ -119,10 +133,15 @@ class GiteaClient:
         params: dict[str, str] | None = None,
         json: Any = None,
     ) -> Answer:
-        session = (pool or self._pool).session()
+        pool = pool or self._pool
         try:
-            async with session.request(
-                method, self._base + path, params=params, json=json, allow_redirects=False
+            async with pool.session().request(
+                method,
+                self._base + path,
+                params=params,
+                json=json,
+                allow_redirects=False,
+                proxy=pool.proxy,
             ) as response:
                 answer = Answer(response.status, await response.read())
         except aiohttp.ClientError as exc:
