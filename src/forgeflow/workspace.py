@@ -399,6 +399,8 @@ class WorkspaceManager:
                     f"{path} was taken while cloning",
                     details={"path": path, "reason": "occupied", "error": exc.strerror},
                 ) from None
+            # Ours, from this URL, at this path: the next task need not ask git who it is.
+            self.checks.trust(path, clone_url)
         finally:
             if os.path.isdir(staging):
                 shutil.rmtree(staging, ignore_errors=True)

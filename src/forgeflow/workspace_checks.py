@@ -26,6 +26,11 @@ class Checks:
     def forget(self, path: str) -> None:
         self._identity.pop(path, None)
 
+    def trust(self, path: str, clone_url: str) -> None:
+        """``path`` was just cloned from ``clone_url`` by this manager: its identity is
+        known without asking git, until .git/config changes."""
+        self._identity[path] = (clone_url, _identity_stamp(path))
+
     async def status(self, path: str) -> WorktreeStatus:
         return parse_status((await self.git.run(*STATUS_ARGS, cwd=path)).stdout)
 
@@ -37,8 +42,7 @@ class Checks:
                 f"{path} exists but is not a forgeflow clone",
                 details={"path": path, "reason": "not_a_clone"},
             )
-        # The directory by its inode only: git adds files to it all the time.
-        stamp = (os.stat(gitdir).st_ino, *_stat_key(os.path.join(gitdir, "config")))
+        stamp = _identity_stamp(path)
         if self._identity.get(path) != (clone_url, stamp):
             await self._identity_of(path, clone_url)
             self._identity[path] = (clone_url, stamp)
@@ -118,6 +122,13 @@ class Checks:
             and _points_back(lines[2], os.path.join(path, ".git"))
         )
         return lines[2] if ours else None
+
+
+def _identity_stamp(path: str) -> tuple[int, ...]:
+    """The .git directory by its inode only (git adds files to it all the time) and
+    .git/config, where the top level and origin live."""
+    gitdir = os.path.join(path, ".git")
+    return (os.stat(gitdir).st_ino, *_stat_key(os.path.join(gitdir, "config")))
 
 
 def _stat_key(path: str) -> tuple[int, ...]:

@@ -341,6 +341,30 @@ def test_a_changed_origin_is_seen_after_the_identity_was_checked(world: World) -
     assert err.value.details["reason"] == "other_origin"
 
 
+def _subcommand(argv: list[str]) -> str:
+    args = iter(argv[1:])
+    for arg in args:
+        if arg == "-c":
+            next(args)
+            continue
+        return arg
+    return ""
+
+
+def test_the_task_after_a_clone_does_not_ask_git_who_the_clone_is(
+    world: World, spawned: list[Spawned]
+) -> None:
+    wm = world.manager(on_spawn=observe(spawned))
+    run(wm.prepare_repo(world.repo, world.clone_url, "main"))
+    spawned.clear()
+    run(wm.prepare_repo(world.repo, world.clone_url, "main"))
+    # This manager cloned it from this URL: the status is checked, the top level and
+    # origin are not asked for again (until .git/config changes, as the test above shows).
+    commands = [_subcommand(s.argv) for s in spawned]
+    assert commands[0] == "status" and "config" not in commands
+    assert not any("--show-toplevel" in s.argv for s in spawned)
+
+
 # -- sessions -------------------------------------------------------------------------
 
 
