@@ -5,6 +5,7 @@ from __future__ import annotations
 import fnmatch
 import hashlib
 import hmac
+import http.client
 import json
 import queue
 import re
@@ -14,9 +15,8 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlencode
 
-import httpx
-
 from .gojson import go_json
+from .poster import Poster
 from .state import Hook, Repo, State
 
 # Gitea modules/webhook/type.go HookEventType.Event(): the X-Gitea-Event value of each type.
@@ -208,7 +208,7 @@ class Deliverer:
         self.state = state
         self.flavour = flavour
         self.deliveries: list[Delivery] = []
-        self._client = httpx.Client(timeout=timeout, trust_env=False)
+        self._poster = Poster(timeout)
         self._queue: queue.Queue[HookTask | None] = queue.Queue()
         self._worker: threading.Thread | None = None
 
@@ -258,10 +258,8 @@ class Deliverer:
             content=task.content,
         )
         try:
-            response = self._client.post(url, content=body, headers=headers)
-            delivery.status_code = response.status_code
-            delivery.response = response.text
-        except httpx.HTTPError as exc:
+            delivery.status_code, delivery.response = self._poster.post(url, body, headers)
+        except (OSError, http.client.HTTPException) as exc:
             delivery.response = f"Delivery: {exc}"
         with self.state.lock:
             self.deliveries.append(delivery)
@@ -309,4 +307,4 @@ class Deliverer:
             self._queue.put(None)
             self._worker.join(timeout=15)
             self._worker = None
-        self._client.close()
+        self._poster.close()
