@@ -17,7 +17,7 @@ from forgeflow.domain import modes
 from forgeflow.domain.ids import ResourceKind, ResourceRef, parse_resource_key
 from forgeflow.domain.states import TaskState
 from forgeflow.gitea.client import GiteaClient, GiteaError
-from forgeflow.replies import Replies
+from forgeflow.replies import Replies, Unit
 from forgeflow.store import Store, audit, repos
 from forgeflow.task_moves import TaskMoves, task_event
 from forgeflow.workspace import (
@@ -97,10 +97,12 @@ class Preparer:
             repo_row = await self.store.read(lambda c: repos.get(c, task["repo_key"]))
         assert repo_row is not None
         self._context[task["task_id"]] = asyncio.create_task(self.discussion(task, resource))
-        receipt = asyncio.create_task(self._receipt(task))
+        # The receipt's record goes with the move that ends this step: a commit less.
+        record: list[Unit] = []
+        receipt = asyncio.create_task(self._receipt(task, record))
         self.expect(task["task_id"])
         try:
-            return await self._prepare(task, resource, repo_row, receipt)
+            return await self._prepare(task, resource, repo_row, receipt, _all(record))
         finally:
             self._done(task["task_id"])
             if not receipt.done():
@@ -114,6 +116,7 @@ class Preparer:
         resource: ResourceRef,
         repo_row: dict[str, Any],
         receipt: asyncio.Task[list[audit.AuditEvent]],
+        record: Unit,
     ) -> dict[str, Any]:
         branch = repo_row["default_branch"]
         refs = task["refs"]
@@ -161,14 +164,15 @@ class Preparer:
                 fields={"claimed_by": None},
                 metadata={"detail": str(exc), **exc.details},
                 events=notes + await receipt,
+                before=record,
             )
         except (GitAuthFailed, WorkspaceError) as exc:
             return await self.moves.retry_or_fail(
-                task, exc.code, str(exc), events=notes + await receipt
+                task, exc.code, str(exc), events=notes + await receipt, before=record
             )
         except GiteaError as exc:
             return await self.moves.retry_or_fail(
-                task, "gitea_unavailable", str(exc), events=notes + await receipt
+                task, "gitea_unavailable", str(exc), events=notes + await receipt, before=record
             )
         self._status[task["task_id"]] = worktree.status
         notes.append(
@@ -186,7 +190,7 @@ class Preparer:
         # The receipt is on Gitea (or its failure noted) before the turn can answer.
         notes += await receipt
         return await self.moves.move(
-            task, S.RUNNING, action="task.run", fields={"refs": refs}, events=notes
+            task, S.RUNNING, action="task.run", fields={"refs": refs}, events=notes, before=record
         )
 
     async def _branch_head(self, resource: ResourceRef, branch: str) -> str | None:
@@ -216,11 +220,11 @@ class Preparer:
         await self.store.write(record)
         return []
 
-    async def _receipt(self, task: dict[str, Any]) -> list[audit.AuditEvent]:
+    async def _receipt(self, task: dict[str, Any], record: list[Unit]) -> list[audit.AuditEvent]:
         if modes.is_draft(task.get("mode")):
             return []  # a review/plan (draft) task posts nothing on Gitea
         try:
-            await self.replies.receipt(task, wait_in_flight=True)
+            await self.replies.receipt(task, wait_in_flight=True, defer_record=record)
         except GiteaError as exc:
             return [
                 task_event(
@@ -258,3 +262,13 @@ class Preparer:
             thread.append((login, str(c.get("body") or "")))
         recent = [(who, body[:4000]) for who, body in thread if body.strip()][-10:]
         return str(issue.get("title") or "") or None, recent
+
+
+def _all(units: list[Unit]) -> Unit:
+    """One write of whatever ``units`` holds when it runs."""
+
+    def write(c: Connection) -> None:
+        for unit in units:
+            unit(c)
+
+    return write

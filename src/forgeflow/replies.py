@@ -8,6 +8,7 @@ its record never produces a second comment.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
 from enum import StrEnum
@@ -15,6 +16,7 @@ from functools import partial
 from typing import Any
 
 import structlog
+from sqlalchemy import Connection
 
 from forgeflow.domain.ids import RepoRef, parse_repo_key, sha256_ref, turn_key
 from forgeflow.domain.markers import Marker, MarkerKind, append_marker, parse_marker
@@ -22,6 +24,9 @@ from forgeflow.gitea.client import GiteaClient, GiteaError
 from forgeflow.store import Store
 from forgeflow.store import comments as comment_q
 from forgeflow.store.types import utcnow
+
+# A write to run in the caller's next transaction.
+Unit = Callable[[Connection], None]
 
 log = structlog.get_logger("forgeflow.replies")
 
@@ -88,11 +93,15 @@ class Replies:
         text: str,
         turn: str | None = None,
         wait_in_flight: bool = False,
+        defer_record: list[Unit] | None = None,
     ) -> int | None:
         """Post ``text`` with its marker exactly once per ``key``; return the comment id.
 
         ``None`` means another poster holds the intent right now; with
         ``wait_in_flight`` this call waits (bounded) for that poster's result.
+        ``defer_record``: the record of a comment just posted is appended there for the
+        caller to write with its next commit instead of in one of its own (until then
+        the intent stays pending; a later poster looks in Gitea before posting again).
         """
         marker = Marker(
             task["task_id"], turn or turn_key(task["task_id"], 0), task["resource_key"], kind
@@ -133,7 +142,9 @@ class Replies:
         done = asyncio.get_running_loop().create_future()
         self._posting[key] = done
         try:
-            return await self._post(task, key, body, marker, kind, look_first=not inserted)
+            return await self._post(
+                task, key, body, marker, kind, look_first=not inserted, defer_record=defer_record
+            )
         finally:
             self._posting.pop(key, None)
             done.set_result(None)
@@ -147,6 +158,7 @@ class Replies:
         kind: MarkerKind,
         *,
         look_first: bool,
+        defer_record: list[Unit] | None = None,
     ) -> int | None:
         # An intent taken over may be left from a run that died after posting: look
         # first. A fresh intent cannot: nothing is posted before its intent is written.
@@ -178,9 +190,17 @@ class Replies:
             )
             raise
         comment_id = int(created["id"])
-        await self._store.write(
-            lambda c: comment_q.record_result(c, key, status=comment_q.SENT, comment_id=comment_id)
-        )
+        posted_at = utcnow()
+
+        def record(c: Connection) -> None:
+            comment_q.record_result(
+                c, key, status=comment_q.SENT, comment_id=comment_id, at=posted_at
+            )
+
+        if defer_record is not None:
+            defer_record.append(record)
+        else:
+            await self._store.write(record)
         return comment_id
 
     async def receipt(
@@ -189,6 +209,7 @@ class Replies:
         *,
         queue_position: int | None = None,
         wait_in_flight: bool = False,
+        defer_record: list[Unit] | None = None,
     ) -> int | None:
         text = RECEIPT_TEXT
         if queue_position:
@@ -202,6 +223,7 @@ class Replies:
             kind=MarkerKind.RECEIPT,
             text=text,
             wait_in_flight=wait_in_flight,
+            defer_record=defer_record,
         )
 
     async def question(self, task: dict[str, Any], question: str) -> int | None:

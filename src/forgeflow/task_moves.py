@@ -124,6 +124,7 @@ class TaskMoves:
         *,
         step: TaskState = S.PREPARING,
         events: Sequence[AuditEvent] = (),
+        before: Callable[[Connection], object] | None = None,
     ) -> dict[str, Any]:
         attempt = int(task["attempt"]) + 1
         if attempt > self.retry.max_retries:
@@ -134,6 +135,7 @@ class TaskMoves:
                 error_code=code,
                 fields={"execution_error": detail, "claimed_by": None},
                 events=events,
+                before=before,
             )
         return await self.move(
             task,
@@ -149,4 +151,5 @@ class TaskMoves:
             },
             metadata={"attempt": attempt},
             events=events,
+            before=before,
         )

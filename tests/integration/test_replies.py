@@ -15,6 +15,7 @@ from forgeflow.domain.ids import RepoRef, ResourceKind, ResourceRef
 from forgeflow.gitea.client import GiteaClient, GiteaError
 from forgeflow.replies import Found, Replies
 from forgeflow.store import Store, deliveries, tasks
+from forgeflow.store import comments as comment_q
 from forgeflow.store.schema import comments
 from forgeflow.store.types import utcnow
 from forgeflow_testkit.gitea_emulator import GiteaEmulator
@@ -93,6 +94,43 @@ def test_receipt_after_a_crash_between_post_and_record_is_not_posted_again(
     first, second = asyncio.run(scenario())
     assert first is not None and first == second
     assert len(_bot_comments(gitea, task)) == 1
+
+
+def test_a_deferred_receipt_record_is_written_by_its_caller_or_found_after_a_crash(
+    setup: tuple[GiteaEmulator, str, dict[str, Any]], store: Store
+) -> None:
+    """The preparing step writes the receipt's record with its move to running; a crash
+    before that move leaves the intent pending, and the next attempt finds the comment."""
+    gitea, token, task = setup
+    key = f"{task['task_id']}:receipt"
+
+    def row() -> dict[str, Any]:
+        found = store.db.read_sync(lambda c: comment_q.get(c, key))
+        assert found is not None
+        return found
+
+    async def scenario() -> tuple[int | None, int | None, int | None]:
+        client = GiteaClient(gitea.url, token)
+        replies = Replies(store, client, BOT)
+        try:
+            record: list[Any] = []
+            posted = await replies.receipt(task, defer_record=record)
+            assert len(record) == 1 and row()["status"] == "pending"
+            # The caller's commit carries it: sent, with the time of the POST.
+            store.db.write_sync(record[0])
+            assert row()["status"] == "sent" and row()["comment_id"] == posted
+            again = await replies.receipt(task)  # already sent: nothing is posted
+            # A crash between the POST and the caller's commit: the record is lost.
+            _forget_the_record(store)
+            after_crash = await replies.receipt(task, defer_record=[])
+            return posted, again, after_crash
+        finally:
+            await client.aclose()
+
+    posted, again, after_crash = asyncio.run(scenario())
+    assert posted is not None and posted == again == after_crash
+    assert len(_bot_comments(gitea, task)) == 1
+    assert row()["status"] == "sent"
 
 
 def test_a_fresh_intent_of_another_poster_is_left_alone(

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import Connection, bindparam, select, update
@@ -127,7 +127,9 @@ def record_result(
     error: str | None = None,
     how: str = "posted",
     age: timedelta | None = None,
+    at: datetime | None = None,
 ) -> None:
+    """``at``: when the result was known, if it is written later (else now)."""
     row = get(conn, comment_key)
     assert row is not None
     # ``age`` backdates the row so the next poster may take the intent over at once.
@@ -139,7 +141,7 @@ def record_result(
             "status": status,
             "comment_id": comment_id,
             "turn_id": turn_id or row["turn_id"],
-            "updated_at": utcnow() - (age or timedelta(0)),
+            "updated_at": (at or utcnow()) - (age or timedelta(0)),
         },
     )
     audit.append(
@@ -157,6 +159,7 @@ def record_result(
                 "how": how,
                 "error": error,
             },
+            at=at,
         ),
     )
 
