@@ -117,11 +117,16 @@ class Execution:
     # -- entry --------------------------------------------------------------------
 
     async def run(
-        self, task: dict[str, Any], *, repo: dict[str, Any] | None = None
+        self,
+        task: dict[str, Any],
+        *,
+        repo: dict[str, Any] | None = None,
+        session: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
         """Drive a just-claimed task as far as it goes now; return its last row.
 
-        ``repo``: its repository row when the claim read it (else it is read here)."""
+        ``repo``, ``session``: its repository and session rows when the claim read them
+        (else they are read here)."""
         beat = None
         if task.get("lease_id"):
             beat = asyncio.create_task(self._heartbeat(task["repo_key"], task["lease_id"]))
@@ -129,7 +134,7 @@ class Execution:
             if task["state"] == S.PREPARING:
                 task = await self.preparer.prepare(task, repo)
             if task["state"] == S.RUNNING:
-                task = await self._turn(task)
+                task = await self._turn(task, session)
             if task["state"] == S.VERIFYING_REPLY:
                 await self._after_preparing()
                 task = await self._verify(task)
@@ -155,9 +160,12 @@ class Execution:
 
     # -- running -------------------------------------------------------------------
 
-    async def _turn(self, task: dict[str, Any]) -> dict[str, Any]:
+    async def _turn(
+        self, task: dict[str, Any], session: dict[str, Any] | None = None
+    ) -> dict[str, Any]:
         resource = parse_resource_key(task["resource_key"])
-        session = await self.store.read(lambda c: sessions.get(c, task["session_key"]))
+        if session is None:
+            session = await self.store.read(lambda c: sessions.get(c, task["session_key"]))
         assert session is not None
         cwd = session_worktree(self.cfg.workspace_root, resource)
         reply_retry = task["retry_step"] == S.RUNNING and int(task["reply_attempt"]) > 0

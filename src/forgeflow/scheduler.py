@@ -229,12 +229,17 @@ class Scheduler:
             if task["state"] == "preparing":
                 self.execution.preparer.expect(task["task_id"])
             self._running[task["task_id"]] = asyncio.create_task(
-                self._execute(task, claim.repo), name=f"task {task['task_id']}"
+                self._execute(task, claim.repo, claim.session), name=f"task {task['task_id']}"
             )
 
-    async def _execute(self, task: dict[str, Any], repo: dict[str, Any] | None = None) -> None:
+    async def _execute(
+        self,
+        task: dict[str, Any],
+        repo: dict[str, Any] | None = None,
+        session: dict[str, Any] | None = None,
+    ) -> None:
         try:
-            await self.execution.run(task, repo=repo)
+            await self.execution.run(task, repo=repo, session=session)
         except asyncio.CancelledError:
             raise
         except Exception:

@@ -11,7 +11,7 @@ from sqlalchemy.exc import IntegrityError
 
 from forgeflow.domain.retry import RetryPolicy
 from forgeflow.domain.states import ACTIVE_STATES, TaskState
-from forgeflow.store import control, leases, repos, sql
+from forgeflow.store import control, leases, repos, sessions, sql
 from forgeflow.store import tasks as task_q
 from forgeflow.store import workers as worker_q
 from forgeflow.store.schema import repositories, tasks, workers
@@ -109,6 +109,7 @@ class Claim:
     task: dict[str, Any]
     lease_id: str | None
     repo: dict[str, Any] | None = None  # the repository row, read in the same transaction
+    session: dict[str, Any] | None = None  # and the session's (its agent thread)
 
 
 @dataclass(frozen=True, slots=True)
@@ -168,7 +169,9 @@ def claim(
             | ({"handoffFrom": handoff_from} if handoff_from else {}),
         ),
     )
-    return Claim(updated, lease_id, repos.get(conn, row["repo_key"]))
+    return Claim(
+        updated, lease_id, repos.get(conn, row["repo_key"]), sessions.get(conn, row["session_key"])
+    )
 
 
 def claim_many(
