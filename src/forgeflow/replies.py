@@ -8,7 +8,6 @@ its record never produces a second comment.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
 from enum import StrEnum
@@ -23,10 +22,8 @@ from forgeflow.domain.markers import Marker, MarkerKind, append_marker, parse_ma
 from forgeflow.gitea.client import GiteaClient, GiteaError
 from forgeflow.store import Store
 from forgeflow.store import comments as comment_q
+from forgeflow.store.groupcommit import Unit
 from forgeflow.store.types import utcnow
-
-# A write to run in the caller's next transaction.
-Unit = Callable[[Connection], None]
 
 log = structlog.get_logger("forgeflow.replies")
 
