@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shlex
 import tomllib
 from enum import StrEnum
@@ -78,6 +79,12 @@ class Settings(BaseSettings):
     admin_token: SecretStr | None = None
     codex_command: str = "codex app-server"
     gitea_mcp_command: str = "gitea-mcp -t stdio"
+    sandbox: Literal["bwrap", "none"] = "bwrap"
+    agent_network: Literal["on", "off"] = "on"
+    agent_idle_seconds: float = Field(default=300.0, gt=0)
+    model_base_url: str | None = None
+    model_api_key: SecretStr | None = None
+    codex_home: Path | None = None
     model: str | None = None
     reasoning_effort: str | None = None
     trigger_permission: Permission = Permission.WRITE
@@ -112,7 +119,7 @@ class Settings(BaseSettings):
             self.price_output_per_mtok,
         )
 
-    @field_validator("gitea_url", "public_url")
+    @field_validator("gitea_url", "public_url", "model_base_url")
     @classmethod
     def _check_url(cls, value: str | None) -> str | None:
         if value is None or value == "":
@@ -189,11 +196,20 @@ class Settings(BaseSettings):
     def gitea_mcp_argv(self) -> list[str]:
         return shlex.split(self.gitea_mcp_command)
 
+    @property
+    def codex_home_path(self) -> Path | None:
+        """The operator's Codex configuration: ``FORGEFLOW_CODEX_HOME``, else the
+        ``CODEX_HOME`` forgeflow runs with, else ``~/.codex``."""
+        if self.codex_home is not None:
+            return self.codex_home
+        env = os.environ.get("CODEX_HOME")
+        return Path(env) if env else Path.home() / ".codex"
+
     def secret_values(self) -> list[str]:
         """Every secret this process knows, for log and audit redaction."""
         values = [
             s.get_secret_value()
-            for s in (self.gitea_token, self.webhook_secret, self.admin_token)
+            for s in (self.gitea_token, self.webhook_secret, self.admin_token, self.model_api_key)
             if s is not None and s.get_secret_value()
         ]
         if self.database_url is not None:

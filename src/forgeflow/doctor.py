@@ -10,9 +10,10 @@ import tempfile
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
+from forgeflow.agent import jail
 from forgeflow.agent.jsonrpc import Json, ProcessGone, RpcError, RpcProcess, RpcTimeout
-from forgeflow.agent.mcp import mcp_env, preflight
 from forgeflow.agent.port import AgentError
+from forgeflow.agent.tools import comment_tool_of, handshake, mcp_env, spawn_server
 from forgeflow.config import Settings
 from forgeflow.gitea.client import GiteaClient, GiteaError
 from forgeflow.store import Store, StoreUnavailable
@@ -39,6 +40,7 @@ async def run_checks(s: Settings) -> list[Check]:
         _database,
         _gitea,
         _webhook_secret,
+        _sandbox,
         _codex,
         _gitea_mcp,
         _workspace,
@@ -181,13 +183,30 @@ async def _codex(s: Settings) -> Check:
     return Check("codex", True, f"app-server answers initialize ({info.get('userAgent', '?')})")
 
 
-async def _gitea_mcp(s: Settings) -> Check:
-    try:
-        tool = await preflight(
-            s.gitea_mcp_argv,
-            mcp_env(s.gitea_url or "", s.gitea_token.get_secret_value() if s.gitea_token else ""),
-            timeout=s.mcp_timeout_seconds,
+async def _sandbox(s: Settings) -> Check:
+    if s.sandbox == "none":
+        return Check(
+            "sandbox",
+            True,
+            "FORGEFLOW_SANDBOX=none: the agent runs unjailed, as forgeflow's user "
+            "(for a single trusted user only)",
         )
+    try:
+        await asyncio.to_thread(jail.probe)
+    except jail.JailUnavailable as exc:
+        return Check("sandbox", False, "bubblewrap cannot run here", str(exc))
+    network = "on" if s.agent_network == "on" else "off (brokers only)"
+    return Check("sandbox", True, f"bubblewrap runs a jail here; agent network {network}")
+
+
+async def _gitea_mcp(s: Settings) -> Check:
+    token = s.gitea_token.get_secret_value() if s.gitea_token else ""
+    try:
+        proc = await spawn_server(s.gitea_mcp_argv, mcp_env(s.gitea_url or "", token))
+        try:
+            tool = comment_tool_of(await handshake(proc, s.mcp_timeout_seconds))
+        finally:
+            await proc.close()
     except AgentError as exc:
         return Check(
             "gitea-mcp",

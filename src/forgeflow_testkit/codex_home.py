@@ -7,17 +7,16 @@ phone home later (analytics, feedback, update checks, app connectors, model disc
 
 from __future__ import annotations
 
-import json
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from forgeflow.agent.provider import to_toml
+
 PROVIDER_ID = "scripted"
 API_KEY_ENV = "SCRIPTED_MODEL_API_KEY"
 API_KEY = "sk-scripted-test-key"
-_BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
 
 _FEATURES_OFF = (
     "plugins",  # marketplace sync: api.github.com + chatgpt.com at start-up
@@ -43,37 +42,6 @@ class CodexHome:
     def env(self) -> dict[str, str]:
         """What the app-server's environment needs on top of the parent's."""
         return {"CODEX_HOME": str(self.path), API_KEY_ENV: API_KEY}
-
-
-def _toml_value(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, int | float):
-        return repr(value)
-    if isinstance(value, str):
-        return json.dumps(value)  # a JSON string is a valid TOML basic string
-    if isinstance(value, list | tuple):
-        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
-    raise TypeError(f"cannot write {type(value).__name__} to TOML")
-
-
-def _toml_key(key: str) -> str:
-    return key if _BARE_KEY.fullmatch(key) else json.dumps(key)
-
-
-def to_toml(table: Mapping[str, Any], prefix: str = "") -> str:
-    """A minimal TOML writer (the stdlib only reads TOML): scalars, lists, nested tables.
-    A table holding only tables gets no header of its own."""
-    lines = [
-        f"{_toml_key(k)} = {_toml_value(v)}" for k, v in table.items() if not isinstance(v, Mapping)
-    ]
-    out = ""
-    if lines:
-        out = (f"\n[{prefix}]\n" if prefix else "") + "\n".join(lines) + "\n"
-    for key, value in table.items():
-        if isinstance(value, Mapping):
-            out += to_toml(value, f"{prefix}.{_toml_key(key)}" if prefix else _toml_key(key))
-    return out
 
 
 def codex_config(

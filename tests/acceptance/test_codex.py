@@ -16,7 +16,8 @@ from forgeflow_testkit.codex_home import write_codex_home
 from forgeflow_testkit.gitea_emulator import GiteaEmulator
 from forgeflow_testkit.model_server import ScriptedModel
 from forgeflow_testkit.model_steps import delay, message
-from tests.support.agentic import CODEX, GITEA_MCP, Agentic, start_agentic
+from forgeflow_testkit.codex_home import API_KEY
+from tests.support.agentic import CODEX, GITEA_MCP, Agentic, app_server_groups, start_agentic
 from tests.support.cluster import wait_for
 
 
@@ -31,7 +32,8 @@ def test_one_thread_per_issue_and_a_turn_per_comment(agentic: Agentic) -> None: 
     turns = [d["turns"][0]["turnId"] for d in details]
     assert len(threads) == 1 and None not in threads
     assert len(set(turns)) == 3 and all(turns)
-    # AC-06: the thread runs in the issue's worktree, yolo, with a thread-level gitea-mcp.
+    # AC-06: the thread runs in the issue's worktree, never asking, with the Gitea tools of
+    # forgeflow's broker bound to this session by a capability (a header, never audited).
     params = [e["metadata"] for e in details[0]["audit"] if e["action"] == "session.thread_params"]
     assert params, "thread parameters were not audited"
     root = agentic.ff.settings.resolved_workspace_root
@@ -39,17 +41,26 @@ def test_one_thread_per_issue_and_a_turn_per_comment(agentic: Agentic) -> None: 
         root / ".sessions/default/acme/widget" / f"issue-{agentic.issue}"
     )
     assert (params[0]["approvalPolicy"], params[0]["sandbox"]) == ("never", "danger-full-access")
-    assert params[0]["mcpServers"]["gitea"]["command"] == str(GITEA_MCP)
-    # turn/start's sandboxPolicy sticks to the thread, so every mention turn names its own.
+    gitea_tools = params[0]["mcpServers"]["gitea"]
+    assert gitea_tools["url"].startswith("http://127.0.0.1:") and gitea_tools["url"].endswith(
+        "/mcp"
+    )
+    assert gitea_tools["headers"] == ["Authorization"]
+    # turn/start's sandboxPolicy sticks to the thread, so every mention turn names its own:
+    # in the jail, Codex is told the sandbox is external (the jail) and the network is on.
     for d in details:
         sandbox = [e["metadata"] for e in d["audit"] if e["action"] == "turn.sandbox"]
-        assert sandbox == [{"sandboxPolicy": {"type": "dangerFullAccess"}, "kind": "normal"}]
-    assert params[0]["mcpServers"]["gitea"]["env"] == [
-        "GITEA_ACCESS_TOKEN",
-        "GITEA_HOST",
-        "GITEA_TOKEN",
-        "GITEA_URL",
-    ]
+        assert sandbox == [
+            {
+                "sandboxPolicy": {"type": "externalSandbox", "networkAccess": "enabled"},
+                "kind": "normal",
+            }
+        ]
+    # The model saw the operator's key, added by forgeflow's pass-through; the jail never
+    # had it. The pass-through counted the tokens of each turn.
+    assert {r.headers.get("authorization") for r in agentic.model.requests} == {f"Bearer {API_KEY}"}
+    usage = [e["metadata"] for e in details[0]["audit"] if e["action"] == "model.usage"]
+    assert len(usage) == 1 and usage[0]["inputTokens"] > 0
     # AC-07: one receipt per task, one final answer per task, nothing else from the bot.
     kinds = sorted(c["body"].rsplit("kind=", 1)[1] for c in agentic.bot_comments())
     assert kinds == ["final -->"] * 3 + ["receipt -->"] * 3
@@ -135,7 +146,7 @@ def test_app_server_killed_mid_turn_is_retried_on_the_same_thread(agentic: Agent
             agentic.detail(task)["task"]["state"] == "running" and len(agentic.model.requests) >= 1
         )
     )
-    pgid = int((agentic.ff.settings.data_dir / "codex-app-server.pgid").read_text())
+    (pgid,) = app_server_groups(agentic.ff.settings.data_dir)
     os.killpg(pgid, signal.SIGKILL)
     detail = agentic.finished(task)
     assert detail["task"]["state"] == "succeeded", detail["task"]
@@ -244,7 +255,7 @@ def test_forgeflow_killed_mid_turn_ends_the_orphaned_app_server_and_resumes(
         issue = gitea.add_issue("acme", "widget", title="t", author="alice")
         task = cluster.mention(issue)
         wait_for(lambda: len(model.requests) >= 1, what="the slow turn reached the model")
-        pgid = int((tmp_path / "data" / "codex-app-server.pgid").read_text())
+        (pgid,) = app_server_groups(tmp_path / "data")
         cluster.kill9()
         os.killpg(pgid, 0)  # the app-server group survived forgeflow
         cluster.start()
@@ -266,16 +277,17 @@ def test_forgeflow_killed_mid_turn_ends_the_orphaned_app_server_and_resumes(
         cluster.stop()
 
 
-def test_under_yolo_codex_declines_a_servers_elicitation_itself(
+def test_the_tool_broker_declines_a_servers_elicitation(
     gitea: GiteaEmulator,
     model: ScriptedModel,
     tmp_path: Path,
     sqlite_url: str,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """Observed with 0.171.0: with ``approvalPolicy: never`` codex answers an MCP server's
-    ``elicitation/create`` with ``decline`` and never asks forgeflow, whatever
-    FORGEFLOW_ELICITATION_POLICY says. The answer still lands, through the REST fallback."""
+    """The Gitea MCP server runs behind forgeflow's tool broker, which is its only client
+    and asks no person: its ``elicitation/create`` is declined (as Codex itself does under
+    ``approvalPolicy: never``), whatever FORGEFLOW_ELICITATION_POLICY says. The answer
+    still lands, through the REST fallback."""
     asking = f"{sys.executable} -m forgeflow_testkit.asking_mcp"
     for world in start_agentic(
         gitea,

@@ -25,6 +25,11 @@ CODEX = ROOT / "tools" / "node" / "node_modules" / ".bin" / "codex"
 GITEA_MCP = Path(sys.executable).parent / "gitea-mcp"
 
 
+def app_server_groups(data_dir: Path) -> list[int]:
+    """The process groups of the app-servers forgeflow runs now (one per repository)."""
+    return sorted(int(p.read_text()) for p in (data_dir / "run").glob("codex-*.pgid"))
+
+
 @dataclass
 class Agentic:
     gitea: GiteaEmulator

@@ -1,70 +1,59 @@
-"""The Codex app-server adapter of the ``AgentRuntime`` port (ARCHITECTURE §5.3, §6.3).
+"""The Codex app-server adapter of the ``AgentRuntime`` port.
 
-One long-lived ``codex app-server`` per worker, in its own process group. Each issue
-or pull request has its own thread, started with the session's worktree as ``cwd``,
-``approvalPolicy: never`` with ``danger-full-access`` (codexapp + yolo) and the Gitea MCP
-server injected at thread level, with the bot token in that thread's MCP ``env`` only.
-A pipeline draft space (review/plan mode) has a thread of its own: ``read-only``, no
-MCP server; every ``turn/start`` names its sandbox policy (docs/codex-app-server.md).
+One ``codex app-server`` per active repository (``appserver.py``), jailed
+(``jail.py``) unless ``FORGEFLOW_SANDBOX=none``, started with the repository's first
+turn and stopped after ``FORGEFLOW_AGENT_IDLE_SECONDS`` without one; a later mention
+resumes the same thread in a fresh app-server. Each issue or pull request has its own
+thread, started with the session's worktree as ``cwd`` and ``approvalPolicy: never``.
+Inside the jail every turn runs with ``externalSandbox`` (the jail is the sandbox);
+unjailed with ``dangerFullAccess``; a pipeline draft space (review/plan mode) with
+``readOnly`` and no Gitea tools (docs/codex-app-server.md).
+
+No credential reaches an app-server: its model requests go through the broker's
+pass-through with a capability of its repository, its Gitea tools through the broker's
+``/mcp`` with a capability of its session (``broker.py``, ``tools.py``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
-import os
+import time
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import structlog
 
-import forgeflow
+from forgeflow.agent import jail
+from forgeflow.agent.appserver import AppServer, Launch, end_leftovers, pgid_file
+from forgeflow.agent.broker import Broker, Grant
+from forgeflow.agent.items import TurnState, on_item, on_server_request
 from forgeflow.agent.jsonrpc import Json, ProcessGone, RpcError, RpcProcess, RpcTimeout
-from forgeflow.agent.mcp import mcp_env, preflight, resolve_command
 from forgeflow.agent.port import (
     AgentError,
     AgentEvent,
     CommentTool,
-    NeedsUser,
     Notice,
     SessionSpec,
     TokenUsage,
-    ToolCall,
     TurnCompleted,
     TurnHandle,
     TurnSpec,
     TurnStatus,
 )
+from forgeflow.agent.provider import ModelProvider, load_provider
+from forgeflow.agent.tools import GiteaTools, mcp_env
 from forgeflow.config import Settings
+from forgeflow.domain.ids import RepoRef
+from forgeflow.domain.paths import agent_home, repo_sessions, repo_workspace
 from forgeflow.redaction import redact
 
 log = structlog.get_logger("forgeflow.codex")
 
-# forgeflow's own secrets never reach the app-server or the agent's shell (DESIGN).
-_PRIVATE_ENV = (
-    "FORGEFLOW_GITEA_TOKEN",
-    "FORGEFLOW_WEBHOOK_SECRET",
-    "FORGEFLOW_ADMIN_TOKEN",
-    "FORGEFLOW_DATABASE_URL",
-)
 RESUME_UNKNOWN = -32600
-
-
-@dataclass
-class _Turn:
-    handle: TurnHandle
-    queue: asyncio.Queue[AgentEvent] = field(default_factory=asyncio.Queue)
-    seq: int = 0
-    input_tokens: int = 0
-    output_tokens: int = 0
-    last_message: str | None = None
-    error: str | None = None
-
-    def next_seq(self) -> int:
-        self.seq += 1
-        return self.seq
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,8 +61,13 @@ class CodexConfig:
     argv: list[str]
     mcp_argv: list[str]
     gitea_url: str
-    gitea_token: str
+    gitea_token: str = field(repr=False)
     data_dir: Path
+    workspace_root: Path
+    provider: ModelProvider
+    jailed: bool = True
+    network: bool = True
+    idle_seconds: float = 300.0
     model: str | None = None
     reasoning_effort: str | None = None
     request_timeout: float = 60.0
@@ -81,44 +75,48 @@ class CodexConfig:
     elicitation_policy: str = "decline"
 
 
+def sandbox_policy(read_only: bool, *, jailed: bool = True, network: bool = True) -> Json:
+    """``turn/start``'s ``sandboxPolicy`` (0.171.0 ``SandboxPolicy``). It overrides the
+    thread's sandbox "for this turn and subsequent turns", so every turn sends its own:
+    a turn never inherits another's policy."""
+    if read_only:
+        return {"type": "readOnly", "networkAccess": False}
+    if jailed:
+        return {"type": "externalSandbox", "networkAccess": "enabled" if network else "restricted"}
+    return {"type": "dangerFullAccess"}
+
+
 def _audit_params(params: Json) -> dict[str, Any]:
-    """What a thread was started with, for the audit: env names, never values."""
+    """What a thread was started with, for the audit: header names, never values."""
     servers = (params.get("config") or {}).get("mcp_servers") or {}
     return {
         "cwd": params["cwd"],
         "approvalPolicy": params["approvalPolicy"],
         "sandbox": params["sandbox"],
         "mcpServers": {
-            name: {
-                "command": server["command"],
-                "args": server["args"],
-                "env": sorted(server["env"]),
-            }
+            name: {"url": server["url"], "headers": sorted(server.get("http_headers") or {})}
             for name, server in servers.items()
         },
     }
 
 
-def sandbox_policy(read_only: bool) -> Json:
-    """``turn/start``'s ``sandboxPolicy`` (0.171.0 ``SandboxPolicy``). It overrides the
-    thread's sandbox "for this turn and subsequent turns", so every turn sends its own:
-    a turn never inherits another's policy."""
-    if read_only:
-        return {"type": "readOnly", "networkAccess": False}
-    return {"type": "dangerFullAccess"}
-
-
 class CodexRuntime:
     def __init__(self, cfg: CodexConfig) -> None:
         self.cfg = cfg
-        self._proc: RpcProcess | None = None
-        self._lock = asyncio.Lock()
-        self._loaded: set[str] = set()
-        self._mcp: dict[str, asyncio.Future[str]] = {}
-        self._turns: dict[str, _Turn] = {}
-        self._notices: list[Notice] = []
-        self._downgraded: set[str] = set()
-        self._collaboration = False
+        self.tools = GiteaTools(
+            cfg.mcp_argv,
+            mcp_env(cfg.gitea_url, cfg.gitea_token),
+            timeout=cfg.mcp_ready_timeout,
+            stderr_path=cfg.data_dir / "logs" / "gitea-mcp.log",
+            on_refused=self._refused,
+        )
+        self.broker = Broker(cfg.provider, self.tools.handle)
+        self._servers: dict[str, AppServer] = {}
+        self._starting: dict[str, asyncio.Lock] = {}
+        self._threads: dict[str, AppServer] = {}
+        self._turns: dict[str, TurnState] = {}
+        self._readable: tuple[Path, ...] | None = None
+        self._swept = False
         self._tool: CommentTool | None = None
 
     @classmethod
@@ -127,13 +125,22 @@ class CodexRuntime:
             raise AgentError(
                 "not_configured", "the Codex runtime needs the Gitea settings", retryable=False
             )
+        key = settings.model_api_key.get_secret_value() if settings.model_api_key else None
+        provider = load_provider(
+            base_url=settings.model_base_url, api_key=key, codex_home=settings.codex_home_path
+        )
         return cls(
             CodexConfig(
                 argv=settings.codex_argv,
                 mcp_argv=settings.gitea_mcp_argv,
                 gitea_url=settings.gitea_url,
                 gitea_token=settings.gitea_token.get_secret_value(),
-                data_dir=Path(settings.data_dir),
+                data_dir=Path(settings.data_dir).resolve(),
+                workspace_root=settings.resolved_workspace_root,
+                provider=provider,
+                jailed=settings.sandbox == "bwrap",
+                network=settings.agent_network == "on",
+                idle_seconds=settings.agent_idle_seconds,
                 model=settings.model,
                 reasoning_effort=settings.reasoning_effort,
                 mcp_ready_timeout=settings.mcp_timeout_seconds,
@@ -141,139 +148,113 @@ class CodexRuntime:
             )
         )
 
-    # -- the app-server process ---------------------------------------------------
+    @property
+    def servers(self) -> list[str]:
+        """The repositories whose app-server runs now."""
+        return sorted(k for k, s in self._servers.items() if s.running)
 
-    def _env(self) -> dict[str, str]:
-        return {k: v for k, v in os.environ.items() if k not in _PRIVATE_ENV}
+    # -- one app-server per repository ---------------------------------------------------
 
-    async def _server(self) -> RpcProcess:
-        async with self._lock:
-            if self._proc is not None and not self._proc.closed.is_set():
-                return self._proc
-            if self._proc is not None:
-                await self._restarted()
-            try:
-                proc = await RpcProcess.spawn(
-                    self.cfg.argv,
-                    env=self._env(),
-                    on_message=self._on_message,
-                    stderr_path=self.cfg.data_dir / "logs" / "codex-app-server.log",
-                    pgid_file=self.cfg.data_dir / "codex-app-server.pgid",
-                )
-            except OSError as exc:
-                raise AgentError(
-                    "app_server_unavailable",
-                    f"codex app-server did not start: {exc}",
-                    retryable=True,
-                ) from None
-            self._proc = proc
-            try:
-                await proc.request(
-                    "initialize",
-                    {
-                        "clientInfo": {
-                            "name": "forgeflow",
-                            "title": "forgeflow",
-                            "version": forgeflow.__version__,
-                        },
-                        "capabilities": {"experimentalApi": True},
-                    },
-                    self.cfg.request_timeout,
-                )
-                await proc.notify("initialized")
-            except (RpcError, RpcTimeout, ProcessGone) as exc:
-                await proc.close()
-                self._proc = None
-                raise AgentError(
-                    "app_server_timeout", f"initialize failed: {exc}", retryable=True
-                ) from None
-            await self._probe(proc)
-            return proc
-
-    async def _probe(self, proc: RpcProcess) -> None:
-        """Best-effort capability probes; a failure is a recorded downgrade, never fatal."""
-        try:
-            await proc.request(
-                "experimentalFeature/enablement/set", {"enablement": {"goals": True}}, 10
-            )
-        except (RpcError, RpcTimeout) as exc:
-            self._downgrade("experimentalFeature/enablement/set", str(exc))
-        try:
-            modes = await proc.request("collaborationMode/list", {}, 10)
-            names = {
-                str(m.get("mode") or m.get("name"))
-                for m in modes.get("data", [])
-                if isinstance(m, dict)
-            }
-            self._collaboration = "default" in names
-            if not self._collaboration:
-                self._downgrade("collaborationMode/list", f"no default mode in {sorted(names)}")
-        except (RpcError, RpcTimeout) as exc:
-            self._collaboration = False
-            self._downgrade("collaborationMode/list", str(exc))
-
-    def _downgrade(self, what: str, why: str) -> None:
-        if what in self._downgraded:
-            return
-        self._downgraded.add(what)
-        self._notices.append(
-            Notice(0, "capability_downgrade", {"capability": what, "reason": why[:500]})
+    def _launch(self, owner: str, repo: str) -> Launch:
+        root = str(self.cfg.workspace_root)
+        ref = RepoRef(owner, repo)
+        if self._readable is None:
+            self._readable = jail.installation_paths(self.cfg.argv) if self.cfg.jailed else ()
+        return Launch(
+            argv=self.cfg.argv,
+            home=Path(agent_home(root, ref)),
+            writable=(Path(repo_workspace(root, ref)), Path(repo_sessions(root, ref))),
+            readable=self._readable,
+            jailed=self.cfg.jailed,
+            network=self.cfg.network,
+            config=self.cfg.provider.jail_config(self.broker.model_url),
+            log_path=self.cfg.data_dir / "logs" / "codex-app-server.log",
+            pgid_file=pgid_file(self.cfg.data_dir / "run", f"{owner}/{repo}"),
         )
 
-    async def _restarted(self) -> None:
-        """The app-server died: every turn in flight ends interrupted, threads reload."""
-        for turn in list(self._turns.values()):
-            turn.queue.put_nowait(
-                TurnCompleted(
-                    turn.next_seq(),
-                    TurnStatus.INTERRUPTED,
-                    error_code="interrupted_by_restart",
-                    error="codex app-server exited",
-                )
+    async def _server(self, owner: str, repo: str) -> AppServer:
+        key = f"{owner}/{repo}"
+        async with self._starting.setdefault(key, asyncio.Lock()):
+            server = self._servers.get(key)
+            if server is not None and server.running:
+                return server
+            if server is not None:
+                await self._stop(server, "codex app-server exited")
+            await self.broker.start()
+            if not self._swept:
+                self._swept = True
+                end_leftovers(self.cfg.data_dir / "run")
+            grant = Grant(key, owner, repo)
+            server = AppServer(key, owner, repo, grant, self.broker.grant(grant))
+            proc = await server.start(
+                self._launch(owner, repo), partial(self._on_message, server), 60.0
             )
-        self._loaded.clear()
-        for fut in self._mcp.values():
-            if not fut.done():
-                fut.set_result("failed")
-        self._mcp.clear()
-        if self._proc is not None:
-            await self._proc.close()
-        self._proc = None
+            self._servers[key] = server
+            asyncio.get_running_loop().create_task(self._watch(server, proc))
+            self._arm_idle(server)
+            return server
 
-    async def _watch(self, proc: RpcProcess) -> None:
+    def _arm_idle(self, server: AppServer) -> None:
+        server.last_used = time.monotonic()
+        if server.idle_timer is not None:
+            server.idle_timer.cancel()
+        if server.active == 0:
+            loop = asyncio.get_running_loop()
+            server.idle_timer = loop.call_later(
+                self.cfg.idle_seconds, lambda: loop.create_task(self._idle(server))
+            )
+
+    async def _idle(self, server: AppServer) -> None:
+        if server.active == 0 and self._servers.get(server.key) is server:
+            log.info("codex.idle_stopped", repo=server.key)
+            await self._stop(server, None)
+
+    async def _stop(self, server: AppServer, crash: str | None) -> None:
+        """Stop one repository's app-server: its turns end interrupted, its capabilities
+        are revoked, its threads are loaded again by the next one."""
+        if self._servers.get(server.key) is server:
+            del self._servers[server.key]
+        self.broker.revoke(server.key)
+        for turn in [t for t in self._turns.values() if t.server is server]:
+            self._complete(
+                turn,
+                TurnStatus.INTERRUPTED,
+                error_code="interrupted_by_restart",
+                error=crash or "codex app-server stopped",
+            )
+        for thread in [t for t, s in self._threads.items() if s is server]:
+            del self._threads[thread]
+        await server.stop()
+
+    async def _watch(self, server: AppServer, proc: RpcProcess) -> None:
         await proc.closed.wait()
-        if self._proc is proc:
-            async with self._lock:
-                if self._proc is proc:
-                    log.warning("codex.exited", returncode=proc.proc.returncode)
-                    await self._restarted()
+        if self._servers.get(server.key) is server and server.proc is proc:  # still ours
+            log.warning("codex.exited", repo=server.key, returncode=proc.proc.returncode)
+            await self._stop(server, "codex app-server exited")
 
-    async def _call(self, method: str, params: Json, timeout: float | None = None) -> Json:
-        proc = await self._server()
+    async def _call(
+        self, server: AppServer, method: str, params: Json, timeout: float | None = None
+    ) -> Json:
+        proc = server.proc
+        if proc is None or proc.closed.is_set():
+            raise AgentError("app_server_exited", "codex app-server is gone", retryable=True)
         try:
             return await proc.request(method, params, timeout or self.cfg.request_timeout)
         except RpcTimeout as exc:
-            # A hung app-server is ended whole and restarted on the next call.
-            async with self._lock:
-                if self._proc is proc:
-                    await self._restarted()
+            # A hung app-server is ended whole; the next call starts another.
+            await self._stop(server, f"codex app-server hung: {exc}")
             raise AgentError("app_server_timeout", str(exc), retryable=True) from None
         except ProcessGone as exc:
             raise AgentError("app_server_exited", str(exc), retryable=True) from None
 
-    # -- sessions -------------------------------------------------------------------
+    # -- sessions -----------------------------------------------------------------------
 
     async def comment_tool(self) -> CommentTool:
         if self._tool is None:
-            self._tool = await preflight(
-                self.cfg.mcp_argv,
-                mcp_env(self.cfg.gitea_url, self.cfg.gitea_token),
-                timeout=self.cfg.mcp_ready_timeout,
-                stderr_path=self.cfg.data_dir / "logs" / "gitea-mcp-preflight.log",
-            )
+            self._tool = await self.tools.comment_tool()
         return self._tool
 
-    def _thread_params(self, spec: SessionSpec) -> Json:
+    def _thread_params(self, server: AppServer, spec: SessionSpec) -> Json:
         params: Json = {
             "cwd": spec.cwd,
             "approvalPolicy": "never",
@@ -281,122 +262,139 @@ class CodexRuntime:
             "developerInstructions": spec.developer_instructions,
         }
         if spec.read_only:
-            # A draft thread gets no Gitea MCP server at all: MCP servers are set per
-            # thread (turn/start cannot remove one), and the server's env holds the
-            # bot token, which a read-only agent must not be able to use.
+            # A draft thread gets no Gitea tools at all: MCP servers are set per thread
+            # (turn/start cannot remove one).
             return params
+        grant = Grant(server.key, spec.owner, spec.repo, session_key=spec.session_key)
+        capability = self.broker.grant(grant)
         params["config"] = {
             "mcp_servers": {
                 "gitea": {
-                    "command": resolve_command(self.cfg.mcp_argv),
-                    "args": self.cfg.mcp_argv[1:],
-                    "env": mcp_env(self.cfg.gitea_url, self.cfg.gitea_token),
+                    "url": self.broker.mcp_url,
+                    "http_headers": {"Authorization": f"Bearer {capability}"},
                 }
             }
         }
         return params
 
     async def ensure_session(self, spec: SessionSpec) -> str:
-        if not spec.read_only:
-            await self.comment_tool()
-        proc = await self._server()
-        asyncio.get_running_loop().create_task(self._watch(proc))
-        if spec.thread_id and spec.thread_id in self._loaded:
+        server = await self._server(spec.owner, spec.repo)
+        self._arm_idle(server)
+        if spec.thread_id and spec.thread_id in server.loaded:
             return spec.thread_id
-        params = self._thread_params(spec)
+        params = self._thread_params(server, spec)
         thread_id = None
         if spec.thread_id and not spec.read_only:
-            self._mcp[spec.thread_id] = asyncio.get_running_loop().create_future()
+            server.mcp[spec.thread_id] = asyncio.get_running_loop().create_future()
             try:
-                result = await self._call("thread/resume", {"threadId": spec.thread_id, **params})
+                result = await self._call(
+                    server, "thread/resume", {"threadId": spec.thread_id, **params}
+                )
                 thread_id = str(result["thread"]["id"])
-            except AgentError:
-                raise
             except RpcError as exc:
                 if exc.code != RESUME_UNKNOWN:
                     raise AgentError("thread_resume_failed", str(exc), retryable=True) from None
-                self._notices.append(
+                server.notices.append(
                     Notice(
                         0,
                         "session.resume_failed",
                         {"threadId": spec.thread_id, "error": exc.rpc_message[:500]},
                     )
                 )
-                self._mcp.pop(spec.thread_id, None)
+                server.mcp.pop(spec.thread_id, None)
         if thread_id is None:
             try:
-                result = await self._call("thread/start", params)
+                result = await self._call(server, "thread/start", params)
             except RpcError as exc:
                 raise AgentError("thread_start_failed", str(exc), retryable=True) from None
             thread_id = str(result["thread"]["id"])
         if not spec.read_only:
-            await self._mcp_ready(thread_id)
-        self._loaded.add(thread_id)
-        self._notices.append(Notice(0, "session.thread_params", _audit_params(params)))
+            await self._mcp_ready(server, thread_id)
+        server.loaded.add(thread_id)
+        self._threads[thread_id] = server
+        server.notices.append(Notice(0, "session.thread_params", _audit_params(params)))
         return thread_id
 
-    async def _mcp_ready(self, thread_id: str) -> None:
+    async def _mcp_ready(self, server: AppServer, thread_id: str) -> None:
         """Codex does not wait for a thread's MCP servers before calling the model."""
-        fut = self._mcp.setdefault(thread_id, asyncio.get_running_loop().create_future())
+        fut = server.mcp.setdefault(thread_id, asyncio.get_running_loop().create_future())
         try:
             async with asyncio.timeout(self.cfg.mcp_ready_timeout):
                 status = await fut
         except TimeoutError:
             raise AgentError(
                 "mcp_initialize_timeout",
-                "the thread's Gitea MCP server did not become ready",
+                "the thread's Gitea tools did not become ready",
                 retryable=False,
             ) from None
         if status != "ready":
             raise AgentError(
-                "mcp_start_failed", f"the thread's Gitea MCP server is {status}", retryable=False
+                "mcp_start_failed", f"the thread's Gitea tools are {status}", retryable=False
             )
 
-    # -- turns ----------------------------------------------------------------------
+    # -- turns --------------------------------------------------------------------------
+
+    def _server_of(self, thread_id: str) -> AppServer:
+        server = self._threads.get(thread_id)
+        if server is None or not server.running:
+            raise AgentError("app_server_exited", "the thread's app-server is gone", retryable=True)
+        return server
 
     async def start_turn(self, thread_id: str, turn: TurnSpec) -> TurnHandle:
-        policy = sandbox_policy(turn.read_only)
+        server = self._server_of(thread_id)
+        policy = sandbox_policy(turn.read_only, jailed=self.cfg.jailed, network=self.cfg.network)
         params: Json = {
             "threadId": thread_id,
             "input": [{"type": "text", "text": turn.prompt, "text_elements": []}],
             "sandboxPolicy": policy,
         }
-        if self._collaboration and self.cfg.model:
+        if server.collaboration and self.cfg.model:
             settings: Json = {"model": self.cfg.model}
             if self.cfg.reasoning_effort:
                 settings["reasoning_effort"] = self.cfg.reasoning_effort
             params["collaborationMode"] = {"mode": "default", "settings": settings}
-        elif "collaborationMode" not in self._downgraded:
-            self._downgrade(
+        elif "collaborationMode" not in server.downgraded:
+            server.downgrade(
                 "collaborationMode",
                 "not supported by the runtime"
-                if not self._collaboration
+                if not server.collaboration
                 else "FORGEFLOW_MODEL is not set",
             )
-        try:
-            result = await self._call("turn/start", params)
-        except RpcError as exc:
-            if "collaborationMode" not in params:
-                raise AgentError("turn_start_failed", str(exc), retryable=True) from None
-            self._downgrade("collaborationMode", str(exc))
-            self._collaboration = False
-            params.pop("collaborationMode")
-            try:
-                result = await self._call("turn/start", params)
-            except RpcError as again:
-                raise AgentError("turn_start_failed", str(again), retryable=True) from None
+        result = await self._start(server, params)
         handle = TurnHandle(thread_id, str(result["turn"]["id"]))
-        state = self._turns.setdefault(handle.turn_id, _Turn(handle))
-        for notice in self._notices:
-            state.queue.put_nowait(Notice(state.next_seq(), notice.action, notice.metadata))
-        self._notices.clear()
-        state.queue.put_nowait(
+        state = self._turns.setdefault(handle.turn_id, TurnState(handle, server))
+        state.server = server
+        state.usage_at_start = (server.model.usage.input_tokens, server.model.usage.output_tokens)
+        server.active += 1
+        if server.idle_timer is not None:
+            server.idle_timer.cancel()
+            server.idle_timer = None
+        for notice in server.notices:
+            state.put(Notice(state.next_seq(), notice.action, notice.metadata))
+        server.notices.clear()
+        state.put(
             Notice(state.next_seq(), "turn.sandbox", {"sandboxPolicy": policy, "kind": turn.kind})
         )
         return handle
 
-    async def events(self, handle: TurnHandle) -> Any:
-        state = self._turns.setdefault(handle.turn_id, _Turn(handle))
+    async def _start(self, server: AppServer, params: Json) -> Json:
+        try:
+            return await self._call(server, "turn/start", params)
+        except RpcError as exc:
+            if "collaborationMode" not in params:
+                raise AgentError("turn_start_failed", str(exc), retryable=True) from None
+            server.downgrade("collaborationMode", str(exc))
+            server.collaboration = False
+            params.pop("collaborationMode")
+        try:
+            return await self._call(server, "turn/start", params)
+        except RpcError as again:
+            raise AgentError("turn_start_failed", str(again), retryable=True) from None
+
+    async def events(self, handle: TurnHandle) -> AsyncIterator[AgentEvent]:
+        state = self._turns.get(handle.turn_id)
+        if state is None:
+            return
         try:
             while True:
                 event = await state.queue.get()
@@ -407,28 +405,74 @@ class CodexRuntime:
             self._turns.pop(handle.turn_id, None)
 
     async def interrupt(self, handle: TurnHandle) -> None:
+        server = self._threads.get(handle.thread_id)
+        if server is None:
+            return
         with contextlib.suppress(RpcError):
             await self._call(
-                "turn/interrupt", {"threadId": handle.thread_id, "turnId": handle.turn_id}, 10
+                server,
+                "turn/interrupt",
+                {"threadId": handle.thread_id, "turnId": handle.turn_id},
+                10,
             )
 
     async def aclose(self) -> None:
-        if self._proc is not None:
-            await self._proc.close()
-            self._proc = None
+        for server in list(self._servers.values()):
+            await self._stop(server, "forgeflow stopped")
+        await self.tools.aclose()
+        await self.broker.aclose()
 
-    # -- messages from the app-server --------------------------------------------------
+    def _complete(self, turn: TurnState, status: TurnStatus, **kw: Any) -> None:
+        """End a turn once: the broker's count of its model use, then its completion;
+        its app-server may go idle from now on."""
+        if turn.done:
+            return
+        turn.done = True
+        usage = turn.server.model.usage
+        before_in, before_out = turn.usage_at_start
+        turn.put(
+            Notice(
+                turn.next_seq(),
+                "model.usage",
+                {
+                    "inputTokens": usage.input_tokens - before_in,
+                    "outputTokens": usage.output_tokens - before_out,
+                },
+            )
+        )
+        turn.put(TurnCompleted(turn.next_seq(), status, last_message=turn.last_message, **kw))
+        turn.server.active = max(0, turn.server.active - 1)
+        if self._servers.get(turn.server.key) is turn.server:
+            self._arm_idle(turn.server)
 
-    async def _on_message(self, msg: Json) -> None:
+    def _refused(self, grant: Grant, tool: str, args: dict[str, Any], why: str) -> None:
+        """A Gitea tool call the broker refused: reported in the session's turn."""
+        log.warning("mcp.refused", repo=grant.server, tool=tool)
+        for turn in self._turns.values():
+            if turn.server.key == grant.server and not turn.done:
+                turn.put(
+                    Notice(
+                        turn.next_seq(),
+                        "mcp.refused",
+                        {"tool": tool, "arguments": redact(args), "reason": why},
+                    )
+                )
+
+    # -- messages from an app-server ------------------------------------------------------
+
+    async def _on_message(self, server: AppServer, msg: Json) -> None:
         method = str(msg.get("method"))
         params = msg.get("params") or {}
         if "id" in msg:
-            await self._on_request(msg["id"], method, params)
+            if server.proc is not None:
+                await on_server_request(
+                    server.proc, self._turns, msg["id"], method, params, self.cfg.elicitation_policy
+                )
             return
         if method == "mcpServer/startupStatus/updated" and params.get("name") == "gitea":
             status = str(params.get("status"))
             if status in ("ready", "failed", "cancelled"):
-                fut = self._mcp.setdefault(
+                fut = server.mcp.setdefault(
                     str(params.get("threadId")), asyncio.get_running_loop().create_future()
                 )
                 if not fut.done():
@@ -438,94 +482,22 @@ class CodexRuntime:
         if turn is None:
             return
         if method == "item/completed":
-            self._item(turn, params.get("item") or {})
+            on_item(turn, params.get("item") or {})
         elif method == "thread/tokenUsage/updated":
             last = (params.get("tokenUsage") or {}).get("last") or {}
             turn.input_tokens += int(last.get("inputTokens") or 0)
             turn.output_tokens += int(last.get("outputTokens") or 0)
-            turn.queue.put_nowait(
-                TokenUsage(turn.next_seq(), turn.input_tokens, turn.output_tokens)
-            )
+            turn.put(TokenUsage(turn.next_seq(), turn.input_tokens, turn.output_tokens))
         elif method == "error":
             turn.error = str((params.get("error") or {}).get("message") or params)[:2000]
         elif method == "turn/completed":
             body = params.get("turn") or {}
-            status = str(body.get("status"))
             error = body.get("error") or {}
-            mapped = {"completed": TurnStatus.COMPLETED, "interrupted": TurnStatus.INTERRUPTED}.get(
-                status, TurnStatus.FAILED
+            status = {"completed": TurnStatus.COMPLETED, "interrupted": TurnStatus.INTERRUPTED}.get(
+                str(body.get("status")), TurnStatus.FAILED
             )
-            turn.queue.put_nowait(
-                TurnCompleted(
-                    turn.next_seq(),
-                    mapped,
-                    error_code=None
-                    if mapped is TurnStatus.COMPLETED
-                    else ("interrupted" if mapped is TurnStatus.INTERRUPTED else "model_error"),
-                    error=str(error.get("message") or turn.error or "") or None,
-                    last_message=turn.last_message,
-                )
+            code = {TurnStatus.COMPLETED: None, TurnStatus.INTERRUPTED: "interrupted"}.get(
+                status, "model_error"
             )
-
-    def _item(self, turn: _Turn, item: Json) -> None:
-        kind = item.get("type")
-        if kind == "agentMessage":
-            turn.last_message = str(item.get("text") or "") or turn.last_message
-        elif kind == "mcpToolCall":
-            comment_id = None
-            result = item.get("result") or {}
-            for part in result.get("content") or []:
-                with contextlib.suppress(ValueError, TypeError, AttributeError):
-                    comment_id = int(json.loads(part.get("text", ""))["id"])
-                    break
-            error = item.get("error") or {}
-            turn.queue.put_nowait(
-                ToolCall(
-                    turn.next_seq(),
-                    f"{item.get('server')}.{item.get('tool')}",
-                    redact(item.get("arguments") or {}),
-                    ok=item.get("status") == "completed",
-                    comment_id=comment_id,
-                    error=str(error.get("message")) if error else None,
-                )
-            )
-
-    async def _on_request(self, request_id: Any, method: str, params: Json) -> None:
-        proc = self._proc
-        if proc is None:
-            return
-        turn = self._turns.get(str(params.get("turnId")))
-        if method == "item/tool/requestUserInput":
-            questions = params.get("questions") or []
-            text = "\n".join(str(q.get("question") or "") for q in questions if isinstance(q, dict))
-            if turn is not None:
-                turn.queue.put_nowait(NeedsUser(turn.next_seq(), text or "(question)"))
-            answers = {
-                str(q.get("id")): {"answers": ["The user will answer in a later comment."]}
-                for q in questions
-                if isinstance(q, dict)
-            }
-            await proc.respond(request_id, {"answers": answers})
-            return
-        if method == "mcpServer/elicitation/request":
-            action = "accept" if self.cfg.elicitation_policy == "accept" else "decline"
-            if turn is not None:
-                turn.queue.put_nowait(
-                    Notice(
-                        turn.next_seq(),
-                        "agent.elicitation",
-                        {
-                            "server": params.get("serverName"),
-                            "message": str(params.get("message"))[:500],
-                            "answer": action,
-                        },
-                    )
-                )
-            await proc.respond(request_id, {"action": action, "content": None})
-            return
-        # yolo should never ask; anything that does is declined and audited.
-        if turn is not None:
-            turn.queue.put_nowait(
-                Notice(turn.next_seq(), "agent.approval_declined", {"method": method})
-            )
-        await proc.respond(request_id, {"decision": "decline"})
+            message = str(error.get("message") or turn.error or "") or None
+            self._complete(turn, status, error_code=code, error=message)

@@ -180,6 +180,10 @@ class RpcProcess:
     async def respond(self, request_id: Any, result: Json) -> None:
         await self._write({"jsonrpc": "2.0", "id": request_id, "result": result})
 
+    async def respond_error(self, request_id: Any, code: int, message: str) -> None:
+        error = {"code": code, "message": message}
+        await self._write({"jsonrpc": "2.0", "id": request_id, "error": error})
+
     async def close(self) -> None:
         if self.proc.returncode is None:
             await asyncio.get_running_loop().run_in_executor(None, kill_group, self.proc.pid)

@@ -12,6 +12,7 @@ from pathlib import PurePosixPath
 from forgeflow.domain.ids import INSTANCE_ID, InvalidName, RepoRef, ResourceRef
 
 SESSIONS_DIR = ".sessions"
+HOMES_DIR = ".homes"
 
 
 def _under(root: str, *parts: str) -> str:
@@ -25,6 +26,16 @@ def _under(root: str, *parts: str) -> str:
 def repo_workspace(root: str, repo: RepoRef) -> str:
     """The persistent clone: ``<root>/default/<owner>/<repo>``."""
     return _under(root, INSTANCE_ID, repo.owner, repo.name)
+
+
+def repo_sessions(root: str, repo: RepoRef) -> str:
+    """The folder of a repository's session worktrees."""
+    return _under(root, SESSIONS_DIR, INSTANCE_ID, repo.owner, repo.name)
+
+
+def agent_home(root: str, repo: RepoRef) -> str:
+    """The private home of a repository's jail, kept between its app-servers."""
+    return _under(root, HOMES_DIR, INSTANCE_ID, repo.owner, repo.name)
 
 
 def session_worktree(root: str, resource: ResourceRef) -> str:

@@ -1,0 +1,196 @@
+"""One repository's ``codex app-server``: started with the repository's first turn,
+inside its jail, and stopped when idle.
+
+Each app-server runs in its own process group, whose id is kept in the data folder: a
+crashed forgeflow leaves its app-servers behind, still holding their threads' writer
+locks, and the next start ends them first (DESIGN, observed with 0.171.0).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import structlog
+
+import forgeflow
+from forgeflow.agent import jail
+from forgeflow.agent.broker import Grant
+from forgeflow.agent.jsonrpc import (
+    Handler,
+    Json,
+    ProcessGone,
+    RpcError,
+    RpcProcess,
+    RpcTimeout,
+    kill_group,
+)
+from forgeflow.agent.port import AgentError, Notice
+from forgeflow.agent.provider import CAPABILITY_ENV, to_toml
+
+log = structlog.get_logger("forgeflow.appserver")
+
+
+@dataclass(frozen=True, slots=True)
+class Launch:
+    """How an app-server is started: the command and, when jailed, its jail."""
+
+    argv: list[str]
+    home: Path  # the repository's private home (host path)
+    writable: tuple[Path, ...]
+    readable: tuple[Path, ...]
+    jailed: bool
+    network: bool
+    config: Json  # the jail's Codex config.toml
+    log_path: Path
+    pgid_file: Path
+    bwrap: str = "bwrap"
+
+    def command(self, capability: str) -> tuple[list[str], dict[str, str]]:
+        """The command line and environment, with the model capability as the only key."""
+        extra = {CAPABILITY_ENV: capability}
+        if self.jailed:
+            spec = jail.JailSpec(
+                self.home, self.writable, self.readable, network=self.network, env=extra
+            )
+            return jail.bwrap_argv(spec, self.argv, bwrap=self.bwrap), {}
+        # Unjailed (FORGEFLOW_SANDBOX=none): the same fixed environment, host paths.
+        env = jail.base_env(
+            {
+                **extra,
+                "PATH": os.environ.get("PATH", jail.JAIL_PATH),
+                "HOME": str(self.home),
+                "CODEX_HOME": str(self.home / ".codex"),
+            }
+        )
+        return self.argv, env
+
+
+def pgid_file(run_dir: Path, key: str) -> Path:
+    return run_dir / f"codex-{hashlib.sha256(key.encode()).hexdigest()[:16]}.pgid"
+
+
+def end_leftovers(run_dir: Path) -> int:
+    """End every app-server group a crashed forgeflow left (their pgid files)."""
+    ended = 0
+    for path in run_dir.glob("codex-*.pgid"):
+        with contextlib.suppress(ValueError, OSError):
+            kill_group(int(path.read_text().strip()))
+            ended += 1
+        path.unlink(missing_ok=True)
+    return ended
+
+
+@dataclass(eq=False)
+class AppServer:
+    key: str  # the repository, "owner/repo"
+    owner: str
+    repo: str
+    model: Grant
+    capability: str
+    proc: RpcProcess | None = None
+    collaboration: bool = False
+    loaded: set[str] = field(default_factory=set)
+    mcp: dict[str, asyncio.Future[str]] = field(default_factory=dict)
+    notices: list[Notice] = field(default_factory=list)
+    downgraded: set[str] = field(default_factory=set)
+    active: int = 0  # turns in flight
+    last_used: float = 0.0
+    idle_timer: asyncio.TimerHandle | None = None
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+
+    @property
+    def running(self) -> bool:
+        return self.proc is not None and not self.proc.closed.is_set()
+
+    async def start(self, launch: Launch, on_message: Handler, timeout: float) -> RpcProcess:
+        codex_home = launch.home / ".codex"
+        codex_home.mkdir(parents=True, exist_ok=True)
+        # Written anew at every start: whatever the agent wrote there is replaced.
+        (codex_home / "config.toml").write_text(to_toml(launch.config), encoding="utf-8")
+        for path in launch.writable:
+            path.mkdir(parents=True, exist_ok=True)
+        argv, env = launch.command(self.capability)
+        try:
+            proc = await RpcProcess.spawn(
+                argv,
+                env=env,
+                on_message=on_message,
+                stderr_path=launch.log_path,
+                pgid_file=launch.pgid_file,
+            )
+        except OSError as exc:
+            raise AgentError(
+                "app_server_unavailable", f"codex app-server did not start: {exc}", retryable=True
+            ) from None
+        try:
+            await proc.request(
+                "initialize",
+                {
+                    "clientInfo": {
+                        "name": "forgeflow",
+                        "title": "forgeflow",
+                        "version": forgeflow.__version__,
+                    },
+                    "capabilities": {"experimentalApi": True},
+                },
+                timeout,
+            )
+            await proc.notify("initialized")
+        except (RpcError, RpcTimeout, ProcessGone) as exc:
+            await proc.close()
+            raise AgentError(
+                "app_server_timeout", f"initialize failed: {exc}", retryable=True
+            ) from None
+        self.proc = proc
+        await self._probe(proc)
+        log.info("codex.started", repo=self.key, jailed=launch.jailed, pid=proc.proc.pid)
+        return proc
+
+    async def _probe(self, proc: RpcProcess) -> None:
+        """Best-effort capability probes; a failure is a recorded downgrade, never fatal."""
+        try:
+            await proc.request(
+                "experimentalFeature/enablement/set", {"enablement": {"goals": True}}, 10
+            )
+        except (RpcError, RpcTimeout) as exc:
+            self.downgrade("experimentalFeature/enablement/set", str(exc))
+        try:
+            modes = await proc.request("collaborationMode/list", {}, 10)
+            names = {
+                str(m.get("mode") or m.get("name"))
+                for m in modes.get("data", [])
+                if isinstance(m, dict)
+            }
+            self.collaboration = "default" in names
+            if not self.collaboration:
+                self.downgrade("collaborationMode/list", f"no default mode in {sorted(names)}")
+        except (RpcError, RpcTimeout) as exc:
+            self.collaboration = False
+            self.downgrade("collaborationMode/list", str(exc))
+
+    def downgrade(self, what: str, why: str) -> None:
+        if what in self.downgraded:
+            return
+        self.downgraded.add(what)
+        self.notices.append(
+            Notice(0, "capability_downgrade", {"capability": what, "reason": why[:500]})
+        )
+
+    async def stop(self) -> None:
+        """End the process group; its threads are loaded again by the next app-server."""
+        if self.idle_timer is not None:
+            self.idle_timer.cancel()
+            self.idle_timer = None
+        for fut in self.mcp.values():
+            if not fut.done():
+                fut.set_result("failed")
+        self.mcp.clear()
+        self.loaded.clear()
+        if self.proc is not None:
+            await self.proc.close()
+        self.proc = None

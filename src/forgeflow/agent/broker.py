@@ -1,0 +1,226 @@
+"""The brokers a jail reaches forgeflow through: one small HTTP server per forgeflow
+process, on loopback, outside every jail.
+
+- ``/model/...``: the Responses-API pass-through. The jailed Codex sends its model
+  requests here with a repository's capability; forgeflow swaps it for the operator's
+  key, streams the answer back as it arrives (never buffered whole) and counts the
+  tokens of each ``response.completed``.
+- ``/mcp``: the Gitea tools (streamable HTTP MCP, JSON answers), bound to one session by
+  its capability and relayed to the one Gitea MCP server of this process
+  (``tools.py``).
+
+A capability is a random bearer token that means something only to this process and
+only while its grant lives: grants are revoked when a repository's app-server stops.
+aiohttp's server: it is already forgeflow's HTTP client, and it streams both ways.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import socket
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import aiohttp
+import structlog
+from aiohttp import web
+
+from forgeflow.agent.provider import ModelProvider
+
+log = structlog.get_logger("forgeflow.broker")
+
+Json = dict[str, Any]
+McpHandler = Callable[["Grant", Json], Awaitable[Json | None]]
+
+# Request headers that describe the hop or the caller's credentials; everything else
+# Codex sends (content type, its session and version headers) goes through as is.
+_HOP_HEADERS = frozenset(
+    {
+        "authorization",
+        "host",
+        "content-length",
+        "connection",
+        "keep-alive",
+        "transfer-encoding",
+        "te",
+        "upgrade",
+        "proxy-authorization",
+        "accept-encoding",
+    }
+)
+_COMPLETED = b'"response.completed"'
+
+
+@dataclass
+class Usage:
+    requests: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+
+
+@dataclass(eq=False)
+class Grant:
+    """What one capability allows: a repository's model access, or (with a session) its
+    Gitea tools."""
+
+    server: str  # the repository's key, e.g. "default:acme/widget"
+    owner: str
+    repo: str
+    session_key: str | None = None
+    usage: Usage = field(default_factory=Usage)
+
+
+class Broker:
+    def __init__(
+        self, provider: ModelProvider, mcp: McpHandler, *, host: str = "127.0.0.1"
+    ) -> None:
+        self.provider = provider
+        self._mcp = mcp
+        self._host = host
+        self._grants: dict[str, Grant] = {}
+        self._runner: web.AppRunner | None = None
+        self._client: aiohttp.ClientSession | None = None
+        self.port = 0
+
+    # -- lifecycle ------------------------------------------------------------------
+
+    async def start(self) -> None:
+        if self._runner is not None:
+            return
+        app = web.Application(client_max_size=64 * 1024 * 1024)
+        app.router.add_route("*", "/model/{tail:.*}", self._model)
+        app.router.add_post("/mcp", self._mcp_post)
+        app.router.add_route("*", "/mcp", self._mcp_other)
+        runner = web.AppRunner(app, access_log=None)
+        await runner.setup()
+        # Our own socket, so the port the kernel chose is known without asking aiohttp.
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((self._host, 0))
+        self.port = int(sock.getsockname()[1])
+        await web.SockSite(runner, sock).start()
+        self._runner = runner
+        # No proxy from the environment: the upstream is the operator's provider.
+        self._client = aiohttp.ClientSession(
+            timeout=aiohttp.ClientTimeout(total=None, sock_connect=30)
+        )
+
+    async def aclose(self) -> None:
+        if self._client is not None:
+            await self._client.close()
+            self._client = None
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+
+    @property
+    def model_url(self) -> str:
+        return f"http://{self._host}:{self.port}/model"
+
+    @property
+    def mcp_url(self) -> str:
+        return f"http://{self._host}:{self.port}/mcp"
+
+    # -- grants ----------------------------------------------------------------------
+
+    def grant(self, grant: Grant) -> str:
+        token = secrets.token_urlsafe(32)
+        self._grants[token] = grant
+        return token
+
+    def revoke(self, server: str) -> None:
+        """End every capability of one repository's app-server."""
+        for token in [t for t, g in self._grants.items() if g.server == server]:
+            del self._grants[token]
+
+    def _granted(self, request: web.Request, *, session: bool) -> Grant:
+        header = request.headers.get("Authorization", "")
+        token = header.removeprefix("Bearer ").strip() if header.startswith("Bearer ") else ""
+        grant = self._grants.get(token) if token else None
+        if grant is None or (grant.session_key is not None) != session:
+            raise web.HTTPUnauthorized(
+                text=json.dumps({"error": {"message": "unknown or revoked capability"}}),
+                content_type="application/json",
+            )
+        return grant
+
+    # -- the model pass-through --------------------------------------------------------
+
+    async def _model(self, request: web.Request) -> web.StreamResponse:
+        grant = self._granted(request, session=False)
+        assert self._client is not None
+        url = f"{self.provider.base_url}/{request.match_info['tail']}"
+        headers = {k: v for k, v in request.headers.items() if k.lower() not in _HOP_HEADERS}
+        if self.provider.api_key:
+            headers["Authorization"] = f"Bearer {self.provider.api_key}"
+        body = await request.read()
+        grant.usage.requests += 1
+        try:
+            upstream = await self._client.request(
+                request.method,
+                url,
+                params=request.query,
+                data=body or None,
+                headers=headers,
+                auto_decompress=True,
+            )
+        except aiohttp.ClientError as exc:
+            log.warning("broker.model_unreachable", error=type(exc).__name__)
+            raise web.HTTPBadGateway(text="the model provider cannot be reached") from None
+        async with upstream:
+            response = web.StreamResponse(status=upstream.status)
+            for key in ("Content-Type", "Cache-Control", "x-request-id", "openai-model"):
+                if key in upstream.headers:
+                    response.headers[key] = upstream.headers[key]
+            await response.prepare(request)
+            pending = b""
+            async for chunk in upstream.content.iter_any():
+                await response.write(chunk)
+                pending = self._count(grant, pending + chunk)
+            self._count(grant, pending + b"\n")
+            await response.write_eof()
+            return response
+
+    @staticmethod
+    def _count(grant: Grant, data: bytes) -> bytes:
+        """Count the usage of each complete ``response.completed`` event line; return
+        the unfinished tail (the stream is read in arbitrary chunks)."""
+        *lines, tail = data.split(b"\n")
+        for line in lines:
+            if not line.startswith(b"data:") or _COMPLETED not in line:
+                continue
+            try:
+                usage = json.loads(line[5:]).get("response", {}).get("usage") or {}
+            except (ValueError, AttributeError):
+                continue
+            grant.usage.input_tokens += int(usage.get("input_tokens") or 0)
+            grant.usage.output_tokens += int(usage.get("output_tokens") or 0)
+        # An event line is small; a tail this long is not one we count.
+        return tail if len(tail) < 4 * 1024 * 1024 else b""
+
+    # -- the Gitea tools (MCP over streamable HTTP, JSON answers only) -----------------
+
+    async def _mcp_post(self, request: web.Request) -> web.Response:
+        grant = self._granted(request, session=True)
+        try:
+            message = await request.json()
+        except ValueError:
+            return _rpc_error(None, -32700, "the body is not JSON")
+        if not isinstance(message, dict):
+            return _rpc_error(None, -32600, "batches are not supported")
+        answer = await self._mcp(grant, message)
+        if answer is None:  # a notification or a response: accepted, nothing to say
+            return web.Response(status=202)
+        return web.json_response(answer)
+
+    async def _mcp_other(self, request: web.Request) -> web.Response:
+        # No server-initiated stream (GET) and no session to end (DELETE).
+        self._granted(request, session=True)
+        return web.Response(status=405, headers={"Allow": "POST"})
+
+
+def _rpc_error(request_id: Any, code: int, message: str) -> web.Response:
+    body = {"jsonrpc": "2.0", "id": request_id, "error": {"code": code, "message": message}}
+    return web.json_response(body, status=400)

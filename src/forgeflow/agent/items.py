@@ -1,0 +1,106 @@
+"""What a turn's notifications and an app-server's requests mean for forgeflow: the
+per-turn state, the items worth recording, and the answers to the agent's questions."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from forgeflow.agent.jsonrpc import Json, RpcProcess
+from forgeflow.agent.port import AgentEvent, NeedsUser, Notice, ToolCall, TurnHandle
+from forgeflow.redaction import redact
+
+if TYPE_CHECKING:
+    from forgeflow.agent.appserver import AppServer
+
+
+@dataclass(eq=False)
+class TurnState:
+    handle: TurnHandle
+    server: AppServer
+    queue: asyncio.Queue[AgentEvent] = field(default_factory=asyncio.Queue)
+    seq: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    usage_at_start: tuple[int, int] = (0, 0)
+    last_message: str | None = None
+    error: str | None = None
+    done: bool = False
+
+    def next_seq(self) -> int:
+        self.seq += 1
+        return self.seq
+
+    def put(self, event: AgentEvent) -> None:
+        self.queue.put_nowait(event)
+
+
+def on_item(turn: TurnState, item: Json) -> None:
+    kind = item.get("type")
+    if kind == "agentMessage":
+        turn.last_message = str(item.get("text") or "") or turn.last_message
+    elif kind == "mcpToolCall":
+        comment_id = None
+        result = item.get("result") or {}
+        for part in result.get("content") or []:
+            with contextlib.suppress(ValueError, TypeError, AttributeError):
+                comment_id = int(json.loads(part.get("text", ""))["id"])
+                break
+        error = item.get("error") or {}
+        turn.put(
+            ToolCall(
+                turn.next_seq(),
+                f"{item.get('server')}.{item.get('tool')}",
+                redact(item.get("arguments") or {}),
+                ok=item.get("status") == "completed" and not result.get("isError"),
+                comment_id=comment_id,
+                error=str(error.get("message")) if error else None,
+            )
+        )
+
+
+async def on_server_request(
+    proc: RpcProcess,
+    turns: dict[str, TurnState],
+    request_id: Any,
+    method: str,
+    params: Json,
+    elicitation_policy: str,
+) -> None:
+    turn = turns.get(str(params.get("turnId")))
+    if method == "item/tool/requestUserInput":
+        questions = params.get("questions") or []
+        text = "\n".join(str(q.get("question") or "") for q in questions if isinstance(q, dict))
+        if turn is not None:
+            turn.put(NeedsUser(turn.next_seq(), text or "(question)"))
+        answers = {
+            str(q.get("id")): {"answers": ["The user will answer in a later comment."]}
+            for q in questions
+            if isinstance(q, dict)
+        }
+        await proc.respond(request_id, {"answers": answers})
+        return
+    if method == "mcpServer/elicitation/request":
+        action = "accept" if elicitation_policy == "accept" else "decline"
+        if turn is not None:
+            turn.put(
+                Notice(
+                    turn.next_seq(),
+                    "agent.elicitation",
+                    {
+                        "server": params.get("serverName"),
+                        "message": str(params.get("message"))[:500],
+                        "answer": action,
+                    },
+                )
+            )
+        await proc.respond(request_id, {"action": action, "content": None})
+        return
+    # Nothing should ask for approval with approvalPolicy never; anything that does is
+    # declined and reported.
+    if turn is not None:
+        turn.put(Notice(turn.next_seq(), "agent.approval_declined", {"method": method}))
+    await proc.respond(request_id, {"decision": "decline"})

@@ -1,0 +1,222 @@
+"""The jail a repository's ``codex app-server`` runs in (bubblewrap).
+
+The agent runs commands a model chose after reading untrusted text, so the jail is
+built as an allow-list: bwrap starts from an empty root and we bind in only
+
+- the system, read-only: ``/usr`` (with the merged-``/usr`` links), a list of ``/etc``
+  entries that programs need (no ``shadow``, no ``ssl/private``, no service configs);
+- the Codex installation that ``FORGEFLOW_CODEX_COMMAND`` names and its interpreter,
+  read-only, wherever they live (a CI checkout may sit under ``/tmp``);
+- the repository's clone and its session worktrees, read-write, at their host paths
+  (a git worktree names its clone by absolute path and back);
+- a private home that persists between app-servers (package caches, Codex's rollouts
+  for ``thread/resume``) and a private ``/tmp``;
+- a fresh ``/proc`` of its own PID namespace and a minimal ``/dev``.
+
+The environment is cleared and rebuilt from a fixed list: no variable of forgeflow's
+and no credential. Hand-written argv: no Python library drives bubblewrap.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+JAIL_HOME = "/home/agent"
+JAIL_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+# What programs in the jail may read of /etc. Everything else there (shadow files,
+# private keys, service configurations such as a forgeflow unit's environment file)
+# stays outside.
+ETC_ENTRIES = (
+    "alternatives",
+    "bash.bashrc",
+    "ca-certificates",
+    "ca-certificates.conf",
+    "debian_version",
+    "gai.conf",
+    "gitconfig",
+    "group",
+    "host.conf",
+    "hostname",
+    "hosts",
+    "inputrc",
+    "ld.so.cache",
+    "ld.so.conf",
+    "ld.so.conf.d",
+    "locale.alias",
+    "localtime",
+    "magic",
+    "magic.mime",
+    "mime.types",
+    "networks",
+    "nsswitch.conf",
+    "os-release",
+    "passwd",
+    "pip.conf",
+    "profile",
+    "protocols",
+    "python3",
+    "python3.11",
+    "python3.12",
+    "resolv.conf",
+    "services",
+    "shells",
+    "ssl/certs",
+    "ssl/openssl.cnf",
+    "timezone",
+    "xdg",
+)
+# The merged-/usr links of a Debian-like system.
+_USR_LINKS = ("bin", "sbin", "lib", "lib32", "lib64", "libx32")
+
+
+class JailUnavailable(Exception):
+    """bubblewrap cannot run here; the message names the fix."""
+
+    code = "sandbox_unavailable"
+
+
+@dataclass(frozen=True, slots=True)
+class JailSpec:
+    """What one repository's jail is made of (host paths)."""
+
+    home: Path  # the private home, bound at JAIL_HOME
+    writable: tuple[Path, ...]  # the clone and the sessions folder, at their host paths
+    readable: tuple[Path, ...] = ()  # the Codex installation and its interpreter
+    network: bool = True
+    env: Mapping[str, str] = field(default_factory=dict)  # on top of the fixed list
+
+
+def base_env(extra: Mapping[str, str]) -> dict[str, str]:
+    """The jail's whole environment: a fixed list plus what the caller adds."""
+    env = {
+        "PATH": JAIL_PATH,
+        "HOME": JAIL_HOME,
+        "USER": "agent",
+        "LOGNAME": "agent",
+        "LANG": "C.UTF-8",
+        "TMPDIR": "/tmp",  # noqa: S108 - the jail's own private /tmp
+        "CODEX_HOME": f"{JAIL_HOME}/.codex",
+    }
+    env.update(extra)
+    return env
+
+
+def bwrap_argv(spec: JailSpec, command: Sequence[str], *, bwrap: str = "bwrap") -> list[str]:
+    """The full command line that runs ``command`` inside the jail."""
+    argv = [
+        bwrap,
+        "--die-with-parent",
+        "--new-session",
+        "--unshare-pid",
+        "--unshare-ipc",
+        "--unshare-uts",
+        "--unshare-cgroup-try",
+        "--cap-drop",
+        "ALL",
+        "--hostname",
+        "forgeflow-agent",
+    ]
+    if not spec.network:
+        argv.append("--unshare-net")
+    argv += ["--ro-bind", "/usr", "/usr"]
+    for name in _USR_LINKS:
+        link = Path("/", name)
+        if link.is_symlink():
+            argv += ["--symlink", os.readlink(link), str(link)]
+        elif link.is_dir():
+            argv += ["--ro-bind", str(link), str(link)]
+    for entry in ETC_ENTRIES:
+        host = Path("/etc", entry)
+        if host.exists():
+            # A symlinked entry (resolv.conf -> /run/...) is bound by its target.
+            argv += ["--ro-bind", str(host.resolve()), str(host)]
+    argv += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--tmpfs", "/home"]  # noqa: S108
+    argv += ["--bind", str(spec.home), JAIL_HOME]
+    for path in spec.readable:
+        argv += ["--ro-bind", str(path), str(path)]
+    for path in spec.writable:
+        argv += ["--bind", str(path), str(path)]
+    argv.append("--clearenv")
+    for key, value in base_env(spec.env).items():
+        argv += ["--setenv", key, value]
+    argv += ["--chdir", JAIL_HOME, "--", *command]
+    return argv
+
+
+def installation_paths(command: Sequence[str]) -> tuple[Path, ...]:
+    """What must be readable in the jail for ``command`` to run: its installation root
+    (the outermost ``node_modules`` of an npm package, else the folder above ``bin``)
+    and, for a script, its interpreter's, unless they already sit in ``/usr``."""
+    found = shutil.which(command[0])
+    if found is None:
+        raise JailUnavailable(f"{command[0]!r} was not found on PATH")
+    paths: list[Path] = []
+    real = Path(found).resolve()
+    paths.append(_install_root(real))
+    interpreter = _interpreter(real)
+    if interpreter is not None:
+        paths.append(_install_root(interpreter))
+    return tuple(p for p in dict.fromkeys(paths) if not _under(p, Path("/usr")))
+
+
+def _install_root(real: Path) -> Path:
+    parts = real.parts
+    if "node_modules" in parts:
+        return Path(*parts[: parts.index("node_modules") + 1])
+    parent = real.parent
+    return parent.parent if parent.name == "bin" else parent
+
+
+def _interpreter(script: Path) -> Path | None:
+    try:
+        with script.open("rb") as fh:
+            first = fh.readline(256)
+    except OSError:
+        return None
+    if not first.startswith(b"#!"):
+        return None
+    words = first[2:].decode(errors="replace").split()
+    if not words:
+        return None
+    name = words[1] if Path(words[0]).name == "env" and len(words) > 1 else words[0]
+    found = shutil.which(name)
+    return Path(found).resolve() if found else None
+
+
+def _under(path: Path, root: Path) -> bool:
+    return path == root or root in path.parents
+
+
+def probe(bwrap: str = "bwrap") -> None:
+    """Run ``true`` in a minimal jail; raise :class:`JailUnavailable` naming the fix."""
+    found = shutil.which(bwrap)
+    if found is None:
+        raise JailUnavailable(
+            "bubblewrap is not installed: install Debian's package 'bubblewrap' "
+            "(apt-get install bubblewrap), or set FORGEFLOW_SANDBOX=none for a single "
+            "trusted user"
+        )
+    argv = [found, "--ro-bind", "/usr", "/usr", "--unshare-pid", "--proc", "/proc"]
+    for name in _USR_LINKS:
+        link = Path("/", name)
+        if link.is_symlink():
+            argv += ["--symlink", os.readlink(link), str(link)]
+    argv += ["--", "true"]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=20, check=False)
+    if done.returncode == 0:
+        return
+    why = (done.stderr.strip().splitlines() or ["no output"])[-1]
+    fix = "check that bwrap works for this user"
+    if "namespace" in why.lower() or "permission" in why.lower():
+        fix = (
+            "user namespaces are off for this user: enable them "
+            "(sysctl kernel.unprivileged_userns_clone=1 and user.max_user_namespaces > 0) "
+            "or run forgeflow as root"
+        )
+    raise JailUnavailable(f"bubblewrap cannot start a jail here ({why}): {fix}")

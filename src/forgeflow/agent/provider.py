@@ -1,0 +1,141 @@
+"""The model provider forgeflow talks to on the jailed agent's behalf, and the Codex
+configuration the jail is given instead of the operator's.
+
+The operator configures the model once: ``FORGEFLOW_MODEL_BASE_URL`` and
+``FORGEFLOW_MODEL_API_KEY``, or else the provider of the ``CODEX_HOME`` forgeflow is
+given (its ``model_provider`` table: ``base_url``, ``env_key``), or else OpenAI with
+``OPENAI_API_KEY``. The key stays in forgeflow; the jail's Codex knows only the
+pass-through's address and a capability.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+OPENAI_BASE_URL = "https://api.openai.com/v1"
+BROKER_PROVIDER = "forgeflow"
+CAPABILITY_ENV = "CODEX_BROKER_KEY"  # the jail's only "key": worthless outside forgeflow
+
+# Keys of a provider table that carry no secret and keep their meaning behind the
+# pass-through. base_url, env_key, bearer tokens and headers stay with forgeflow.
+_PROVIDER_KEYS = (
+    "name",
+    "wire_api",
+    "request_max_retries",
+    "stream_max_retries",
+    "stream_idle_timeout_ms",
+    "supports_websockets",
+)
+# Top-level settings of the operator's config.toml the jail keeps (model choice and the
+# switches that keep Codex from phoning home); MCP servers, profiles, auth, shell and
+# notify hooks are not copied.
+_TOP_KEYS = (
+    "model",
+    "model_reasoning_effort",
+    "model_reasoning_summary",
+    "model_verbosity",
+    "model_context_window",
+    "model_auto_compact_token_limit",
+    "check_for_update_on_startup",
+    "analytics",
+    "feedback",
+    "features",
+    "hide_agent_reasoning",
+    "project_doc_max_bytes",
+)
+_BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
+
+
+class ProviderError(Exception):
+    code = "model_provider_invalid"
+
+
+@dataclass(frozen=True, slots=True)
+class ModelProvider:
+    """Where the pass-through sends the agent's model requests, with which key."""
+
+    base_url: str
+    api_key: str | None = field(repr=False)
+    provider: Mapping[str, Any] = field(default_factory=dict)  # non-secret keys only
+    top: Mapping[str, Any] = field(default_factory=dict)  # non-secret settings only
+
+    def jail_config(self, broker_url: str) -> dict[str, Any]:
+        """The config.toml of the jail's ``CODEX_HOME``: the operator's model choice,
+        the provider replaced by the pass-through."""
+        provider = {
+            "name": "forgeflow model pass-through",
+            "wire_api": "responses",
+            **self.provider,
+            "base_url": broker_url,
+            "env_key": CAPABILITY_ENV,
+        }
+        return {
+            **self.top,
+            "model_provider": BROKER_PROVIDER,
+            "model_providers": {BROKER_PROVIDER: provider},
+        }
+
+
+def load_provider(
+    *,
+    base_url: str | None,
+    api_key: str | None,
+    codex_home: Path | None,
+    environ: Mapping[str, str] = os.environ,
+) -> ModelProvider:
+    """The operator's provider: forgeflow's settings, else ``codex_home``'s config."""
+    config: dict[str, Any] = {}
+    if codex_home is not None and (codex_home / "config.toml").is_file():
+        path = codex_home / "config.toml"
+        try:
+            config = tomllib.loads(path.read_text(encoding="utf-8"))
+        except (tomllib.TOMLDecodeError, OSError) as exc:
+            raise ProviderError(f"{path}: cannot be read as TOML ({exc})") from None
+    top = {k: config[k] for k in _TOP_KEYS if k in config}
+    chosen = str(config.get("model_provider") or "openai")
+    table = (config.get("model_providers") or {}).get(chosen) or {}
+    provider = {k: table[k] for k in _PROVIDER_KEYS if k in table}
+    if base_url:
+        return ModelProvider(base_url.rstrip("/"), api_key, provider, top)
+    url = str(table.get("base_url") or environ.get("OPENAI_BASE_URL") or OPENAI_BASE_URL)
+    key = api_key
+    if key is None:
+        env_key = str(table.get("env_key") or "OPENAI_API_KEY")
+        key = environ.get(env_key) or table.get("experimental_bearer_token")
+    return ModelProvider(url.rstrip("/"), key, provider, top)
+
+
+def to_toml(table: Mapping[str, Any], prefix: str = "") -> str:
+    """A small TOML writer (the standard library only reads TOML): scalars, lists and
+    nested tables, which is all a Codex config needs."""
+    lines = [f"{_key(k)} = {_value(v)}" for k, v in table.items() if not isinstance(v, Mapping)]
+    out = ""
+    if lines:
+        out = (f"\n[{prefix}]\n" if prefix else "") + "\n".join(lines) + "\n"
+    for key, value in table.items():
+        if isinstance(value, Mapping):
+            out += to_toml(value, f"{prefix}.{_key(key)}" if prefix else _key(key))
+    return out
+
+
+def _value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return repr(value)
+    if isinstance(value, str):
+        return json.dumps(value)  # a JSON string is a valid TOML basic string
+    if isinstance(value, list | tuple):
+        return "[" + ", ".join(_value(v) for v in value) + "]"
+    raise TypeError(f"cannot write {type(value).__name__} to TOML")
+
+
+def _key(key: str) -> str:
+    return key if _BARE_KEY.fullmatch(key) else json.dumps(key)
