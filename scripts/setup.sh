@@ -36,6 +36,12 @@ if [ ! -x tools/node/node_modules/.bin/codex ]; then
   (cd tools/node && npm ci --no-audit --no-fund --loglevel=error)
 fi
 
+# The agent's jail (FORGEFLOW_SANDBOX=bwrap, the default) is Debian's bubblewrap.
+if ! command -v bwrap >/dev/null 2>&1; then
+  echo "setup: installing Debian's bubblewrap for the agent's jail" >&2
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap >/dev/null
+fi
+
 # Debian's chromium for the browser tests: Playwright drives it through executable_path
 # (`playwright install` would download a browser build, which this machine cannot).
 if [ "$kind" = "test" ] && [ ! -x /usr/bin/chromium ]; then

@@ -14,7 +14,14 @@ import typer
 
 import forgeflow
 from forgeflow.cli_ops import doctor, gitea_app
-from forgeflow.config import ConfigError, Role, Settings, capability_warnings, load_settings
+from forgeflow.config import (
+    ConfigError,
+    Role,
+    Settings,
+    capability_warnings,
+    load_settings,
+    sandbox_warning,
+)
 from forgeflow.pipelines.cli import app as pipelines_app
 
 if TYPE_CHECKING:
@@ -77,6 +84,7 @@ def serve(
     configure(settings.log_level)
     for line in capability_warnings(settings):
         typer.echo(f"forgeflow: {line}", err=True)
+    _check_sandbox(settings, role)
     token, generated = ensure_admin_token(settings)
     if generated:
         typer.echo(
@@ -104,6 +112,23 @@ def serve(
     except WorkerIdInUse as exc:
         typer.echo(f"forgeflow: {exc}", err=True)
         raise typer.Exit(1) from None
+
+
+def _check_sandbox(settings: Settings, role: Role) -> None:
+    """Refuse to run tasks with a jail that cannot work; warn loudly without one."""
+    warning = sandbox_warning(settings)
+    if warning is not None:
+        typer.echo(f"forgeflow: WARNING: {warning}", err=True)
+        return
+    if role is Role.INGRESS:
+        return  # this process runs no agent
+    from forgeflow.agent.jail import JailUnavailable, probe
+
+    try:
+        probe()
+    except JailUnavailable as exc:
+        typer.echo(f"forgeflow: cannot start with FORGEFLOW_SANDBOX=bwrap: {exc}", err=True)
+        raise typer.Exit(2) from None
 
 
 async def _serve(services: Services, settings: Settings) -> None:

@@ -265,3 +265,14 @@ def capability_warnings(settings: Settings) -> list[str]:
     if settings.gitea_token is None:
         lines.append("FORGEFLOW_GITEA_TOKEN is not set: forgeflow cannot call Gitea as the bot")
     return lines
+
+
+def sandbox_warning(settings: Settings) -> str | None:
+    """The loud line of FORGEFLOW_SANDBOX=none, shown at start, in /readyz and on the
+    overview page."""
+    if settings.sandbox != "none":
+        return None
+    return (
+        "FORGEFLOW_SANDBOX=none: the agent runs unjailed as forgeflow's own user and can "
+        "read everything that user can; use it only for a single trusted user"
+    )

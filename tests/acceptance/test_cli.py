@@ -43,7 +43,10 @@ def test_serve_starts_unconfigured_and_says_what_it_cannot_do(tmp_path: Path) ->
         wait_healthy(f"http://127.0.0.1:{port}", proc)
         r = httpx.post(f"http://127.0.0.1:{port}/api/gitea/webhook", content=b"{}")
         assert r.status_code == 503 and r.json()["error"] == "not_configured"
-        assert httpx.get(f"http://127.0.0.1:{port}/readyz").status_code == 200
+        ready = httpx.get(f"http://127.0.0.1:{port}/readyz")
+        assert ready.status_code == 200
+        # The jail is the default, and nothing warns about it.
+        assert ready.json()["sandbox"] == "bwrap" and "warnings" not in ready.json()
     finally:
         proc.terminate()
         proc.wait(timeout=30)
@@ -67,3 +70,57 @@ def test_serve_starts_unconfigured_and_says_what_it_cannot_do(tmp_path: Path) ->
         proc.terminate()
         proc.wait(timeout=30)
     assert log.read_text().count(token) == 1
+
+
+def test_serve_refuses_a_jail_that_cannot_work_with_one_line(tmp_path: Path) -> None:
+    # No bwrap on this PATH (an empty folder): the jail cannot start, so neither does serve.
+    empty = tmp_path / "bin"
+    empty.mkdir()
+    env = clean_env(FORGEFLOW_DATA_DIR=str(tmp_path / "data"), PATH=str(empty))
+    out = subprocess.run([FORGEFLOW, "serve"], env=env, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2, out.stderr
+    refusal = [line for line in out.stderr.splitlines() if "FORGEFLOW_SANDBOX" in line]
+    assert len(refusal) == 1 and out.stderr.strip().endswith(refusal[0])
+    assert "bubblewrap is not installed" in refusal[0]
+    assert "apt-get install bubblewrap" in refusal[0]
+    # doctor says the same, with the fix.
+    out = subprocess.run(
+        [FORGEFLOW, "doctor"], env=env, capture_output=True, text=True, timeout=120
+    )
+    line = next(x for x in out.stdout.splitlines() if "sandbox" in x)
+    assert line.startswith("[FAIL]") and "apt-get install bubblewrap" in line
+    assert out.returncode == 1
+
+
+def test_serve_without_a_jail_says_so_at_start_in_readyz_and_on_the_overview(
+    tmp_path: Path,
+) -> None:
+    port = free_port()
+    env = clean_env(
+        FORGEFLOW_DATA_DIR=str(tmp_path / "data"),
+        FORGEFLOW_PORT=str(port),
+        FORGEFLOW_SANDBOX="none",
+        FORGEFLOW_ADMIN_TOKEN="admin-token-for-this-test",
+    )
+    log = tmp_path / "serve.log"
+    proc = start_serve(env, stderr_path=log)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        wait_healthy(base, proc)
+        ready = httpx.get(f"{base}/readyz").json()
+        assert ready["sandbox"] == "none"
+        assert ready["warnings"] and "unjailed" in ready["warnings"][0]
+        with httpx.Client(base_url=base, timeout=30) as client:
+            form = client.get("/ui/login").text
+            csrf = form.split('name="csrf" value="', 1)[1].split('"', 1)[0]
+            signed = client.post(
+                "/ui/login",
+                data={"csrf": csrf, "token": "admin-token-for-this-test", "operator": "op"},
+            )
+            assert signed.status_code == 303
+            page = client.get("/ui/").text
+        assert 'id="ov-sandbox"' in page and "unjailed" in page
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+    assert "WARNING: FORGEFLOW_SANDBOX=none" in log.read_text()

@@ -12,11 +12,10 @@ from pathlib import Path
 import pytest
 
 from forgeflow_testkit.agents import answering_agent, asking_agent, read_turn
-from forgeflow_testkit.codex_home import write_codex_home
+from forgeflow_testkit.codex_home import API_KEY, write_codex_home
 from forgeflow_testkit.gitea_emulator import GiteaEmulator
 from forgeflow_testkit.model_server import ScriptedModel
 from forgeflow_testkit.model_steps import delay, message
-from forgeflow_testkit.codex_home import API_KEY
 from tests.support.agentic import CODEX, GITEA_MCP, Agentic, app_server_groups, start_agentic
 from tests.support.cluster import wait_for
 

@@ -81,10 +81,14 @@ def test_a_review_draft_turn_is_read_only_without_the_gitea_tool(agentic: Agenti
     params = [e["metadata"] for e in detail["audit"] if e["action"] == "session.thread_params"]
     assert params and params[0]["sandbox"] == "read-only" and params[0]["mcpServers"] == {}
     assert params[0]["cwd"] == str(worktree)
-    # The turn: turn/start carried a read-only sandbox policy.
+    # The turn ran in the repository's read-only jail: turn/start told Codex the
+    # sandbox is external, with no open network.
     sandbox = [e["metadata"] for e in detail["audit"] if e["action"] == "turn.sandbox"]
     assert sandbox == [
-        {"sandboxPolicy": {"type": "readOnly", "networkAccess": False}, "kind": "normal"}
+        {
+            "sandboxPolicy": {"type": "externalSandbox", "networkAccess": "restricted"},
+            "kind": "normal",
+        }
     ]
     # The model was offered no Gitea tool in any request of the turn.
     turn_requests = [r for r in agentic.model.requests if _is_draft_turn(r)]
@@ -92,7 +96,7 @@ def test_a_review_draft_turn_is_read_only_without_the_gitea_tool(agentic: Agenti
     for request in agentic.model.requests:
         offered = {t.qualified for t in request.tools}
         assert not [t for t in offered if "gitea" in t.lower() or "comment" in t.lower()], offered
-    # The write was refused by codex's Linux sandbox: no file in the worktree.
+    # The write was refused by the jail, which binds the repository read-only.
     outputs = [
         o["output"]
         for r in agentic.model.requests
@@ -100,8 +104,6 @@ def test_a_review_draft_turn_is_read_only_without_the_gitea_tool(agentic: Agenti
         if o.get("call_id") == call_id
     ]
     assert outputs, "the shell call's output never reached the model"
-    # Observed in this container: bubblewrap/landlock work, the shell says
-    # "Read-only file system" and exits 1.
     assert not probe.exists(), outputs
     assert "Read-only file system" in outputs[0], outputs
     # Nothing on Gitea: no receipt, no answer, no failure notice.
@@ -116,6 +118,8 @@ def test_a_review_draft_turn_is_read_only_without_the_gitea_tool(agentic: Agenti
     params = [e["metadata"] for e in mention["audit"] if e["action"] == "session.thread_params"]
     assert params[0]["sandbox"] == "danger-full-access" and "gitea" in params[0]["mcpServers"]
     sandbox = [e["metadata"] for e in mention["audit"] if e["action"] == "turn.sandbox"]
-    assert sandbox == [{"sandboxPolicy": {"type": "dangerFullAccess"}, "kind": "normal"}]
+    assert sandbox == [
+        {"sandboxPolicy": {"type": "externalSandbox", "networkAccess": "enabled"}, "kind": "normal"}
+    ]
     kinds = sorted(c["body"].rsplit("kind=", 1)[1] for c in agentic.bot_comments())
     assert kinds == ["final -->", "receipt -->"]

@@ -41,8 +41,9 @@ class Launch:
 
     argv: list[str]
     home: Path  # the repository's private home (host path)
-    writable: tuple[Path, ...]
-    readable: tuple[Path, ...]
+    repository: tuple[Path, ...]  # its clone and its sessions folder
+    installation: tuple[Path, ...]  # the Codex installation, read-only
+    read_only: bool  # a draft space's jail: the repository read-only
     jailed: bool
     network: bool
     config: Json  # the jail's Codex config.toml
@@ -54,9 +55,10 @@ class Launch:
         """The command line and environment, with the model capability as the only key."""
         extra = {CAPABILITY_ENV: capability}
         if self.jailed:
-            spec = jail.JailSpec(
-                self.home, self.writable, self.readable, network=self.network, env=extra
-            )
+            writable, readable = self.repository, self.installation
+            if self.read_only:
+                writable, readable = (), readable + self.repository
+            spec = jail.JailSpec(self.home, writable, readable, network=self.network, env=extra)
             return jail.bwrap_argv(spec, self.argv, bwrap=self.bwrap), {}
         # Unjailed (FORGEFLOW_SANDBOX=none): the same fixed environment, host paths.
         env = jail.base_env(
@@ -87,9 +89,10 @@ def end_leftovers(run_dir: Path) -> int:
 
 @dataclass(eq=False)
 class AppServer:
-    key: str  # the repository, "owner/repo"
+    key: str  # the repository, "owner/repo", and " (read-only)" for draft spaces
     owner: str
     repo: str
+    read_only: bool
     model: Grant
     capability: str
     proc: RpcProcess | None = None
@@ -112,8 +115,8 @@ class AppServer:
         codex_home.mkdir(parents=True, exist_ok=True)
         # Written anew at every start: whatever the agent wrote there is replaced.
         (codex_home / "config.toml").write_text(to_toml(launch.config), encoding="utf-8")
-        for path in launch.writable:
-            path.mkdir(parents=True, exist_ok=True)
+        for path in launch.repository:
+            path.mkdir(parents=True, exist_ok=True)  # bwrap binds only what exists
         argv, env = launch.command(self.capability)
         try:
             proc = await RpcProcess.spawn(

@@ -78,12 +78,22 @@ class CodexConfig:
 def sandbox_policy(read_only: bool, *, jailed: bool = True, network: bool = True) -> Json:
     """``turn/start``'s ``sandboxPolicy`` (0.171.0 ``SandboxPolicy``). It overrides the
     thread's sandbox "for this turn and subsequent turns", so every turn sends its own:
-    a turn never inherits another's policy."""
+    a turn never inherits another's policy.
+
+    In a jail the jail is the sandbox (``externalSandbox``): Codex's own Linux sandbox
+    would start a nested bubblewrap, which a jail without capabilities cannot (observed:
+    "bwrap: setting up uid map: Operation not permitted"). A draft space's jail binds
+    the repository read-only instead."""
+    if jailed:
+        open_net = network and not read_only
+        return {"type": "externalSandbox", "networkAccess": "enabled" if open_net else "restricted"}
     if read_only:
         return {"type": "readOnly", "networkAccess": False}
-    if jailed:
-        return {"type": "externalSandbox", "networkAccess": "enabled" if network else "restricted"}
     return {"type": "dangerFullAccess"}
+
+
+def _key(owner: str, repo: str, read_only: bool) -> str:
+    return f"{owner}/{repo}" + (" (read-only)" if read_only else "")
 
 
 def _audit_params(params: Json) -> dict[str, Any]:
@@ -155,25 +165,26 @@ class CodexRuntime:
 
     # -- one app-server per repository ---------------------------------------------------
 
-    def _launch(self, owner: str, repo: str) -> Launch:
+    def _launch(self, owner: str, repo: str, read_only: bool) -> Launch:
         root = str(self.cfg.workspace_root)
         ref = RepoRef(owner, repo)
         if self._readable is None:
             self._readable = jail.installation_paths(self.cfg.argv) if self.cfg.jailed else ()
         return Launch(
             argv=self.cfg.argv,
-            home=Path(agent_home(root, ref)),
-            writable=(Path(repo_workspace(root, ref)), Path(repo_sessions(root, ref))),
-            readable=self._readable,
+            home=Path(agent_home(root, ref, read_only=read_only)),
+            repository=(Path(repo_workspace(root, ref)), Path(repo_sessions(root, ref))),
+            installation=self._readable,
+            read_only=read_only,
             jailed=self.cfg.jailed,
             network=self.cfg.network,
             config=self.cfg.provider.jail_config(self.broker.model_url),
             log_path=self.cfg.data_dir / "logs" / "codex-app-server.log",
-            pgid_file=pgid_file(self.cfg.data_dir / "run", f"{owner}/{repo}"),
+            pgid_file=pgid_file(self.cfg.data_dir / "run", _key(owner, repo, read_only)),
         )
 
-    async def _server(self, owner: str, repo: str) -> AppServer:
-        key = f"{owner}/{repo}"
+    async def _server(self, owner: str, repo: str, read_only: bool) -> AppServer:
+        key = _key(owner, repo, read_only)
         async with self._starting.setdefault(key, asyncio.Lock()):
             server = self._servers.get(key)
             if server is not None and server.running:
@@ -185,9 +196,9 @@ class CodexRuntime:
                 self._swept = True
                 end_leftovers(self.cfg.data_dir / "run")
             grant = Grant(key, owner, repo)
-            server = AppServer(key, owner, repo, grant, self.broker.grant(grant))
+            server = AppServer(key, owner, repo, read_only, grant, self.broker.grant(grant))
             proc = await server.start(
-                self._launch(owner, repo), partial(self._on_message, server), 60.0
+                self._launch(owner, repo, read_only), partial(self._on_message, server), 60.0
             )
             self._servers[key] = server
             asyncio.get_running_loop().create_task(self._watch(server, proc))
@@ -278,7 +289,7 @@ class CodexRuntime:
         return params
 
     async def ensure_session(self, spec: SessionSpec) -> str:
-        server = await self._server(spec.owner, spec.repo)
+        server = await self._server(spec.owner, spec.repo, spec.read_only)
         self._arm_idle(server)
         if spec.thread_id and spec.thread_id in server.loaded:
             return spec.thread_id

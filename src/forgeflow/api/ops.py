@@ -12,6 +12,7 @@ from prometheus_client.registry import Collector
 from sqlalchemy import Connection
 
 from forgeflow.api.schemas import Health, Readiness, answer, error
+from forgeflow.config import sandbox_warning
 from forgeflow.services import Services
 from forgeflow.store import StoreUnavailable, deliveries, tasks
 
@@ -44,7 +45,16 @@ async def readyz(request: Request) -> JSONResponse:
         return JSONResponse(
             {"status": "unavailable", "database": True, "migrations": False}, status_code=503
         )
-    return JSONResponse({"status": "ready", "database": True, "migrations": True})
+    body: dict[str, Any] = {
+        "status": "ready",
+        "database": True,
+        "migrations": True,
+        "sandbox": services.settings.sandbox,
+    }
+    warning = sandbox_warning(services.settings)
+    if warning is not None:
+        body["warnings"] = [warning]
+    return JSONResponse(body)
 
 
 class _StoreCollector(Collector):

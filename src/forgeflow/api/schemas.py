@@ -269,6 +269,8 @@ class Readiness(BaseModel):
     status: str = Field(description="ready or unavailable")
     database: bool
     migrations: bool | None = None
+    sandbox: str | None = Field(default=None, description="bwrap or none")
+    warnings: list[str] | None = None
 
 
 # -- /api/pipelines -----------------------------------------------------------------------

@@ -13,6 +13,7 @@ from forgeflow.domain.ids import INSTANCE_ID, InvalidName, RepoRef, ResourceRef
 
 SESSIONS_DIR = ".sessions"
 HOMES_DIR = ".homes"
+READ_ONLY_HOMES_DIR = ".homes-read-only"
 
 
 def _under(root: str, *parts: str) -> str:
@@ -33,9 +34,11 @@ def repo_sessions(root: str, repo: RepoRef) -> str:
     return _under(root, SESSIONS_DIR, INSTANCE_ID, repo.owner, repo.name)
 
 
-def agent_home(root: str, repo: RepoRef) -> str:
-    """The private home of a repository's jail, kept between its app-servers."""
-    return _under(root, HOMES_DIR, INSTANCE_ID, repo.owner, repo.name)
+def agent_home(root: str, repo: RepoRef, *, read_only: bool = False) -> str:
+    """The private home of a repository's jail, kept between its app-servers; its draft
+    spaces' read-only jail has a home of its own."""
+    homes = READ_ONLY_HOMES_DIR if read_only else HOMES_DIR
+    return _under(root, homes, INSTANCE_ID, repo.owner, repo.name)
 
 
 def session_worktree(root: str, resource: ResourceRef) -> str:

@@ -13,6 +13,7 @@ from fastapi.responses import Response
 from sqlalchemy import Connection
 
 from forgeflow.api.control import overview_snapshot, task_detail_snapshot
+from forgeflow.config import sandbox_warning
 from forgeflow.domain.ids import InvalidName, parse_resource_key
 from forgeflow.domain.paths import session_worktree
 from forgeflow.domain.states import TaskState
@@ -67,8 +68,13 @@ async def overview(request: Request, session: Session) -> Response:
 
     data = await services(request).store.read(_read)
     stamp = data.pop("stamp")
+    warning = sandbox_warning(services(request).settings)
     return render(
-        request, "overview.html", {**data, "nav": "overview"}, session=session, stamp=stamp
+        request,
+        "overview.html",
+        {**data, "nav": "overview", "sandbox_warning": warning},
+        session=session,
+        stamp=stamp,
     )
 
 
