@@ -18,6 +18,8 @@ from forgeflow_testkit.model_server import ScriptedModel
 from forgeflow_testkit.model_steps import delay, message
 from tests.support.agentic import CODEX, GITEA_MCP, Agentic, app_server_groups, start_agentic
 from tests.support.cluster import wait_for
+from tests.support.forgeflow import WEBHOOK_SECRET
+from tests.support.world import BOT
 
 
 def test_one_thread_per_issue_and_a_turn_per_comment(agentic: Agentic) -> None:  # AC-05..07
@@ -304,3 +306,52 @@ def test_the_tool_broker_declines_a_servers_elicitation(
         assert outputs and all("the client answered decline" in o for o in outputs)
         assert not [e for e in detail["audit"] if e["action"] == "agent.elicitation"]
         assert detail["task"]["state"] == "succeeded_with_rest_fallback"
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def test_app_servers_follow_active_repositories_and_stop_when_idle(
+    gitea: GiteaEmulator,
+    model: ScriptedModel,
+    tmp_path: Path,
+    sqlite_url: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """One jailed app-server per repository with work, none once all are idle; a later
+    mention resumes the same thread in a fresh app-server."""
+    for world in start_agentic(
+        gitea, model, tmp_path, sqlite_url, monkeypatch, agent_idle_seconds=2
+    ):
+        answering_agent(model)
+        data = world.ff.settings.data_dir
+        gitea.add_repo("acme", "gadget")
+        gitea.set_permission("acme", "gadget", "alice", "write")
+        gitea.set_permission("acme", "gadget", BOT, "admin")
+        gitea.add_hook("acme", "gadget", url=world.ff.webhook_url, secret=WEBHOOK_SECRET)
+        other = gitea.add_issue("acme", "gadget", title="Other", author="alice")
+        first = world.mention()
+        gitea.post_comment("acme", "gadget", other, author="alice", body="@ccweb-bot hi")
+        second = json.loads(gitea.deliveries[-1].response)["taskId"]
+        for task in (first, second):
+            assert world.finished(task)["task"]["state"] == "succeeded"
+        groups = app_server_groups(data)
+        assert len(groups) == 2  # two repositories with work: two app-servers, no more
+        assert all(_group_alive(g) for g in groups)
+        # Idle: every app-server ends, with its whole process group and its jail.
+        wait_for(
+            lambda d=data: app_server_groups(d) == [], timeout=30, what="idle app-servers stop"
+        )
+        wait_for(lambda gs=groups: not any(_group_alive(g) for g in gs), timeout=10)
+        thread = world.detail(first)["task"]["threadId"]
+        follow = world.finished(world.mention("@ccweb-bot and now?"))
+        assert follow["task"]["state"] == "succeeded"
+        assert follow["task"]["threadId"] == thread  # resumed in a fresh app-server
+        assert any(e["action"] == "session.thread_resume" for e in follow["audit"])
+        (again,) = app_server_groups(data)
+        assert again not in groups

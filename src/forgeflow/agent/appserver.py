@@ -12,13 +12,14 @@ import asyncio
 import contextlib
 import hashlib
 import os
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import structlog
 
 import forgeflow
-from forgeflow.agent import jail
+from forgeflow.agent import forward, jail
 from forgeflow.agent.broker import Grant
 from forgeflow.agent.jsonrpc import (
     Handler,
@@ -33,6 +34,9 @@ from forgeflow.agent.port import AgentError, Notice
 from forgeflow.agent.provider import CAPABILITY_ENV, to_toml
 
 log = structlog.get_logger("forgeflow.appserver")
+
+_FORWARD_IN_JAIL = "/opt/forgeflow/forward.py"
+_SOCKET_IN_JAIL = "/run/forgeflow/broker.sock"
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,6 +54,22 @@ class Launch:
     log_path: Path
     pgid_file: Path
     bwrap: str = "bwrap"
+    broker_socket: Path | None = None  # without network: the brokers' Unix socket
+    broker_port: int = 0
+
+    def _offline(self) -> tuple[list[str], tuple[tuple[str, str, str], ...], tuple[Path, ...]]:
+        """A jail without network reaches the brokers through ``forward.py``, run by the
+        host's base Python (read-only in the jail) before the app-server."""
+        assert self.broker_socket is not None
+        python = Path(sys.base_prefix) / "bin" / "python3"
+        argv = [str(python), _FORWARD_IN_JAIL, str(self.broker_port), _SOCKET_IN_JAIL, "--"]
+        placed = (
+            ("--ro-bind", forward.__file__, _FORWARD_IN_JAIL),
+            ("--bind", str(self.broker_socket), _SOCKET_IN_JAIL),
+        )
+        base = Path(sys.base_prefix)
+        readable = () if base == Path("/usr") or Path("/usr") in base.parents else (base,)
+        return [*argv, *self.argv], placed, readable
 
     def command(self, capability: str) -> tuple[list[str], dict[str, str]]:
         """The command line and environment, with the model capability as the only key."""
@@ -58,8 +78,15 @@ class Launch:
             writable, readable = self.repository, self.installation
             if self.read_only:
                 writable, readable = (), readable + self.repository
-            spec = jail.JailSpec(self.home, writable, readable, network=self.network, env=extra)
-            return jail.bwrap_argv(spec, self.argv, bwrap=self.bwrap), {}
+            argv = self.argv
+            placed: tuple[tuple[str, str, str], ...] = ()
+            if not self.network:
+                argv, placed, python = self._offline()
+                readable += python
+            spec = jail.JailSpec(
+                self.home, writable, readable, network=self.network, env=extra, placed=placed
+            )
+            return jail.bwrap_argv(spec, argv, bwrap=self.bwrap), {}
         # Unjailed (FORGEFLOW_SANDBOX=none): the same fixed environment, host paths.
         env = jail.base_env(
             {

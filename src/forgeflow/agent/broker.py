@@ -21,6 +21,7 @@ import secrets
 import socket
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -74,11 +75,17 @@ class Grant:
 
 class Broker:
     def __init__(
-        self, provider: ModelProvider, mcp: McpHandler, *, host: str = "127.0.0.1"
+        self,
+        provider: ModelProvider,
+        mcp: McpHandler,
+        *,
+        host: str = "127.0.0.1",
+        unix_socket: Path | None = None,
     ) -> None:
         self.provider = provider
         self._mcp = mcp
         self._host = host
+        self.unix_socket = unix_socket
         self._grants: dict[str, Grant] = {}
         self._runner: web.AppRunner | None = None
         self._client: aiohttp.ClientSession | None = None
@@ -101,6 +108,11 @@ class Broker:
         sock.bind((self._host, 0))
         self.port = int(sock.getsockname()[1])
         await web.SockSite(runner, sock).start()
+        if self.unix_socket is not None:
+            # Jails without network reach the brokers here (forward.py in the jail).
+            self.unix_socket.parent.mkdir(parents=True, exist_ok=True)
+            self.unix_socket.unlink(missing_ok=True)
+            await web.UnixSite(runner, str(self.unix_socket)).start()
         self._runner = runner
         # No proxy from the environment: the upstream is the operator's provider.
         self._client = aiohttp.ClientSession(

@@ -120,7 +120,12 @@ class CodexRuntime:
             stderr_path=cfg.data_dir / "logs" / "gitea-mcp.log",
             on_refused=self._refused,
         )
-        self.broker = Broker(cfg.provider, self.tools.handle)
+        offline = cfg.jailed and not cfg.network
+        self.broker = Broker(
+            cfg.provider,
+            self.tools.handle,
+            unix_socket=cfg.data_dir / "run" / "broker.sock" if offline else None,
+        )
         self._servers: dict[str, AppServer] = {}
         self._starting: dict[str, asyncio.Lock] = {}
         self._threads: dict[str, AppServer] = {}
@@ -181,6 +186,8 @@ class CodexRuntime:
             config=self.cfg.provider.jail_config(self.broker.model_url),
             log_path=self.cfg.data_dir / "logs" / "codex-app-server.log",
             pgid_file=pgid_file(self.cfg.data_dir / "run", _key(owner, repo, read_only)),
+            broker_socket=self.broker.unix_socket,
+            broker_port=self.broker.port,
         )
 
     async def _server(self, owner: str, repo: str, read_only: bool) -> AppServer:

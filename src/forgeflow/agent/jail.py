@@ -90,6 +90,8 @@ class JailSpec:
     readable: tuple[Path, ...] = ()  # the Codex installation and its interpreter
     network: bool = True
     env: Mapping[str, str] = field(default_factory=dict)  # on top of the fixed list
+    # (bwrap option, host path, jail path): single files placed elsewhere in the jail
+    placed: tuple[tuple[str, str, str], ...] = ()
 
 
 def base_env(extra: Mapping[str, str]) -> dict[str, str]:
@@ -142,6 +144,8 @@ def bwrap_argv(spec: JailSpec, command: Sequence[str], *, bwrap: str = "bwrap") 
         argv += ["--ro-bind", str(path), str(path)]
     for path in spec.writable:
         argv += ["--bind", str(path), str(path)]
+    for option, host_path, jail_path in spec.placed:
+        argv += [option, host_path, jail_path]
     argv.append("--clearenv")
     for key, value in base_env(spec.env).items():
         argv += ["--setenv", key, value]
