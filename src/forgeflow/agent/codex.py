@@ -119,6 +119,7 @@ class CodexRuntime:
             timeout=cfg.mcp_ready_timeout,
             stderr_path=cfg.data_dir / "logs" / "gitea-mcp.log",
             on_refused=self._refused,
+            elicitation=cfg.elicitation_policy,
         )
         offline = cfg.jailed and not cfg.network
         self.broker = Broker(

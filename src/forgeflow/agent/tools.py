@@ -134,21 +134,30 @@ async def handshake(proc: RpcProcess, timeout: float) -> list[Json]:
 
 
 async def spawn_server(
-    argv: list[str], env: dict[str, str], stderr_path: Path | None = None
+    argv: list[str],
+    env: dict[str, str],
+    stderr_path: Path | None = None,
+    *,
+    elicitation: str = "decline",
 ) -> RpcProcess:
     command = resolve_command(argv)
     proc: RpcProcess | None = None
 
     async def answer(msg: Json) -> None:
-        # The server's own requests: forgeflow is its only client and asks no person,
-        # so an elicitation is declined (as Codex itself does under approvalPolicy never).
+        # The server's own requests: forgeflow is its only client and asks no person, so
+        # an elicitation gets FORGEFLOW_ELICITATION_POLICY's answer (accepting fills in
+        # the requested form's defaults).
         if "id" not in msg or proc is None:
             return
         method = str(msg.get("method"))
+        params = msg.get("params") or {}
         if method == "ping":
             await proc.respond(msg["id"], {})
         elif method == "elicitation/create":
-            await proc.respond(msg["id"], {"action": "decline"})
+            log.info(
+                "mcp.elicitation", answer=elicitation, message=str(params.get("message"))[:200]
+            )
+            await proc.respond(msg["id"], _elicitation_answer(elicitation, params))
         elif method == "roots/list":
             await proc.respond(msg["id"], {"roots": []})
         else:
@@ -166,6 +175,16 @@ async def spawn_server(
     return proc
 
 
+def _elicitation_answer(policy: str, params: Json) -> Json:
+    if policy != "accept":
+        return {"action": "decline"}
+    properties = (params.get("requestedSchema") or {}).get("properties") or {}
+    content = {
+        k: v["default"] for k, v in properties.items() if isinstance(v, dict) and "default" in v
+    }
+    return {"action": "accept", "content": content}
+
+
 class GiteaTools:
     """The relay behind the broker's ``/mcp``: one upstream server, started on first use
     and again if it died; scoped lists and calls per session."""
@@ -179,7 +198,9 @@ class GiteaTools:
         call_timeout: float = 120.0,
         stderr_path: Path | None = None,
         on_refused: Refused,
+        elicitation: str = "decline",
     ) -> None:
+        self._elicitation = elicitation
         self._argv = argv
         self._env = env
         self._timeout = timeout
@@ -196,7 +217,9 @@ class GiteaTools:
                 return self._proc
             if self._proc is not None:
                 await self._proc.close()
-            proc = await spawn_server(self._argv, self._env, self._stderr_path)
+            proc = await spawn_server(
+                self._argv, self._env, self._stderr_path, elicitation=self._elicitation
+            )
             try:
                 self._tools = await handshake(proc, self._timeout)
             except AgentError:
