@@ -14,8 +14,8 @@ import pytest
 from forgeflow_testkit.agents import answering_agent, asking_agent, read_turn
 from forgeflow_testkit.codex_home import API_KEY, write_codex_home
 from forgeflow_testkit.gitea_emulator import GiteaEmulator
-from forgeflow_testkit.model_server import ScriptedModel
-from forgeflow_testkit.model_steps import delay, message
+from forgeflow_testkit.model_server import RecordedRequest, ScriptedModel, last_input_is_tool_output
+from forgeflow_testkit.model_steps import Step, delay, gitea_comment, message
 from tests.support.agentic import CODEX, GITEA_MCP, Agentic, app_server_groups, start_agentic
 from tests.support.cluster import wait_for
 from tests.support.forgeflow import WEBHOOK_SECRET
@@ -363,3 +363,44 @@ def test_app_servers_follow_active_repositories_and_stop_when_idle(
         assert any(e["action"] == "session.thread_resume" for e in follow["audit"])
         (again,) = app_server_groups(data)
         assert again not in groups
+
+
+def test_a_gitea_tool_call_on_another_repository_is_refused_and_audited(
+    agentic: Agentic,
+) -> None:
+    """The agent, talked into it by the issue, comments on another repository through
+    its Gitea tools: the broker refuses, nothing lands there, the turn goes on."""
+    agentic.gitea.add_repo("acme", "secret")
+    agentic.gitea.set_permission("acme", "secret", BOT, "admin")
+    target = agentic.gitea.add_issue("acme", "secret", title="t", author=BOT)
+    stray, answer = "call_stray", "call_answer"
+    asks = []
+
+    def first(request: RecordedRequest) -> Step:
+        ask = read_turn(request)
+        assert ask is not None
+        asks.append(ask)
+        return gitea_comment("acme", "secret", target, "pwned", call_id=stray)
+
+    def then(_request: RecordedRequest) -> Step:
+        ask = asks[0]
+        return gitea_comment(
+            ask.owner, ask.repo, ask.number, f"Done.\n\n{ask.marker}", call_id=answer
+        )
+
+    agentic.model.respond(last_input_is_tool_output(answer), lambda _r: message("ok"), times=1)
+    agentic.model.respond(last_input_is_tool_output(stray), then, times=1)
+    agentic.model.respond(lambda r: read_turn(r) is not None, first, times=1)
+    detail = agentic.finished(agentic.mention())
+    assert detail["task"]["state"] == "succeeded"
+    assert agentic.gitea.comments("acme", "secret", target) == []
+    refused = [e["metadata"] for e in detail["audit"] if e["action"] == "mcp.refused"]
+    assert len(refused) == 1 and refused[0]["tool"] == "add_comment"
+    assert "acme/widget only" in refused[0]["reason"]
+    outputs = [
+        o["output"]
+        for r in agentic.model.requests
+        for o in r.function_call_outputs()
+        if o.get("call_id") == stray
+    ]
+    assert outputs and "acme/widget only" in json.dumps(outputs[0])
