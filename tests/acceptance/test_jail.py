@@ -1,32 +1,46 @@
-"""The agent's jail, attacked from inside a real turn: the scripted model has the real
-`codex app-server` run a shell command, the test reads what the command printed (the
-`function_call_output` codex sends back to the model) and the agent then answers as
-usual, so the task succeeds. Every attack must find nothing; the agent can still work."""
+"""The agent's jail, attacked from inside a real turn.
+
+The scripted model has the real `codex app-server` run a shell command in the agent's
+shell; the test reads what the command printed (the `function_call_output` codex sends
+back to the model), then the agent answers on Gitea as usual, so the task succeeds.
+Every attack must find nothing; the agent can still do its work in its worktree."""
 
 from __future__ import annotations
 
+import functools
+import hashlib
+import json
 import os
+import re
+import subprocess
+import threading
+import uuid
+import zipfile
+from base64 import urlsafe_b64encode
+from collections.abc import Callable, Iterator
+from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 from forgeflow_testkit.agents import TurnAsk, answering_agent, read_turn
+from forgeflow_testkit.codex_home import API_KEY
 from forgeflow_testkit.model_server import RecordedRequest, last_input_is_tool_output
-from forgeflow_testkit.model_steps import (
-    Reply,
-    ShellCall,
-    Step,
-    gitea_comment,
-    message,
-    new_id,
-)
-from tests.support.agentic import Agentic
+from forgeflow_testkit.model_steps import Reply, ShellCall, Step, gitea_comment, message, new_id
+from tests.support.agentic import GITEA_MCP, Agentic, app_server_groups
+from tests.support.forgeflow import ADMIN_TOKEN, WEBHOOK_SECRET
+from tests.support.world import BOT
 
 START = "__START__"
 END = "__END__"
 
 
-def run_in_turn(agentic: Agentic, command: str) -> str:
-    """Mention the bot; in its turn the agent runs ``command`` in its shell, then answers.
-    Returns what the command printed (stdout and stderr), once the task has succeeded."""
+def run_in_turn(agentic: Agentic, command: str | Callable[[], str]) -> str:
+    """Mention the bot; in its turn the agent runs ``command`` in its shell, then answers
+    on Gitea. Returns what the command printed (stdout and stderr together), after the
+    task has succeeded; fails if the command did not run to its end. A callable
+    ``command`` is written when the turn asks the model (its app-server runs by then)."""
     model = agentic.model
     shell_id, comment_id = new_id("call"), new_id("call")
     asks: list[TurnAsk] = []
@@ -35,7 +49,8 @@ def run_in_turn(agentic: Agentic, command: str) -> str:
         ask = read_turn(request)
         assert ask is not None
         asks.append(ask)
-        script = f"echo {START}\n{{\n{command}\n}} 2>&1\necho {END}"
+        text = command() if callable(command) else command
+        script = f"echo {START}\n{{\n{text}\n}} 2>&1\necho {END}"
         return Reply.of(ShellCall(script, call_id=shell_id))
 
     def answer(_request: RecordedRequest) -> Step:
@@ -43,6 +58,7 @@ def run_in_turn(agentic: Agentic, command: str) -> str:
         body = f"Checked.\n\n{ask.marker}"
         return gitea_comment(ask.owner, ask.repo, ask.number, body, call_id=comment_id)
 
+    # Ahead of any other rule, each once: this turn's shell call, then its answer.
     model.respond(
         last_input_is_tool_output(comment_id),
         lambda _r: message("Posted my answer."),
@@ -55,7 +71,7 @@ def run_in_turn(agentic: Agentic, command: str) -> str:
     detail = agentic.finished(task)
     assert detail["task"]["state"] == "succeeded", detail["task"]
     outputs = [
-        o["output"]
+        str(o["output"])
         for r in model.requests
         for o in r.function_call_outputs()
         if o.get("call_id") == shell_id
@@ -63,16 +79,293 @@ def run_in_turn(agentic: Agentic, command: str) -> str:
     # Every later request of the thread repeats it: the first one is the answer.
     assert outputs, "the shell call's output never reached the model"
     text = outputs[0]
-    assert isinstance(text, str), text
-    print(text)
-    assert START in text and END in text, f"the command did not run to its end: {text}"
+    assert START in text and END in text, f"the command did not run to its end:\n{text}"
     return text.split(START, 1)[1].rsplit(END, 1)[0]
 
 
-def test_probe(agentic: Agentic) -> None:
+def section(output: str, name: str) -> str:
+    """The lines a command printed after ``echo '== name'``, up to the next section."""
+    found = re.search(rf"^== {re.escape(name)}\n(.*?)(?=^== |\Z)", output, re.S | re.M)
+    assert found is not None, f"no section {name!r} in:\n{output}"
+    return found.group(1)
+
+
+def secrets(agentic: Agentic) -> dict[str, str]:
+    """What must never be seen inside the jail."""
+    token = agentic.ff.settings.gitea_token
+    assert token is not None
+    return {
+        "gitea token": token.get_secret_value(),
+        "webhook secret": WEBHOOK_SECRET,
+        "admin token": ADMIN_TOKEN,
+        "model key": API_KEY,
+    }
+
+
+def children_running(needle: str) -> list[int]:
+    """This process's children whose command line holds ``needle``."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        try:
+            stat = (entry / "stat").read_text()
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:
+            continue
+        parent = int(stat.rsplit(")", 1)[1].split()[1])
+        if parent == os.getpid() and needle in cmdline:
+            pids.append(int(entry.name))
+    return pids
+
+
+def test_other_processes_and_their_environments_are_out_of_sight(agentic: Agentic) -> None:
+    # Forgeflow runs in this test's process; its Gitea MCP server and the jail's bwrap
+    # are its children on the host, running once the turn asks the model.
+    watched: list[int] = []
+
+    def command() -> str:
+        (gitea_mcp,) = children_running(str(GITEA_MCP))
+        (bwrap,) = app_server_groups(agentic.ff.settings.data_dir)
+        watched.extend([os.getpid(), gitea_mcp, bwrap])
+        return (
+            "echo '== environ'; cat /proc/*/environ | tr '\\0' '\\n'\n"
+            "echo '== count'; ls /proc | grep -E '^[0-9]+$' | wc -l\n"
+            "echo '== cmdlines'; for f in /proc/[0-9]*/cmdline; do tr '\\0' ' ' < $f; echo; done\n"
+            "echo '== host pids'\n" + "".join(f"cat /proc/{pid}/cmdline\n" for pid in watched)
+        )
+
+    out = run_in_turn(agentic, command)
+    environ = section(out, "environ")
+    # It did read environments: its own processes', with only the jail's capability.
+    assert "HOME=/home/agent" in environ and "CODEX_BROKER_KEY=" in environ, environ
+    for what, secret in secrets(agentic).items():
+        assert secret not in out, f"the {what} is visible in the jail"
+    assert "FORGEFLOW_" not in environ
+    names = {line.split("=", 1)[0] for line in environ.splitlines() if "=" in line}
+    assert not {n for n in names if n.startswith(("FORGEFLOW", "SCRIPTED_MODEL", "OPENAI"))}
+    # Its own PID namespace: bwrap's init, Codex and the shell, nothing of the host.
+    assert 2 <= int(section(out, "count").strip()) <= 12, out
+    cmdlines = section(out, "cmdlines")
+    assert "codex" in cmdlines  # it saw its own processes
+    own = Path(f"/proc/{os.getpid()}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+    for host in ("forgeflow serve", str(GITEA_MCP), "gitea-mcp", own.strip(), "bin/pytest"):
+        assert host not in cmdlines, f"a host process is visible: {host!r}"
+    gone = section(out, "host pids").splitlines()
+    assert gone == [f"cat: /proc/{pid}/cmdline: No such file or directory" for pid in watched], gone
+
+
+def test_forgeflow_data_and_the_model_key_are_out_of_reach(agentic: Agentic) -> None:
+    data_dir = Path(agentic.ff.settings.data_dir).resolve()
+    database = Path(agentic.ff.settings.resolved_database_url.removeprefix("sqlite:///"))
+    assert database.is_file()
+    # The admin token file of a forgeflow that generated its token (a decoy here: this
+    # forgeflow has its token from its settings).
+    data_dir.mkdir(parents=True, exist_ok=True)
+    (data_dir / "admin_token").write_text(ADMIN_TOKEN + "\n")
+    key_head, key_tail = API_KEY[:6], API_KEY[6:]
     out = run_in_turn(
         agentic,
-        "id; ls -la /; cat /proc/*/environ | tr '\\0' '\\n'; touch /x /etc/x /usr/x; ls /tmp; pwd; cat ~/.codex/config.toml",
+        f"echo '== data'; ls -A {data_dir}\n"
+        f"echo '== files'; for f in {database} {data_dir}/forgeflow.db {data_dir}/admin_token;"
+        f" do cat $f | head -c 100; done; ls {data_dir}/logs {data_dir}/run\n"
+        "echo '== auth'; cat ~/.codex/auth.json\n"
+        "echo '== env'; env\n"
+        # The key is spelled in two halves: Codex keeps the command itself in its rollout
+        # under ~/.codex, where a grep for the whole literal would find the command.
+        f"echo '== grep'; K={key_head}; grep -rl \"${{K}}{key_tail}\" ~ /tmp;"
+        " echo grep-exit=$?\n"
+        "echo '== config'; cat ~/.codex/config.toml",
     )
-    print(out)
-    assert False
+    for what, secret in secrets(agentic).items():
+        assert secret not in out, f"the {what} is visible in the jail"
+    # Only the mount point of the workspaces shows in the data folder; nothing in it.
+    assert section(out, "data").split() == ["workspaces"], out
+    assert (data_dir / "logs").is_dir() and (data_dir / "run").is_dir()  # on the host
+    files = section(out, "files")
+    for path in (database, data_dir / "forgeflow.db", data_dir / "admin_token"):
+        assert f"{path}: No such file or directory" in files, files
+    for folder in ("logs", "run"):
+        assert f"cannot access '{data_dir / folder}': No such file or directory" in files
+    assert "auth.json: No such file or directory" in section(out, "auth")
+    env = section(out, "env")
+    assert "CODEX_BROKER_KEY=" in env and "FORGEFLOW_" not in env, env
+    assert section(out, "grep").strip() == "grep-exit=1"  # searched, found nothing
+    config = section(out, "config")
+    base_urls = re.findall(r'^base_url = "(.*)"$', config, re.M)
+    assert len(base_urls) == 1 and re.fullmatch(r"http://127\.0\.0\.1:\d+/model", base_urls[0])
+    assert agentic.model.url not in config and 'env_key = "CODEX_BROKER_KEY"' in config
+
+
+def test_another_repositorys_clone_and_worktree_are_out_of_reach(agentic: Agentic) -> None:
+    gitea = agentic.gitea
+    gitea.add_repo("acme", "other", files={"SECRET.md": "other-repo-secret\n"})
+    gitea.set_permission("acme", "other", "alice", "write")
+    gitea.set_permission("acme", "other", BOT, "admin")
+    issue = gitea.add_issue("acme", "other", title="Other work", author="alice")
+    gitea.add_hook("acme", "other", url=agentic.ff.webhook_url, secret=WEBHOOK_SECRET)
+    answering_agent(agentic.model)  # the turn on acme/other just answers
+    gitea.post_comment("acme", "other", issue, author="alice", body="@ccweb-bot look at this")
+    delivery = gitea.deliveries[-1]
+    assert delivery.status_code == 202, delivery.response
+    other_task = json.loads(delivery.response)["taskId"]
+    assert agentic.finished(other_task)["task"]["state"] == "succeeded"
+    root = agentic.ff.settings.resolved_workspace_root
+    clone = root / "default/acme/other"
+    worktree = root / ".sessions/default/acme/other" / f"issue-{issue}"
+    home = root / ".homes/default/acme/other"
+    assert (clone / ".git").exists() and (worktree / "SECRET.md").is_file(), "no other clone"
+    assert home.is_dir()
+    out = run_in_turn(
+        agentic,
+        f"echo '== ls'; ls {clone} {worktree} {home} {root / '.homes'}\n"
+        f"echo '== cat'; cat {clone}/.git/config {worktree}/SECRET.md\n"
+        f"echo '== acme'; ls -A {root}/default/acme {root}/.sessions/default/acme\n"
+        # Everywhere but the read-only system and /proc: the file's name and its text.
+        "echo '== find'; find / \\( -path /proc -o -path /usr \\) -prune"
+        " -o -path '*acme/other*' -print 2>/dev/null;"
+        # (in halves: Codex's rollout under ~/.codex holds this very command)
+        ' S=other-repo; grep -rls "${S}-secret" /tmp /home /work /etc /dev 2>/dev/null;'
+        " echo find-done",
+    )
+    listing = section(out, "ls")
+    for path in (clone, worktree, home, root / ".homes"):
+        assert f"cannot access '{path}': No such file or directory" in listing, listing
+    cat = section(out, "cat")
+    for path in (clone / ".git/config", worktree / "SECRET.md"):
+        assert f"{path}: No such file or directory" in cat, cat
+    assert "other-repo-secret" not in cat
+    assert sorted(section(out, "acme").split()) == sorted(
+        [f"{root}/default/acme:", "widget", f"{root}/.sessions/default/acme:", "widget"]
+    ), out
+    assert section(out, "find").split() == ["find-done"], out
+
+
+def test_loopback_services_want_a_capability_and_writes_stay_inside(agentic: Agentic) -> None:
+    data_dir = Path(agentic.ff.settings.data_dir).resolve()
+    codex = Path(__file__).resolve().parents[2] / "tools/node/node_modules"
+    probe = f"jail-probe-{uuid.uuid4().hex[:8]}"
+    code = "curl -s -o /dev/null -w '%{http_code}\\n'"
+    rpc = '{"jsonrpc":"2.0","id":1,"method":"tools/list"}'
+    out = run_in_turn(
+        agentic,
+        # The broker's address is in the jail's Codex config.
+        "B=$(sed -n 's|^base_url = \"\\(http://127.0.0.1:[0-9]*\\)/model\"$|\\1|p'"
+        " ~/.codex/config.toml)\n"
+        f"echo '== admin'; {code} {agentic.ff.url}/api/gitea-workflow/tasks;"
+        f" {code} -H 'Authorization: Bearer made-up' {agentic.ff.url}/api/gitea-workflow/tasks\n"
+        "echo '== broker'; echo \"$B\"\n"
+        f"echo '== mcp'; {code} -X POST -H 'Content-Type: application/json' -d '{rpc}' $B/mcp;"
+        f" {code} -X POST -H 'Authorization: Bearer made-up' -d '{rpc}' $B/mcp;"
+        # the repository's model capability is not a session's Gitea capability
+        f" {code} -X POST -H \"Authorization: Bearer $CODEX_BROKER_KEY\" -d '{rpc}' $B/mcp\n"
+        f"echo '== model'; {code} -X POST -d '{{}}' $B/model/responses;"
+        f" {code} -X POST -H 'Authorization: Bearer made-up' -d '{{}}' $B/model/responses\n"
+        "echo '== write'\n"
+        f"for p in /usr/{probe} /opt/{probe} {codex}/{probe}; do touch $p; done\n"
+        f"touch /{probe} /etc/{probe} {data_dir}/{probe} && echo private-root-written",
+    )
+    assert section(out, "admin").split() == ["401", "401"], out
+    broker = section(out, "broker").strip()
+    assert re.fullmatch(r"http://127\.0\.0\.1:\d+", broker) and broker != agentic.ff.url
+    assert section(out, "mcp").split() == ["401", "401", "401"], out
+    assert section(out, "model").split() == ["401", "401"], out
+    write = section(out, "write")
+    assert f"touch: cannot touch '/usr/{probe}': Read-only file system" in write, write
+    assert f"touch: cannot touch '/opt/{probe}': No such file or directory" in write, write
+    assert f"touch: cannot touch '{codex}/{probe}': Read-only file system" in write, write
+    # The jail's root (and the folders bwrap made in it for its mount points) is its own
+    # throwaway tmpfs: writing there reaches nothing of the host.
+    assert "private-root-written" in write, write
+    for host in (
+        Path("/usr", probe),
+        Path("/opt", probe),
+        codex / probe,
+        Path("/", probe),
+        Path("/etc", probe),
+        data_dir / probe,
+    ):
+        assert not host.exists(), f"the jail wrote {host} on the host"
+
+
+def make_wheel(folder: Path, name: str) -> Path:
+    """A minimal pure-Python wheel of package ``name`` (version 0.1)."""
+    info = f"{name}-0.1.dist-info"
+    files = {
+        f"{name}/__init__.py": "VALUE = 42\n",
+        f"{info}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: 0.1\n",
+        f"{info}/WHEEL": (
+            "Wheel-Version: 1.0\nGenerator: forgeflow-tests\nRoot-Is-Purelib: true\n"
+            "Tag: py3-none-any\n"
+        ),
+    }
+    record = []
+    for path, text in files.items():
+        digest = urlsafe_b64encode(hashlib.sha256(text.encode()).digest()).rstrip(b"=")
+        record.append(f"{path},sha256={digest.decode()},{len(text.encode())}")
+    files[f"{info}/RECORD"] = "\n".join([*record, f"{info}/RECORD,,"]) + "\n"
+    wheel = folder / f"{name}-0.1-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w") as archive:
+        for path, text in files.items():
+            archive.writestr(path, text)
+    return wheel
+
+
+@pytest.fixture
+def package_index(tmp_path: Path) -> Iterator[str]:
+    """A folder of wheels served on loopback (pip's ``--find-links`` reads its listing)."""
+    folder = tmp_path / "wheels"
+    folder.mkdir()
+    make_wheel(folder, "jailpkg")
+
+    class Quiet(SimpleHTTPRequestHandler):
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(Quiet, directory=folder))
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_the_agent_still_works_in_its_worktree_home_and_tmp(
+    agentic: Agentic, package_index: str
+) -> None:
+    root = agentic.ff.settings.resolved_workspace_root
+    worktree = root / ".sessions/default/acme/widget" / f"issue-{agentic.issue}"
+    home = root / ".homes/default/acme/widget"
+    scratch = f"jail-scratch-{uuid.uuid4().hex[:8]}"
+    out = run_in_turn(
+        agentic,
+        "echo '== cwd'; pwd\n"
+        "echo '== commit'; echo fixed > fix.txt && git add fix.txt &&"
+        " git -c user.email=agent@example.invalid -c user.name=agent commit -q -m 'Fix it' &&"
+        " git log -1 --format=%s\n"
+        "echo '== test'; python3 -c 'assert 1 + 1 == 2' && echo tests-ok\n"
+        f"echo '== write'; echo in-home > ~/{scratch} && echo in-tmp > /tmp/{scratch} &&"
+        f" cat ~/{scratch} /tmp/{scratch}\n"
+        "echo '== pip'; python3 -m pip install --user --break-system-packages --no-index"
+        f" --disable-pip-version-check --find-links {package_index} jailpkg > /tmp/pip.log 2>&1"
+        " || cat /tmp/pip.log\n"
+        "echo '== import'; cd / && python3 -c 'import jailpkg; print(\"imported\", jailpkg.VALUE)'",
+    )
+    assert section(out, "cwd").strip() == str(worktree), out
+    assert section(out, "commit").strip() == "Fix it", out
+    assert section(out, "test").strip() == "tests-ok", out
+    assert section(out, "write").split() == ["in-home", "in-tmp"], out
+    assert section(out, "pip").strip() == "", out
+    assert section(out, "import").strip() == "imported 42", out
+    # On the host: the commit is in the worktree, the package and the file in the
+    # repository's private home, and the jail's /tmp was its own.
+    log = subprocess.run(
+        ["git", "-C", str(worktree), "log", "-1", "--format=%s"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert log.stdout.strip() == "Fix it"
+    assert (home / scratch).read_text() == "in-home\n"
+    assert list(home.glob(".local/lib/python3*/site-packages/jailpkg/__init__.py"))
+    assert not Path("/tmp", scratch).exists()
