@@ -245,6 +245,8 @@ class GitRunner:
                 # `git status` must not rewrite an index (ours or the agent's) as a side
                 # effect of looking at it.
                 "GIT_OPTIONAL_LOCKS": "0",
+                # Replacement refs an agent made must not change what we read or push.
+                "GIT_NO_REPLACE_OBJECTS": "1",
             }
         )
         if auth and self.token:
@@ -266,11 +268,19 @@ class GitRunner:
         auth: bool = False,
         check: bool = True,
         time_limit: float | None = None,
+        worktree: tuple[str, str] | None = None,
     ) -> GitResult:
+        """``worktree``: (its administrative folder, the clone's .git) for a command in a
+        session worktree. git is told both instead of following the worktree's ``.git``
+        file, which the agent can rewrite to a folder (and config) of its own."""
         argv = self.argv(args)
         limit = self.timeout if time_limit is None else time_limit
         what = f"git {args[0]}" if args else "git"
         env = self.environment(auth=auth)
+        if worktree is not None and cwd is not None:
+            env.update(
+                {"GIT_DIR": worktree[0], "GIT_COMMON_DIR": worktree[1], "GIT_WORK_TREE": cwd}
+            )
         proc = await asyncio.create_subprocess_exec(
             *argv,
             cwd=cwd,

@@ -20,7 +20,12 @@ from typing import Literal
 from urllib.parse import urlsplit
 
 from forgeflow.domain.ids import RepoRef, ResourceKind, ResourceRef
-from forgeflow.domain.paths import repo_workspace, session_branch, session_worktree
+from forgeflow.domain.paths import (
+    SESSIONS_DIR,
+    repo_workspace,
+    session_branch,
+    session_worktree,
+)
 from forgeflow.gitcmd import (
     GitAuthFailed,
     GitFailed,
@@ -334,7 +339,10 @@ class WorkspaceManager:
             if target is not None:
                 relation = await self._relation(path, status.head, target)
                 if relation == "behind" and status.clean:
-                    await self.git.run("merge", "--ff-only", "--no-edit", target, cwd=path)
+                    await self.git.run(
+                        "merge", "--ff-only", "--no-edit", target,
+                        cwd=path, worktree=self._worktree_dirs(path),
+                    )  # fmt: skip
                     status = await self.worktree_status(path)
                     fast_forwarded = True
                 elif relation in {"behind", "diverged"}:
@@ -352,7 +360,14 @@ class WorkspaceManager:
     async def worktree_status(self, path: str) -> WorktreeStatus:
         path = os.path.realpath(path)
         self._inside_root(path)
-        return await self.checks.status(path)
+        return await self.checks.status(path, self._worktree_dirs(path))
+
+    def _worktree_dirs(self, path: str) -> tuple[str, str]:
+        """git's folders of a session worktree, from its clone's records (its own
+        ``.git`` file is the agent's to rewrite)."""
+        rel = os.path.relpath(path, os.path.join(self.root, SESSIONS_DIR))
+        instance, owner, repo, _leaf = rel.split(os.sep)
+        return self.checks.worktree_dirs(os.path.join(self.root, instance, owner, repo), path)
 
     async def remove_session(self, resource: ResourceRef) -> bool:
         """Remove a clean session worktree (its branch and commits stay); dirty → refuse."""
@@ -404,6 +419,51 @@ class WorkspaceManager:
         finally:
             if os.path.isdir(staging):
                 shutil.rmtree(staging, ignore_errors=True)
+
+    # -- publishing --------------------------------------------------------------------
+
+    async def local_head(self, repo: RepoRef, branch: str) -> str | None:
+        """The commit of a session's local branch (branches live in the main clone)."""
+        main = repo_workspace(str(self.root), repo)
+        ref = f"refs/heads/{check_ref(branch, 'session branch')}"
+        try:
+            return await self._commit(main, ref)
+        except GitFailed:
+            return None
+
+    async def remote_head(self, repo: RepoRef, clone_url: str, branch: str) -> str | None:
+        """Gitea's head of ``branch`` now (None: no such branch)."""
+        main = repo_workspace(str(self.root), repo)
+        ref = f"refs/heads/{check_ref(branch, 'branch')}"
+        out = await self.git.run(
+            "ls-remote", "--", check_url(clone_url, "clone URL").geturl(), ref,
+            cwd=main, auth=True,
+        )  # fmt: skip
+        first = out.stdout.split()
+        return check_sha(first[0], "remote head") if first else None
+
+    async def contains(self, repo: RepoRef, sha: str, ref: str) -> bool:
+        """Whether ``sha`` is already in ``ref`` of the main clone (nothing new in it)."""
+        main = repo_workspace(str(self.root), repo)
+        return await self._ancestor(main, check_sha(sha, "commit"), ref)
+
+    async def push(self, repo: RepoRef, clone_url: str, sha: str, branch: str) -> str | None:
+        """Push ``sha`` to ``branch`` on Gitea, fast-forward only (no force, ever); from
+        the main clone to the clone URL we know, not to what its config says. None when
+        it landed, else git's reason, scrubbed."""
+        main = repo_workspace(str(self.root), repo)
+        spec = f"{check_sha(sha, 'commit')}:refs/heads/{check_ref(branch, 'branch')}"
+        async with self._lock(repo):
+            res = await self.git.run(
+                "push", "--porcelain", "--no-verify", "--",
+                check_url(clone_url, "clone URL").geturl(), spec,
+                cwd=main, auth=True, check=False,
+            )  # fmt: skip
+        if res.returncode == 0:
+            return None
+        lines = [ln for ln in (res.stdout + "\n" + res.stderr).splitlines() if ln.strip()]
+        reasons = [ln for ln in lines if ln.startswith(("!", "remote:", "error:", "fatal:"))]
+        return "; ".join(reasons or lines[-3:])[:1000] or f"git push exited {res.returncode}"
 
     # -- sessions ----------------------------------------------------------------------
 
@@ -464,7 +524,16 @@ class WorkspaceManager:
         return "diverged"
 
     async def _is_ancestor(self, cwd: str, older: str, newer: str) -> bool:
-        res = await self.git.run("merge-base", "--is-ancestor", older, newer, cwd=cwd, check=False)
+        res = await self.git.run(
+            "merge-base", "--is-ancestor", older, newer,
+            cwd=cwd, check=False, worktree=self._worktree_dirs(cwd),
+        )  # fmt: skip
+        if res.returncode not in (0, 1):
+            raise self.git.failure("git merge-base", res)
+        return res.returncode == 0
+
+    async def _ancestor(self, main: str, older: str, newer: str) -> bool:
+        res = await self.git.run("merge-base", "--is-ancestor", older, newer, cwd=main, check=False)
         if res.returncode not in (0, 1):
             raise self.git.failure("git merge-base", res)
         return res.returncode == 0

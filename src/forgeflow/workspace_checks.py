@@ -31,8 +31,22 @@ class Checks:
         known without asking git, until .git/config changes."""
         self._identity[path] = (clone_url, _identity_stamp(path))
 
-    async def status(self, path: str) -> WorktreeStatus:
-        return parse_status((await self.git.run(*STATUS_ARGS, cwd=path)).stdout)
+    async def status(self, path: str, worktree: tuple[str, str] | None = None) -> WorktreeStatus:
+        result = await self.git.run(*STATUS_ARGS, cwd=path, worktree=worktree)
+        return parse_status(result.stdout)
+
+    @staticmethod
+    def worktree_dirs(main: str, path: str) -> tuple[str, str]:
+        """The git folders of session worktree ``path`` of ``main`` as git's own files
+        record them, for running git there without trusting the worktree's ``.git``
+        file; WorkspaceDirty when they do not read plainly."""
+        admin = _registered_admin_dir(main, path)
+        if admin is None:
+            raise WorkspaceDirty(
+                f"{path} is taken by something that is not this session's worktree",
+                details={"path": path, "reason": "occupied"},
+            )
+        return admin, os.path.realpath(os.path.join(main, ".git"))
 
     async def main_clone(self, path: str, clone_url: str) -> None:
         """Raise WorkspaceDirty unless ``path`` is our untouched clone of ``clone_url``."""

@@ -135,8 +135,9 @@ def test_other_processes_and_their_environments_are_out_of_sight(agentic: Agenti
 
     out = run_in_turn(agentic, command)
     environ = section(out, "environ")
-    # It did read environments: its own processes', with only the jail's capability.
-    assert "HOME=/home/agent" in environ and "CODEX_BROKER_KEY=" in environ, environ
+    # It did read environments: its own processes', with no key at all (the jail's
+    # capability is in its Codex config, not in an environment or on a command line).
+    assert "HOME=/home/agent" in environ and "KEY=" not in environ, environ
     for what, secret in secrets(agentic).items():
         assert secret not in out, f"the {what} is visible in the jail"
     assert "FORGEFLOW_" not in environ
@@ -187,12 +188,14 @@ def test_forgeflow_data_and_the_model_key_are_out_of_reach(agentic: Agentic) -> 
         assert f"cannot access '{data_dir / folder}': No such file or directory" in files
     assert "auth.json: No such file or directory" in section(out, "auth")
     env = section(out, "env")
-    assert "CODEX_BROKER_KEY=" in env and "FORGEFLOW_" not in env, env
+    assert "HOME=/home/agent" in env and "FORGEFLOW_" not in env and "KEY=" not in env, env
     assert section(out, "grep").strip() == "grep-exit=1"  # searched, found nothing
     config = section(out, "config")
     base_urls = re.findall(r'^base_url = "(.*)"$', config, re.M)
     assert len(base_urls) == 1 and re.fullmatch(r"http://127\.0\.0\.1:\d+/model", base_urls[0])
-    assert agentic.model.url not in config and 'env_key = "CODEX_BROKER_KEY"' in config
+    assert agentic.model.url not in config and "env_key" not in config
+    # Its only credential: the capability forgeflow wrote there, not the model's key.
+    assert len(re.findall(r'^experimental_bearer_token = "[A-Za-z0-9_-]{40,}"$', config, re.M)) == 1
 
 
 def test_another_repositorys_clone_and_worktree_are_out_of_reach(agentic: Agentic) -> None:
@@ -256,12 +259,13 @@ def test_loopback_services_want_a_capability_and_writes_stay_inside(agentic: Age
         f"echo '== mcp'; {code} -X POST -H 'Content-Type: application/json' -d '{rpc}' $B/mcp;"
         f" {code} -X POST -H 'Authorization: Bearer made-up' -d '{rpc}' $B/mcp;"
         # the repository's model capability is not a session's Gitea capability
-        f" {code} -X POST -H \"Authorization: Bearer $CODEX_BROKER_KEY\" -d '{rpc}' $B/mcp\n"
+        "K=$(sed -n 's|^experimental_bearer_token = \"\\(.*\\)\"$|\\1|p' ~/.codex/config.toml);"
+        f" {code} -X POST -H \"Authorization: Bearer $K\" -d '{rpc}' $B/mcp\n"
         f"echo '== model'; {code} -X POST -d '{{}}' $B/model/responses;"
         f" {code} -X POST -H 'Authorization: Bearer made-up' -d '{{}}' $B/model/responses\n"
         "echo '== write'\n"
         f"for p in /usr/{probe} /opt/{probe} {codex}/{probe}; do touch $p; done\n"
-        f"touch /{probe} /etc/{probe} {data_dir}/{probe} && echo private-root-written",
+        f"for p in /{probe} /etc/{probe} {data_dir}/{probe}; do touch $p; done",
     )
     assert section(out, "admin").split() == ["401", "401"], out
     broker = section(out, "broker").strip()
@@ -272,9 +276,11 @@ def test_loopback_services_want_a_capability_and_writes_stay_inside(agentic: Age
     assert f"touch: cannot touch '/usr/{probe}': Read-only file system" in write, write
     assert f"touch: cannot touch '/opt/{probe}': No such file or directory" in write, write
     assert f"touch: cannot touch '{codex}/{probe}': Read-only file system" in write, write
-    # The jail's root (and the folders bwrap made in it for its mount points) is its own
-    # throwaway tmpfs: writing there reaches nothing of the host.
-    assert "private-root-written" in write, write
+    # The jail's root (bwrap's tmpfs with the mount points) is read-only as well. (The
+    # data folder of this test lies under /tmp, which in the jail is its private tmpfs:
+    # whatever lands there stays in the jail, as the host check below shows.)
+    for path in (f"/{probe}", f"/etc/{probe}"):
+        assert f"touch: cannot touch '{path}': Read-only file system" in write, write
     for host in (
         Path("/usr", probe),
         Path("/opt", probe),

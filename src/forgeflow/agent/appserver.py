@@ -31,7 +31,7 @@ from forgeflow.agent.jsonrpc import (
     kill_group,
 )
 from forgeflow.agent.port import AgentError, Notice
-from forgeflow.agent.provider import CAPABILITY_ENV, to_toml
+from forgeflow.agent.provider import to_toml, with_capability
 
 log = structlog.get_logger("forgeflow.appserver")
 
@@ -56,6 +56,7 @@ class Launch:
     bwrap: str = "bwrap"
     broker_socket: Path | None = None  # without network: the brokers' Unix socket
     broker_port: int = 0
+    git_name: str = "forgeflow-agent"
 
     def _offline(self) -> tuple[list[str], tuple[tuple[str, str, str], ...], tuple[Path, ...]]:
         """A jail without network reaches the brokers through ``forward.py``, run by the
@@ -71,9 +72,9 @@ class Launch:
         readable = () if base == Path("/usr") or Path("/usr") in base.parents else (base,)
         return [*argv, *self.argv], placed, readable
 
-    def command(self, capability: str) -> tuple[list[str], dict[str, str]]:
-        """The command line and environment, with the model capability as the only key."""
-        extra = {CAPABILITY_ENV: capability}
+    def command(self) -> tuple[list[str], dict[str, str]]:
+        """The command line and its environment (neither holds a key)."""
+        extra: dict[str, str] = {}
         if self.jailed:
             writable, readable = self.repository, self.installation
             if self.read_only:
@@ -83,8 +84,15 @@ class Launch:
             if not self.network:
                 argv, placed, python = self._offline()
                 readable += python
+            protected = jail.git_protected(self.repository[0]) if writable else ()
             spec = jail.JailSpec(
-                self.home, writable, readable, network=self.network, env=extra, placed=placed
+                self.home,
+                writable,
+                readable,
+                network=self.network,
+                env=extra,
+                protected=tuple(p for p in protected if p.exists()),
+                placed=placed,
             )
             return jail.bwrap_argv(spec, argv, bwrap=self.bwrap), {}
         # Unjailed (FORGEFLOW_SANDBOX=none): the same fixed environment, host paths.
@@ -140,11 +148,25 @@ class AppServer:
     async def start(self, launch: Launch, on_message: Handler, timeout: float) -> RpcProcess:
         codex_home = launch.home / ".codex"
         codex_home.mkdir(parents=True, exist_ok=True)
-        # Written anew at every start: whatever the agent wrote there is replaced.
-        (codex_home / "config.toml").write_text(to_toml(launch.config), encoding="utf-8")
+        # Written anew at every start, with this start's capability: whatever the agent
+        # wrote there is replaced.
+        config = codex_home / "config.toml"
+        config.unlink(missing_ok=True)
+        fd = os.open(config, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(to_toml(with_capability(launch.config, self.capability)))
         for path in launch.repository:
             path.mkdir(parents=True, exist_ok=True)  # bwrap binds only what exists
-        argv, env = launch.command(self.capability)
+        if (launch.repository[0] / ".git").is_dir():
+            for path in jail.git_protected(launch.repository[0])[1:]:
+                path.mkdir(parents=True, exist_ok=True)  # read-only in the jail, so made now
+        # The agent commits as the bot, without `git config` (the clone's config is
+        # read-only in the jail).
+        (launch.home / ".gitconfig").write_text(
+            f"[user]\n\tname = {launch.git_name}\n\temail = {launch.git_name}@forgeflow.invalid\n",
+            encoding="utf-8",
+        )
+        argv, env = launch.command()
         try:
             proc = await RpcProcess.spawn(
                 argv,

@@ -73,6 +73,7 @@ class CodexConfig:
     request_timeout: float = 60.0
     mcp_ready_timeout: float = 30.0
     elicitation_policy: str = "decline"
+    bot_login: str = "forgeflow-agent"  # the agent's git identity
 
 
 def sandbox_policy(read_only: bool, *, jailed: bool = True, network: bool = True) -> Json:
@@ -161,6 +162,7 @@ class CodexRuntime:
                 reasoning_effort=settings.reasoning_effort,
                 mcp_ready_timeout=settings.mcp_timeout_seconds,
                 elicitation_policy=settings.elicitation_policy,
+                bot_login=settings.bot_login,
             )
         )
 
@@ -189,6 +191,7 @@ class CodexRuntime:
             pgid_file=pgid_file(self.cfg.data_dir / "run", _key(owner, repo, read_only)),
             broker_socket=self.broker.unix_socket,
             broker_port=self.broker.port,
+            git_name=self.cfg.bot_login,
         )
 
     async def _server(self, owner: str, repo: str, read_only: bool) -> AppServer:

@@ -90,6 +90,9 @@ class JailSpec:
     readable: tuple[Path, ...] = ()  # the Codex installation and its interpreter
     network: bool = True
     env: Mapping[str, str] = field(default_factory=dict)  # on top of the fixed list
+    # Inside the writable paths, read-only again: what forgeflow's own git reads from
+    # the clone and must not take from the agent (config, hooks, info, alternates).
+    protected: tuple[Path, ...] = ()
     # (bwrap option, host path, jail path): single files placed elsewhere in the jail
     placed: tuple[tuple[str, str, str], ...] = ()
 
@@ -144,13 +147,28 @@ def bwrap_argv(spec: JailSpec, command: Sequence[str], *, bwrap: str = "bwrap") 
         argv += ["--ro-bind", str(path), str(path)]
     for path in spec.writable:
         argv += ["--bind", str(path), str(path)]
+    for path in spec.protected:
+        argv += ["--ro-bind", str(path), str(path)]
     for option, host_path, jail_path in spec.placed:
         argv += [option, host_path, jail_path]
-    argv.append("--clearenv")
+    # The root itself (bwrap's tmpfs holding the mount points) is read-only too: writes
+    # land only in the binds above and the tmpfs /tmp and /home.
+    argv += ["--remount-ro", "/", "--clearenv"]
     for key, value in base_env(spec.env).items():
         argv += ["--setenv", key, value]
     argv += ["--chdir", JAIL_HOME, "--", *command]
     return argv
+
+
+def git_protected(clone: Path) -> tuple[Path, ...]:
+    """What of a clone's ``.git`` stays read-only in the jail. forgeflow runs git on the
+    host in this clone (fetch, status, push with the bot's token); a config the agent
+    wrote could run a command there (a filter driver), send the token elsewhere (a
+    remote URL, a proxy), and alternates could pull another repository's objects into a
+    push. The agent's own git needs none of them writable: it commits, branches and
+    stashes in objects, refs and the worktrees' folders."""
+    gitdir = clone / ".git"
+    return (gitdir / "config", gitdir / "hooks", gitdir / "info", gitdir / "objects" / "info")
 
 
 def installation_paths(command: Sequence[str]) -> tuple[Path, ...]:

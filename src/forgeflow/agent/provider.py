@@ -21,7 +21,6 @@ from typing import Any
 
 OPENAI_BASE_URL = "https://api.openai.com/v1"
 BROKER_PROVIDER = "forgeflow"
-CAPABILITY_ENV = "CODEX_BROKER_KEY"  # the jail's only "key": worthless outside forgeflow
 
 # Keys of a provider table that carry no secret and keep their meaning behind the
 # pass-through. base_url, env_key, bearer tokens and headers stay with forgeflow.
@@ -74,13 +73,24 @@ class ModelProvider:
             "wire_api": "responses",
             **self.provider,
             "base_url": broker_url,
-            "env_key": CAPABILITY_ENV,
         }
         return {
             **self.top,
             "model_provider": BROKER_PROVIDER,
             "model_providers": {BROKER_PROVIDER: provider},
         }
+
+
+def with_capability(config: Mapping[str, Any], capability: str) -> dict[str, Any]:
+    """The jail's config with its capability as the provider's bearer token: in a file
+    of the jail's home (mode 0600), never on a command line or in an environment that
+    other users of the host could read. It is worthless outside this forgeflow."""
+    providers = dict(config.get("model_providers") or {})
+    providers[BROKER_PROVIDER] = {
+        **providers.get(BROKER_PROVIDER, {}),
+        "experimental_bearer_token": capability,
+    }
+    return {**config, "model_providers": providers}
 
 
 def load_provider(
