@@ -32,6 +32,7 @@ from forgeflow.agent.port import (
     TurnStatus,
 )
 from forgeflow.domain import prompt
+from forgeflow.domain import publish as publish_rules
 from forgeflow.domain.ids import parse_resource_key, turn_key
 from forgeflow.domain.markers import Marker, MarkerKind
 from forgeflow.domain.paths import session_branch, session_worktree
@@ -39,8 +40,9 @@ from forgeflow.domain.retry import RetryPolicy
 from forgeflow.domain.states import TaskState
 from forgeflow.gitea.client import GiteaClient, GiteaError
 from forgeflow.preparing import Preparer
+from forgeflow.publish import Publisher
 from forgeflow.replies import Found, Replies
-from forgeflow.store import Store, leases, sessions
+from forgeflow.store import Store, leases, pushes, repos, sessions
 from forgeflow.store import comments as comment_q
 from forgeflow.store import tasks as task_q
 from forgeflow.store import turns as turn_q
@@ -77,8 +79,10 @@ class Execution:
         gitea: GiteaClient,
         replies: Replies,
         runtime: AgentRuntime,
+        publisher: Publisher | None = None,
     ) -> None:
         self.cfg = cfg
+        self.publisher = publisher
         self.store = store
         self.workspace = workspace
         self.gitea = gitea
@@ -136,6 +140,7 @@ class Execution:
             if task["state"] == S.RUNNING:
                 task = await self._turn(task, session)
             if task["state"] == S.VERIFYING_REPLY:
+                await self._publish(task)
                 await self._after_preparing()
                 task = await self._verify(task)
             return task
@@ -146,6 +151,12 @@ class Execution:
                 beat.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await beat
+
+    async def _publish(self, task: dict[str, Any]) -> None:
+        """Push what the agent committed in this turn (recorded; a refusal fails no
+        task, the next turn's prompt says so). Drafts publish nothing."""
+        if self.publisher is not None and not drafts.is_draft(task):
+            await self.publisher.publish(task)
 
     async def _after_preparing(self) -> None:
         """Let the tasks this process prepares go first (bounded): the next task of the
@@ -328,6 +339,9 @@ class Execution:
         refs = task["refs"] or {}
         pending = self.preparer.take_context(task["task_id"])
         title, discussion = await (pending or self.preparer.discussion(task, resource))
+        publishing, last_push = "", None
+        if not draft:
+            publishing, last_push = await self._where_work_goes(task, resource)
         return prompt.turn_prompt(
             prompt.TurnContext(
                 repo_full_name=resource.repo.full_name,
@@ -348,9 +362,30 @@ class Execution:
                 uncommitted=status.modified + status.untracked,
                 discussion=discussion,
                 title=title,
+                publishing=publishing,
+                last_push=last_push,
             ),
             draft=draft,
         )
+
+    async def _where_work_goes(self, task: dict[str, Any], resource: Any) -> tuple[str, str | None]:
+        """The prompt's lines on publishing: where the branch goes, and whether the
+        session's last push was refused."""
+
+        def read(c: Connection) -> tuple[dict[str, Any] | None, pushes.Push | None]:
+            return repos.get(c, task["repo_key"]), pushes.last(c, task["session_key"])
+
+        repo_row, last = await self.store.read(read)
+        default = repo_row["default_branch"] if repo_row else "main"
+        where = publish_rules.where_work_goes(
+            publish_rules.target(resource, task["refs"], default),
+            default,
+            publish_rules.PUSH_TOOL,
+        )
+        refused = None
+        if last is not None and last.status == pushes.REFUSED:
+            refused = f"the last push of your branch to {last.target} was refused: {last.error}"
+        return where, refused
 
     async def _after_turn(
         self,

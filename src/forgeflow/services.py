@@ -96,24 +96,25 @@ class Services:
             return
         from forgeflow.agent.factory import RuntimeUnavailable, create_runtime
         from forgeflow.execution import Execution, ExecutionConfig
+        from forgeflow.publish import Publisher
         from forgeflow.replies import Replies
         from forgeflow.scheduler import Scheduler
         from forgeflow.workspace import WorkspaceManager
 
-        assert self.gitea is not None and self.settings.gitea_token is not None
         s = self.settings
-        try:
-            self.runtime = create_runtime(s)
-        except RuntimeUnavailable as exc:
-            log.warning("worker.unavailable", reason=str(exc))
-            return
-        replies = Replies(self.store, self.gitea, s.bot_login)
-        assert s.gitea_token is not None
+        assert self.gitea is not None and s.gitea_token is not None
         workspace = WorkspaceManager(
             s.resolved_workspace_root,
             token=s.gitea_token.get_secret_value(),
             fetch_interval=s.fetch_interval_seconds,
         )
+        publisher = Publisher(self.store, workspace)
+        try:
+            self.runtime = create_runtime(s, publisher.for_session)
+        except RuntimeUnavailable as exc:
+            log.warning("worker.unavailable", reason=str(exc))
+            return
+        replies = Replies(self.store, self.gitea, s.bot_login)
         ttl = timedelta(seconds=s.lease_ttl_seconds)
         execution = Execution(
             ExecutionConfig(
@@ -130,6 +131,7 @@ class Services:
             self.gitea,
             replies,
             self.runtime,
+            publisher,
         )
         scheduler = Scheduler(
             self.store,

@@ -45,7 +45,7 @@ from forgeflow.agent.port import (
     TurnStatus,
 )
 from forgeflow.agent.provider import ModelProvider, load_provider
-from forgeflow.agent.tools import GiteaTools, mcp_env
+from forgeflow.agent.tools import GiteaTools, Publish, mcp_env
 from forgeflow.config import Settings
 from forgeflow.domain.ids import RepoRef
 from forgeflow.domain.paths import agent_home, repo_sessions, repo_workspace
@@ -112,7 +112,7 @@ def _audit_params(params: Json) -> dict[str, Any]:
 
 
 class CodexRuntime:
-    def __init__(self, cfg: CodexConfig) -> None:
+    def __init__(self, cfg: CodexConfig, publish: Publish | None = None) -> None:
         self.cfg = cfg
         self.tools = GiteaTools(
             cfg.mcp_argv,
@@ -121,6 +121,7 @@ class CodexRuntime:
             stderr_path=cfg.data_dir / "logs" / "gitea-mcp.log",
             on_refused=self._refused,
             elicitation=cfg.elicitation_policy,
+            publish=publish,
         )
         offline = cfg.jailed and not cfg.network
         self.broker = Broker(
@@ -137,7 +138,7 @@ class CodexRuntime:
         self._tool: CommentTool | None = None
 
     @classmethod
-    def from_settings(cls, settings: Settings) -> CodexRuntime:
+    def from_settings(cls, settings: Settings, publish: Publish | None = None) -> CodexRuntime:
         if settings.gitea_url is None or settings.gitea_token is None:
             raise AgentError(
                 "not_configured", "the Codex runtime needs the Gitea settings", retryable=False
@@ -163,7 +164,8 @@ class CodexRuntime:
                 mcp_ready_timeout=settings.mcp_timeout_seconds,
                 elicitation_policy=settings.elicitation_policy,
                 bot_login=settings.bot_login,
-            )
+            ),
+            publish,
         )
 
     @property

@@ -11,6 +11,7 @@ import importlib
 from typing import Any, cast
 
 from forgeflow.agent.port import AgentRuntime
+from forgeflow.agent.tools import Publish
 from forgeflow.config import Settings
 
 
@@ -18,14 +19,15 @@ class RuntimeUnavailable(Exception):
     code = "runtime_unavailable"
 
 
-def create_runtime(settings: Settings) -> AgentRuntime:
+def create_runtime(settings: Settings, publish: Publish | None = None) -> AgentRuntime:
+    """``publish``: the session's push, offered to the agent as its ``push_branch`` tool."""
     name = settings.agent_runtime
     if name == "codex":
         try:
             codex = importlib.import_module("forgeflow.agent.codex")
         except ImportError as exc:
             raise RuntimeUnavailable(f"the Codex runtime cannot be loaded: {exc}") from None
-        return cast(AgentRuntime, codex.CodexRuntime.from_settings(settings))
+        return cast(AgentRuntime, codex.CodexRuntime.from_settings(settings, publish))
     module_name, _, attr = name.partition(":")
     if not attr:
         raise RuntimeUnavailable(

@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import os
 import shutil
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +30,7 @@ import forgeflow
 from forgeflow.agent.broker import Grant
 from forgeflow.agent.jsonrpc import Json, ProcessGone, RpcError, RpcProcess, RpcTimeout
 from forgeflow.agent.port import AgentError, CommentTool
+from forgeflow.domain.publish import PUSH_TOOL
 
 log = structlog.get_logger("forgeflow.tools")
 
@@ -57,6 +58,24 @@ _WITHHELD_PREFIXES = (
 )
 
 Refused = Callable[[Grant, str, dict[str, Any], str], None]
+Publish = Callable[[str], Awaitable[tuple[bool, str]]]  # session key -> (ok, what happened)
+
+_PUSH_SCHEMA: Json = {
+    "name": PUSH_TOOL,
+    "description": (
+        "Push your session branch to its branch on Gitea now (forgeflow also pushes it "
+        "when your turn ends): fast-forward only, never the default branch. Call it "
+        "after committing and before opening a pull request. Says what happened."
+    ),
+    "inputSchema": {
+        "type": "object",
+        "properties": {
+            "owner": {"type": "string", "description": "the repository's owner"},
+            "repo": {"type": "string", "description": "the repository's name"},
+        },
+        "required": ["owner", "repo"],
+    },
+}
 
 
 def mcp_env(gitea_url: str, token: str) -> dict[str, str]:
@@ -199,8 +218,10 @@ class GiteaTools:
         stderr_path: Path | None = None,
         on_refused: Refused,
         elicitation: str = "decline",
+        publish: Publish | None = None,
     ) -> None:
         self._elicitation = elicitation
+        self._publish = publish
         self._argv = argv
         self._env = env
         self._timeout = timeout
@@ -267,10 +288,14 @@ class GiteaTools:
             return {}
         if method == "tools/list":
             await self._upstream()
-            return {"tools": [t for t in self._tools if scoped(t)]}
+            return {"tools": self._offered()}
         if method == "tools/call":
             return await self._call(grant, params)
         return None
+
+    def _offered(self) -> list[Json]:
+        offered = [t for t in self._tools if scoped(t)]
+        return [*offered, _PUSH_SCHEMA] if self._publish is not None else offered
 
     async def _call(self, grant: Grant, params: Json) -> Json:
         proc = await self._upstream()
@@ -278,9 +303,9 @@ class GiteaTools:
         args = params.get("arguments") or {}
         if not isinstance(args, dict):
             args = {}
-        tool = next((t for t in self._tools if t.get("name") == name), None)
+        tool = next((t for t in self._offered() if t.get("name") == name), None)
         why = None
-        if tool is None or not scoped(tool):
+        if tool is None:
             why = f"the tool {name!r} is not offered to this session"
         elif not _same(args.get("owner"), grant.owner) or not _same(args.get("repo"), grant.repo):
             why = (
@@ -290,6 +315,9 @@ class GiteaTools:
         if why is not None:
             self._on_refused(grant, name, args, why)
             return {"content": [{"type": "text", "text": f"refused: {why}"}], "isError": True}
+        if name == PUSH_TOOL and self._publish is not None and grant.session_key:
+            ok, text = await self._publish(grant.session_key)
+            return {"content": [{"type": "text", "text": text}], "isError": not ok}
         return await proc.request("tools/call", params, self._call_timeout)
 
 

@@ -60,6 +60,8 @@ class TurnContext:
     uncommitted: list[str] = field(default_factory=list)
     discussion: list[tuple[str, str]] = field(default_factory=list)
     title: str | None = None
+    publishing: str = ""  # where the session's commits go (domain.publish)
+    last_push: str | None = None  # the session's last push, when it was refused
 
 
 def turn_prompt(ctx: TurnContext, *, draft: bool = False) -> str:
@@ -83,6 +85,10 @@ def turn_prompt(ctx: TurnContext, *, draft: bool = False) -> str:
     if ctx.uncommitted:
         shown = ", ".join(ctx.uncommitted[:20])
         lines.append(f"Uncommitted in your worktree from earlier turns: {shown}")
+    if ctx.publishing and not draft:
+        lines.append(ctx.publishing)
+    if ctx.last_push and not draft:
+        lines.append(f"Note: {ctx.last_push}")
     if ctx.discussion:
         recent = "\n\n".join(f"{who}: {body}" for who, body in ctx.discussion[-10:])
         lines.append("Recent discussion:\n" + fence(recent, "DISCUSSION"))

@@ -170,6 +170,25 @@ comments = Table(
     Index("ix_comments_task_id", "task_id"),
 )
 
+# One row per push of a session's branch: the intent before ``git push``, the result
+# after; a retry after a crash asks Gitea for the branch before pushing again (0005).
+pushes = Table(
+    "pushes",
+    metadata,
+    Column("push_key", String(340), primary_key=True),  # <sessionKey>@<new sha>
+    Column("task_id", String(64), nullable=False),
+    Column("session_key", String(260), nullable=False),
+    Column("target", String(255), nullable=False),
+    Column("old_sha", String(64)),
+    Column("new_sha", String(64), nullable=False),
+    Column("status", String(16), nullable=False),  # pending, pushed, refused
+    Column("error", Text),
+    Column("created_at", UTCDateTime(), nullable=False),
+    Column("updated_at", UTCDateTime(), nullable=False),
+    Index("ix_pushes_task_id", "task_id"),
+    Index("ix_pushes_session_key", "session_key"),
+)
+
 audit_events = Table(
     "audit_events",
     metadata,

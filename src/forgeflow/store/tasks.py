@@ -310,6 +310,17 @@ def get(conn: Connection, task_id: str) -> dict[str, Any] | None:
     return sql.first(conn, _GET, {"task_id": task_id})
 
 
+def running_in_session(conn: Connection, session_key: str) -> dict[str, Any] | None:
+    """The task whose turn runs in a session now, if any."""
+    return sql.first(
+        conn,
+        select(tasks).where(
+            tasks.c.session_key == session_key, tasks.c.state == TaskState.RUNNING.value
+        ),
+        {},
+    )
+
+
 def aborting_among(conn: Connection, task_ids: list[str]) -> set[str]:
     """Which of ``task_ids`` are in ``aborting`` (one poll for all running turns)."""
     rows = conn.execute(

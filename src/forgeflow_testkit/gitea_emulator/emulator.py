@@ -222,6 +222,12 @@ class GiteaEmulator(EmulatorControls):
         self._deliver(outcome)
         return sha
 
+    def branch_sha(self, owner: str, repo: str, branch: str) -> str | None:
+        """The head of ``branch`` in the repository as Gitea has it (None: no branch)."""
+        with self._state.lock:
+            path = self._state.repo_by_name(owner, repo).path
+        return GitRepo(path).branch_sha(branch)
+
     def merge_pull(self, owner: str, repo: str, index: int, *, merger: str) -> str:
         with self._state.lock:
             target = self._state.repo_by_name(owner, repo)

@@ -1,0 +1,153 @@
+"""Publishing a session's work: the push of its branch after a turn in which the agent
+committed (or earlier, when the agent asks through its ``push_branch`` tool).
+
+Every push is an intent row before ``git push`` and a result after (``store/pushes``);
+a retry first asks Gitea for the branch and finishes the record when the commit is
+already there, so a crash between the push and its record neither loses nor repeats
+it. A refused push (someone pushed meanwhile, a protected branch, a server hook) fails
+no task: it is audited, and the next turn's prompt says so.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import structlog
+from sqlalchemy import Connection
+
+from forgeflow.domain import publish as rules
+from forgeflow.domain.ids import parse_resource_key
+from forgeflow.gitcmd import WorkspaceError
+from forgeflow.store import Store, pushes, repos, tasks
+from forgeflow.store import audit as audit_q
+from forgeflow.task_moves import task_event
+from forgeflow.workspace import WorkspaceManager
+
+log = structlog.get_logger("forgeflow.publish")
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """What publishing did: ``pushed``, ``refused``, ``up_to_date``, ``nothing`` (no new
+    commit), or ``local`` (the session's work is not published)."""
+
+    result: str
+    branch: str | None = None
+    sha: str | None = None
+    detail: str = ""
+
+    def describe(self) -> str:
+        if self.result == "pushed":
+            return f"pushed: the branch {self.branch} on Gitea is now at {self.sha}"
+        if self.result == "up_to_date":
+            return f"nothing to push: the branch {self.branch} on Gitea is already at {self.sha}"
+        if self.result == "nothing":
+            return "nothing to push: there is no new commit on your branch"
+        if self.result == "local":
+            return f"not published: {self.detail}"
+        return f"the push of {self.branch} was refused: {self.detail}"
+
+
+class Publisher:
+    def __init__(self, store: Store, workspace: WorkspaceManager) -> None:
+        self.store = store
+        self.workspace = workspace
+
+    async def for_session(self, session_key: str) -> tuple[bool, str]:
+        """The agent's ``push_branch`` tool: publish now; (ok, what happened)."""
+        task = await self.store.read(lambda c: tasks.running_in_session(c, session_key))
+        if task is None:
+            return False, "no turn of this session is running"
+        outcome = await self.publish(task)
+        return outcome.result != "refused", outcome.describe()
+
+    async def publish(self, task: dict[str, Any]) -> Outcome:
+        resource = parse_resource_key(task["resource_key"])
+        repo_row = await self.store.read(lambda c: repos.get(c, task["repo_key"]))
+        assert repo_row is not None
+        default, url = repo_row["default_branch"], repo_row["clone_url"]
+        target = rules.target(resource, task["refs"], default)
+        if target.remote is None:
+            return Outcome("local", detail=target.why)
+        repo = resource.repo
+        try:
+            await self._finish_pending(task, repo_row)
+            new = await self.workspace.local_head(repo, target.local)
+            if new is None or await self.workspace.contains(
+                repo, new, f"refs/remotes/origin/{default}"
+            ):
+                return Outcome("nothing", target.remote)
+            old = await self.workspace.remote_head(repo, url, target.remote)
+        except WorkspaceError as exc:
+            return await self._refused(task, target.remote, None, str(exc))
+        if old == new:
+            return Outcome("up_to_date", target.remote, new)
+        intent = await self.store.write(
+            lambda c: pushes.intend(
+                c,
+                task_id=task["task_id"],
+                session_key=task["session_key"],
+                target=target.remote or "",
+                old_sha=old,
+                new_sha=new,
+            )
+        )
+        return await self._push(task, intent, repo_row)
+
+    async def _finish_pending(self, task: dict[str, Any], repo_row: dict[str, Any]) -> None:
+        """A push left pending by a crash: done if Gitea has the commit, else again."""
+        for intent in await self.store.read(lambda c: pushes.pending(c, task["task_id"])):
+            await self._push(task, intent, repo_row)
+
+    async def _push(
+        self, task: dict[str, Any], intent: pushes.Push, repo_row: dict[str, Any]
+    ) -> Outcome:
+        repo = parse_resource_key(task["resource_key"]).repo
+        url = repo_row["clone_url"]
+        if intent.status == pushes.PUSHED:
+            return Outcome("pushed", intent.target, intent.new_sha)
+        try:
+            if await self.workspace.remote_head(repo, url, intent.target) == intent.new_sha:
+                error = None  # it landed before a crash took its record
+                recovered = True
+            else:
+                error = await self.workspace.push(repo, url, intent.new_sha, intent.target)
+                recovered = False
+        except WorkspaceError as exc:
+            error, recovered = str(exc), False
+        if error is not None:
+            return await self._refused(task, intent.target, intent, error)
+        event = task_event(
+            task,
+            "publish.pushed",
+            metadata={
+                "branch": intent.target,
+                "from": intent.old_sha,
+                "to": intent.new_sha,
+                "recovered": recovered,
+            },
+        )
+
+        def done(c: Connection) -> None:
+            pushes.finish(c, intent.push_key, pushes.PUSHED)
+            audit_q.append(c, event)
+
+        await self.store.write(done)
+        return Outcome("pushed", intent.target, intent.new_sha)
+
+    async def _refused(
+        self, task: dict[str, Any], branch: str, intent: pushes.Push | None, error: str
+    ) -> Outcome:
+        log.warning("publish.refused", task_id=task["task_id"], branch=branch)
+        event = task_event(
+            task, "publish.refused", metadata={"branch": branch, "error": error[:1000]}
+        )
+
+        def done(c: Connection) -> None:
+            if intent is not None:
+                pushes.finish(c, intent.push_key, pushes.REFUSED, error[:1000])
+            audit_q.append(c, event)
+
+        await self.store.write(done)
+        return Outcome("refused", branch, detail=error)
