@@ -34,14 +34,14 @@ from forgeflow.agent.port import (
 from forgeflow.domain import prompt
 from forgeflow.domain import publish as publish_rules
 from forgeflow.domain.ids import parse_resource_key, turn_key
-from forgeflow.domain.markers import Marker, MarkerKind
+from forgeflow.domain.markers import Marker, MarkerKind, parse_marker
 from forgeflow.domain.paths import session_branch, session_worktree
 from forgeflow.domain.retry import RetryPolicy
 from forgeflow.domain.states import TaskState
 from forgeflow.gitea.client import GiteaClient, GiteaError
 from forgeflow.preparing import Preparer
-from forgeflow.publish import Publisher
-from forgeflow.replies import Found, Replies
+from forgeflow.publish import Outcome, Publisher
+from forgeflow.replies import Found, Replies, Verification
 from forgeflow.store import Store, leases, pushes, repos, sessions
 from forgeflow.store import comments as comment_q
 from forgeflow.store import tasks as task_q
@@ -96,6 +96,8 @@ class Execution:
         # Per task: the normal turn that just ended in this run, as its row would say
         # (the verification that follows needs no read of it).
         self._ended: dict[str, dict[str, Any]] = {}
+        # Per task: what publishing did after its turn, for the answer's note.
+        self._published: dict[str, Outcome] = {}
 
     # -- plumbing ---------------------------------------------------------------
 
@@ -147,6 +149,7 @@ class Execution:
         finally:
             self.preparer.forget(task["task_id"])
             self._ended.pop(task["task_id"], None)
+            self._published.pop(task["task_id"], None)
             if beat is not None:
                 beat.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
@@ -156,7 +159,7 @@ class Execution:
         """Push what the agent committed in this turn (recorded; a refusal fails no
         task, the next turn's prompt says so). Drafts publish nothing."""
         if self.publisher is not None and not drafts.is_draft(task):
-            await self.publisher.publish(task)
+            self._published[task["task_id"]] = await self.publisher.publish(task)
 
     async def _after_preparing(self) -> None:
         """Let the tasks this process prepares go first (bounded): the next task of the
@@ -467,6 +470,7 @@ class Execution:
             )
         result = await self.replies.verify(task, turn["turn_key"])
         if result.result is Found.FOUND:
+            await self._note_publishing(task, result)
             return await self._move(
                 task,
                 S.SUCCEEDED,
@@ -504,6 +508,18 @@ class Execution:
                 },
             )
         return await self._fallback(task, turn)
+
+    async def _note_publishing(self, task: dict[str, Any], found: Verification) -> None:
+        """The answer says what happened to the work: pushed where, or refused why."""
+        outcome = self._published.get(task["task_id"])
+        note = outcome.note() if outcome is not None else None
+        marker = parse_marker(found.body or "")
+        if note is None or marker is None or marker.kind is not MarkerKind.FINAL:
+            return
+        if await self.replies.add_note(task, found, note):
+            await self._audit(task, "reply.publish_note", comment_id=found.comment_id)
+        else:
+            await self._audit(task, "reply.publish_note_failed", comment_id=found.comment_id)
 
     async def _fallback(self, task: dict[str, Any], turn: dict[str, Any]) -> dict[str, Any]:
         text = turn["last_message"] or "(the agent finished without an answer text)"

@@ -37,6 +37,20 @@ class Outcome:
     sha: str | None = None
     detail: str = ""
 
+    def note(self) -> str | None:
+        """The line forgeflow adds to the turn's answer: where the work went, or why
+        it did not; None when there is nothing to say."""
+        if self.result == "pushed":
+            return f"forgeflow: pushed the work to `{self.branch}` ({(self.sha or '')[:10]})."
+        if self.result == "refused":
+            return (
+                f"forgeflow: the push of `{self.branch}` was refused ({self.detail[:300]}); "
+                "the work stays in the session's worktree and the next turn is told."
+            )
+        if self.result == "local" and self.detail:
+            return f"forgeflow: the work is not published ({self.detail})."
+        return None
+
     def describe(self) -> str:
         if self.result == "pushed":
             return f"pushed: the branch {self.branch} on Gitea is now at {self.sha}"

@@ -43,6 +43,7 @@ class Verification:
     result: Found
     comment_id: int | None = None
     detail: str | None = None
+    body: str | None = None
 
 
 def _where(task: dict[str, Any]) -> tuple[RepoRef, int]:
@@ -263,12 +264,28 @@ class Replies:
         except GiteaError as exc:
             return Verification(Found.UNKNOWN, detail=f"comment query failed: {exc}")
         if len(found) == 1:
-            return Verification(Found.FOUND, int(found[0]["id"]))
+            return Verification(Found.FOUND, int(found[0]["id"]), body=found[0].get("body"))
         if len(found) > 1:
             return Verification(
                 Found.UNKNOWN, detail=f"{len(found)} comments carry the marker of {turn}"
             )
         return Verification(Found.MISSING)
+
+    async def add_note(self, task: dict[str, Any], found: Verification, note: str) -> bool:
+        """Add ``note`` to a verified answer, above its marker line (which must stay
+        last); once: a note already there is not added again. False if Gitea refused."""
+        body = found.body or ""
+        if found.comment_id is None or note in body:
+            return True
+        text, _, marker = body.rstrip("\n").rpartition("\n")
+        repo, _number = _where(task)
+        try:
+            await self._gitea.edit_comment(
+                repo.owner, repo.name, found.comment_id, f"{text}\n\n{note}\n{marker}"
+            )
+        except GiteaError:
+            return False
+        return True
 
     async def fallback(self, task: dict[str, Any], turn: str, text: str) -> int | None:
         return await self.post_once(

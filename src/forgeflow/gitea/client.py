@@ -253,6 +253,17 @@ class GiteaClient:
         )
         return comment
 
+    async def edit_comment(
+        self, owner: str, repo: str, comment_id: int, body: str
+    ) -> dict[str, Any]:
+        comment: dict[str, Any] = await self._json(
+            "PATCH",
+            f"{self._repo_path(owner, repo)}/issues/comments/{int(comment_id)}",
+            (200,),
+            json={"body": body},
+        )
+        return comment
+
     async def current_user(self) -> dict[str, Any]:
         user: dict[str, Any] = await self._json("GET", "/user", (200,))
         return user
