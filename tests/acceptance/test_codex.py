@@ -7,6 +7,7 @@ import json
 import os
 import signal
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -404,3 +405,87 @@ def test_a_gitea_tool_call_on_another_repository_is_refused_and_audited(
         if o.get("call_id") == stray
     ]
     assert outputs and "acme/widget only" in json.dumps(outputs[0])
+
+
+def _descendants() -> dict[int, tuple[str, int]]:
+    """Every process below this one (forgeflow runs in it): pid → (command line, RSS kB)."""
+    parent_of: dict[int, int] = {}
+    info: dict[int, tuple[str, int]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            cmd = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+            rss = next(
+                int(line.split()[1])
+                for line in (entry / "status").read_text().splitlines()
+                if line.startswith("VmRSS:")
+            )
+        except (OSError, StopIteration):
+            continue
+        parent_of[int(entry.name)] = int(stat.rsplit(")", 1)[1].split()[1])
+        info[int(entry.name)] = (cmd, rss)
+    below, todo = {}, [os.getpid()]
+    while todo:
+        pid = todo.pop()
+        for child, parent in parent_of.items():
+            if parent == pid and child not in below:
+                below[child] = info[child]
+                todo.append(child)
+    return below
+
+
+def test_idle_sessions_hold_no_process_and_little_memory(
+    gitea: GiteaEmulator,
+    model: ScriptedModel,
+    tmp_path: Path,
+    sqlite_url: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """100 sessions (10 issues on each of 10 repositories) answered: one Gitea MCP
+    server for all of them (the report of the issue: one per thread, ~125 MB each), and
+    once they are idle no app-server and no jail; the broker's one server stays."""
+    for world in start_agentic(
+        gitea, model, tmp_path, sqlite_url, monkeypatch, agent_idle_seconds=3
+    ):
+        answering_agent(model)
+        repos = ["widget"] + [f"repo{n}" for n in range(1, 10)]
+        for name in repos[1:]:
+            gitea.add_repo("acme", name)
+            gitea.set_permission("acme", name, "alice", "write")
+            gitea.set_permission("acme", name, BOT, "admin")
+            gitea.add_hook("acme", name, url=world.ff.webhook_url, secret=WEBHOOK_SECRET)
+        tasks = []
+        for name in repos:
+            for n in range(10):
+                issue = gitea.add_issue("acme", name, title=f"i{n}", author="alice")
+                posted = gitea.post_comment(
+                    "acme", name, issue, author="alice", body="@ccweb-bot hi"
+                )
+                (delivery,) = [
+                    d
+                    for d in gitea.deliveries
+                    if (d.payload.get("comment") or {}).get("id") == posted["id"]
+                ]
+                tasks.append(json.loads(delivery.response)["taskId"])
+        most_mcp = most_servers = 0
+        for task in tasks:
+            while not (detail := world.detail(task))["terminal"]:
+                below = _descendants().values()
+                most_mcp = max(most_mcp, len([c for c, _ in below if str(GITEA_MCP) in c]))
+                most_servers = max(most_servers, len(app_server_groups(world.ff.settings.data_dir)))
+                time.sleep(0.2)
+            assert detail["task"]["state"] == "succeeded", detail["task"]
+        assert most_mcp == 1  # one Gitea MCP server for every session
+        assert 1 <= most_servers <= len(repos)  # app-servers follow repositories with work
+        wait_for(
+            lambda d=world.ff.settings.data_dir: app_server_groups(d) == [],
+            timeout=30,
+            what="the idle app-servers stop",
+        )
+        left = _descendants()
+        assert not [c for c, _ in left.values() if "app-server" in c or "bwrap" in c], left
+        assert len([c for c, _ in left.values() if str(GITEA_MCP) in c]) == 1
+        rss_mb = sum(r for _, r in left.values()) / 1024
+        assert rss_mb < 300, f"{rss_mb:.0f} MB held by forgeflow's children when idle: {left}"
