@@ -153,6 +153,8 @@ class Publisher:
     async def _refused(
         self, task: dict[str, Any], branch: str, intent: pushes.Push | None, error: str
     ) -> Outcome:
+        # One line of plain text for the audit, the answer and the next prompt.
+        error = " ".join(error.split())
         log.warning("publish.refused", task_id=task["task_id"], branch=branch)
         event = task_event(
             task, "publish.refused", metadata={"branch": branch, "error": error[:1000]}
