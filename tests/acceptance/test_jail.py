@@ -29,6 +29,7 @@ from forgeflow_testkit.codex_home import API_KEY
 from forgeflow_testkit.model_server import RecordedRequest, last_input_is_tool_output
 from forgeflow_testkit.model_steps import Reply, ShellCall, Step, gitea_comment, message, new_id
 from tests.support.agentic import GITEA_MCP, Agentic, app_server_groups
+from tests.support.cluster import wait_for
 from tests.support.forgeflow import ADMIN_TOKEN, WEBHOOK_SECRET
 from tests.support.world import BOT
 
@@ -375,3 +376,44 @@ def test_the_agent_still_works_in_its_worktree_home_and_tmp(
     assert (home / scratch).read_text() == "in-home\n"
     assert list(home.glob(".local/lib/python3*/site-packages/jailpkg/__init__.py"))
     assert not Path("/tmp", scratch).exists()
+
+
+def test_the_agent_cannot_steer_forgeflows_git_on_the_host(
+    agentic: Agentic, tmp_path: Path
+) -> None:
+    """forgeflow's own git runs on the host in the clone the agent works in. The agent
+    tries to make it run a command there: a filter driver in the clone's config, a hook,
+    alternates, and a worktree ``.git`` file pointing at a git folder of its own whose
+    config has the filter. None of it runs; the hijacked worktree blocks the session."""
+    mark = tmp_path / "forgeflow-ran-the-agents-command"
+    clone = Path(agentic.ff.settings.resolved_workspace_root) / "default/acme/widget"
+    evil = f"touch {mark}"
+    out = run_in_turn(
+        agentic,
+        f"echo '== config'; git config filter.x.clean '{evil}'\n"
+        f"echo '== hook'; echo '{evil}' > {clone}/.git/hooks/post-checkout\n"
+        f"echo '== alternates'; echo /srv > {clone}/.git/objects/info/alternates\n"
+        f"echo '== attributes'; echo '* filter=x' > {clone}/.git/info/attributes\n"
+        "echo '== hijack'; git init -q fake && git -C fake config filter.x.clean"
+        f" '{evil}' && echo '* filter=x' > .gitattributes && touch new.txt"
+        ' && echo "gitdir: $PWD/fake/.git" > .git && echo hijacked',
+    )
+    # git replaces its config by a rename, which a read-only bind refuses as "busy".
+    assert "could not write config file" in section(out, "config"), out
+    assert "filter" not in (clone / ".git/config").read_text()
+    for name in ("hook", "alternates", "attributes"):
+        assert "Read-only file system" in section(out, name), out
+    assert "hijacked" in section(out, "hijack"), out
+    # The next mention: forgeflow prepares the session (git on the host) and finds the
+    # worktree is not its own any more; it runs nothing there.
+    answering_agent(agentic.model)
+    again = agentic.mention("@ccweb-bot again")
+    detail = wait_for(
+        lambda: (d := agentic.detail(again))["task"]["state"] == "blocked_workspace" and d,
+        timeout=60,
+        what="the hijacked session blocks",
+    )
+    blocked = [e for e in detail["audit"] if e["toState"] == "blocked_workspace"]
+    assert blocked[0]["metadata"]["reason"] == "occupied", blocked
+    assert not mark.exists(), "forgeflow's git ran a command the agent planted"
+    assert not (clone / ".git/objects/info/alternates").exists()
