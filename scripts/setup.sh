@@ -9,8 +9,9 @@ kind="${1:-runtime}"
 python="${PYTHON:-}"
 if [ -z "$python" ]; then
   for candidate in python3.12 python3.11 python3; do
+    # A pyenv shim exists for every version it knows and complains for the absent ones.
     if command -v "$candidate" >/dev/null 2>&1 &&
-       "$candidate" -c 'import sys; sys.exit(sys.version_info < (3, 11))'; then
+       "$candidate" -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null; then
       python="$candidate"; break
     fi
   done

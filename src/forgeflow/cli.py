@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import gc
 import importlib
 import os
 import sys
@@ -100,10 +99,6 @@ def serve(
         f"(role {role.value}, database {services.store.dialect})",
         err=True,
     )
-    # The event loop and the database threads hand the GIL to each other several
-    # times per request; at the default 5 ms switch interval a thread back from
-    # SQLite waits behind the loop for whole intervals (docs/BENCHMARKS.md, "Ingest").
-    sys.setswitchinterval(0.0005)
     try:
         # asyncio's own loop, not uvloop: libuv starts every git child with fork(),
         # copying the page tables of this large process while the loop waits, where
@@ -145,9 +140,6 @@ async def _serve(services: Services, settings: Settings) -> None:
         await services.start()
         app_module = await asyncio.to_thread(importlib.import_module, "forgeflow.api.app")
         app = app_module.create_app(services, lifecycle=False)
-        # Everything built so far lives as long as the process: keep it out of the
-        # cyclic collector, whose full passes over it stalled requests for tens of ms.
-        gc.freeze()
         config = uvicorn.Config(
             app,
             host=settings.host,

@@ -22,6 +22,9 @@ def configure(level: str = "info") -> None:
     if not isinstance(numeric, int):
         numeric = logging.INFO
     logging.basicConfig(format="%(message)s", stream=sys.stderr, level=numeric, force=True)
+    # Alembic narrates every plugin and migration step at INFO: an operator needs
+    # forgeflow's own lines, and a failed migration still raises.
+    logging.getLogger("alembic").setLevel(max(numeric, logging.WARNING))
     structlog.configure(
         processors=[
             structlog.contextvars.merge_contextvars,

@@ -444,7 +444,7 @@ async def approve_step(
 @router.post(
     "/runs/{runId}/steps/{stepId}/reject",
     responses={
-        200: m.answer(m.Decision, "rejectd"),
+        200: m.answer(m.Decision, "rejected"),
         404: _missing("run_not_found", "step_not_found"),
         409: m.error("step_not_awaiting_approval or request_id_conflict"),
     },
