@@ -83,7 +83,7 @@ def serve(
     configure(settings.log_level)
     for line in capability_warnings(settings):
         typer.echo(f"forgeflow: {line}", err=True)
-    _check_sandbox(settings, role)
+    _check_agent(settings, role)
     token, generated = ensure_admin_token(settings)
     if generated:
         typer.echo(
@@ -109,16 +109,26 @@ def serve(
         raise typer.Exit(1) from None
 
 
-def _check_sandbox(settings: Settings, role: Role) -> None:
-    """Refuse to run tasks with a jail that cannot work; warn loudly without one."""
+def _check_agent(settings: Settings, role: Role) -> None:
+    """Refuse to run tasks with a model provider that cannot be read or a jail that
+    cannot work, one line each; warn loudly without a jail."""
+    from forgeflow.agent.jail import JailUnavailable, probe
+    from forgeflow.agent.provider import ProviderError, load_provider
+
     warning = sandbox_warning(settings)
     if warning is not None:
         typer.echo(f"forgeflow: WARNING: {warning}", err=True)
-        return
     if role is Role.INGRESS:
         return  # this process runs no agent
-    from forgeflow.agent.jail import JailUnavailable, probe
-
+    try:
+        load_provider(
+            base_url=settings.model_base_url, api_key=None, codex_home=settings.codex_home_path
+        )
+    except ProviderError as exc:
+        typer.echo(f"forgeflow: cannot read the model provider: {exc}", err=True)
+        raise typer.Exit(2) from None
+    if warning is not None:
+        return
     try:
         probe()
     except JailUnavailable as exc:

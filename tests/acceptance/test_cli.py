@@ -124,3 +124,14 @@ def test_serve_without_a_jail_says_so_at_start_in_readyz_and_on_the_overview(
         proc.terminate()
         proc.wait(timeout=30)
     assert "WARNING: FORGEFLOW_SANDBOX=none" in log.read_text()
+
+
+def test_serve_refuses_an_unreadable_model_provider_with_one_line(tmp_path: Path) -> None:
+    home = tmp_path / "codex"
+    home.mkdir()
+    (home / "config.toml").write_text("model = [\n")
+    env = clean_env(FORGEFLOW_DATA_DIR=str(tmp_path / "data"), CODEX_HOME=str(home))
+    out = subprocess.run([FORGEFLOW, "serve"], env=env, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2, out.stderr
+    last = out.stderr.strip().splitlines()[-1]
+    assert "cannot read the model provider" in last and str(home / "config.toml") in last

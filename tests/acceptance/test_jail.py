@@ -24,71 +24,18 @@ from typing import Any
 
 import pytest
 
-from forgeflow_testkit.agents import TurnAsk, answering_agent, read_turn
+from forgeflow_testkit.agents import answering_agent
 from forgeflow_testkit.codex_home import API_KEY
-from forgeflow_testkit.model_server import RecordedRequest, last_input_is_tool_output
-from forgeflow_testkit.model_steps import Reply, ShellCall, Step, gitea_comment, message, new_id
 from tests.support.agentic import GITEA_MCP, Agentic, app_server_groups
 from tests.support.cluster import wait_for
 from tests.support.forgeflow import ADMIN_TOKEN, WEBHOOK_SECRET
+from tests.support.turns import section, shell_turn
 from tests.support.world import BOT
-
-START = "__START__"
-END = "__END__"
 
 
 def run_in_turn(agentic: Agentic, command: str | Callable[[], str]) -> str:
-    """Mention the bot; in its turn the agent runs ``command`` in its shell, then answers
-    on Gitea. Returns what the command printed (stdout and stderr together), after the
-    task has succeeded; fails if the command did not run to its end. A callable
-    ``command`` is written when the turn asks the model (its app-server runs by then)."""
-    model = agentic.model
-    shell_id, comment_id = new_id("call"), new_id("call")
-    asks: list[TurnAsk] = []
-
-    def shell(request: RecordedRequest) -> Step:
-        ask = read_turn(request)
-        assert ask is not None
-        asks.append(ask)
-        text = command() if callable(command) else command
-        script = f"echo {START}\n{{\n{text}\n}} 2>&1\necho {END}"
-        return Reply.of(ShellCall(script, call_id=shell_id))
-
-    def answer(_request: RecordedRequest) -> Step:
-        ask = asks[0]
-        body = f"Checked.\n\n{ask.marker}"
-        return gitea_comment(ask.owner, ask.repo, ask.number, body, call_id=comment_id)
-
-    # Ahead of any other rule, each once: this turn's shell call, then its answer.
-    model.respond(
-        last_input_is_tool_output(comment_id),
-        lambda _r: message("Posted my answer."),
-        times=1,
-        first=True,
-    )
-    model.respond(last_input_is_tool_output(shell_id), answer, times=1, first=True)
-    model.respond(lambda r: read_turn(r) is not None, shell, times=1, first=True)
-    task = agentic.mention("@ccweb-bot please check your sandbox")
-    detail = agentic.finished(task)
-    assert detail["task"]["state"] == "succeeded", detail["task"]
-    outputs = [
-        str(o["output"])
-        for r in model.requests
-        for o in r.function_call_outputs()
-        if o.get("call_id") == shell_id
-    ]
-    # Every later request of the thread repeats it: the first one is the answer.
-    assert outputs, "the shell call's output never reached the model"
-    text = outputs[0]
-    assert START in text and END in text, f"the command did not run to its end:\n{text}"
-    return text.split(START, 1)[1].rsplit(END, 1)[0]
-
-
-def section(output: str, name: str) -> str:
-    """The lines a command printed after ``echo '== name'``, up to the next section."""
-    found = re.search(rf"^== {re.escape(name)}\n(.*?)(?=^== |\Z)", output, re.S | re.M)
-    assert found is not None, f"no section {name!r} in:\n{output}"
-    return found.group(1)
+    """What ``command`` printed in the agent's shell in a real turn (tests.support.turns)."""
+    return shell_turn(agentic, command, "@ccweb-bot please check your sandbox").output
 
 
 def secrets(agentic: Agentic) -> dict[str, str]:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
 from typing import Any
 
 import httpx
@@ -26,74 +25,17 @@ from forgeflow_testkit.model_steps import (
     message,
     new_id,
 )
-from tests.acceptance.test_jail import END, START, section
 from tests.support.agentic import Agentic
 from tests.support.cluster import wait_for
+from tests.support.turns import Turn, printed, section, shell_turn, tool_output, wrapped
 from tests.support.world import BOT
 
 BRANCH = "ccweb/issue-{n}"
 NAMESPACE = "mcp__gitea"
 
 
-@dataclass(frozen=True)
-class Turn:
-    task_id: str
-    detail: dict[str, Any]  # the task's detail once it ended
-    output: str  # what the command printed
-    prompt: str  # the user message of the turn, as codex sent it
-
-
-def wrapped(command: str) -> str:
-    return f"echo {START}\n{{\n{command}\n}} 2>&1\necho {END}"
-
-
-def tool_output(agentic: Agentic, call_id: str) -> str:
-    """What the call ``call_id`` returned to the model (later requests repeat it)."""
-    outputs = [
-        str(o["output"])
-        for r in agentic.model.requests
-        for o in r.function_call_outputs()
-        if o.get("call_id") == call_id
-    ]
-    assert outputs, f"the output of {call_id} never reached the model"
-    return outputs[0]
-
-
-def printed(agentic: Agentic, call_id: str) -> str:
-    """What the shell call ``call_id`` printed between START and END."""
-    text = tool_output(agentic, call_id)
-    assert START in text and END in text, f"the command did not run to its end:\n{text}"
-    return text.split(START, 1)[1].rsplit(END, 1)[0]
-
-
 def turn(agentic: Agentic, command: str, text: str = "@ccweb-bot please fix it") -> Turn:
-    """As ``test_jail.run_in_turn`` (a mention, ``command`` in the agent's shell, then
-    the answer on Gitea), keeping the task and the prompt."""
-    model = agentic.model
-    shell_id, comment_id = new_id("call"), new_id("call")
-    asks: list[TurnAsk] = []
-
-    def shell(request: RecordedRequest) -> Step:
-        ask = read_turn(request)
-        assert ask is not None
-        asks.append(ask)
-        return Reply.of(ShellCall(wrapped(command), call_id=shell_id))
-
-    def answer(_request: RecordedRequest) -> Step:
-        ask = asks[0]
-        return gitea_comment(
-            ask.owner, ask.repo, ask.number, f"Done.\n\n{ask.marker}", call_id=comment_id
-        )
-
-    model.respond(
-        last_input_is_tool_output(comment_id), lambda _r: message("Done."), times=1, first=True
-    )
-    model.respond(last_input_is_tool_output(shell_id), answer, times=1, first=True)
-    model.respond(lambda r: read_turn(r) is not None, shell, times=1, first=True)
-    task_id = agentic.mention(text)
-    detail = agentic.finished(task_id)
-    assert detail["task"]["state"] == "succeeded", detail["task"]
-    return Turn(task_id, detail, printed(agentic, shell_id), asks[0].prompt)
+    return shell_turn(agentic, command, text)
 
 
 def audited(detail: dict[str, Any], action: str) -> list[dict[str, Any]]:

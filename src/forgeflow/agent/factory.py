@@ -11,6 +11,7 @@ import importlib
 from typing import Any, cast
 
 from forgeflow.agent.port import AgentRuntime
+from forgeflow.agent.provider import ProviderError
 from forgeflow.agent.tools import Publish
 from forgeflow.config import Settings
 
@@ -27,7 +28,10 @@ def create_runtime(settings: Settings, publish: Publish | None = None) -> AgentR
             codex = importlib.import_module("forgeflow.agent.codex")
         except ImportError as exc:
             raise RuntimeUnavailable(f"the Codex runtime cannot be loaded: {exc}") from None
-        return cast(AgentRuntime, codex.CodexRuntime.from_settings(settings, publish))
+        try:
+            return cast(AgentRuntime, codex.CodexRuntime.from_settings(settings, publish))
+        except ProviderError as exc:
+            raise RuntimeUnavailable(f"the model provider: {exc}") from None
     module_name, _, attr = name.partition(":")
     if not attr:
         raise RuntimeUnavailable(
