@@ -20,7 +20,6 @@ import asyncio
 import contextlib
 import time
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -30,7 +29,14 @@ import structlog
 from forgeflow.agent import jail
 from forgeflow.agent.appserver import AppServer, Launch, end_leftovers, pgid_file
 from forgeflow.agent.broker import Broker, Grant
-from forgeflow.agent.items import TurnState, on_item, on_server_request
+from forgeflow.agent.codexconfig import (
+    CodexConfig,
+    audit_params,
+    config_from_settings,
+    sandbox_policy,
+    server_key,
+)
+from forgeflow.agent.items import TurnState, on_notification, on_server_request
 from forgeflow.agent.jsonrpc import Json, ProcessGone, RpcError, RpcProcess, RpcTimeout
 from forgeflow.agent.port import (
     AgentError,
@@ -38,13 +44,11 @@ from forgeflow.agent.port import (
     CommentTool,
     Notice,
     SessionSpec,
-    TokenUsage,
     TurnCompleted,
     TurnHandle,
     TurnSpec,
     TurnStatus,
 )
-from forgeflow.agent.provider import ModelProvider, load_provider
 from forgeflow.agent.tools import GiteaTools, Publish, mcp_env
 from forgeflow.config import Settings
 from forgeflow.domain.ids import RepoRef
@@ -54,61 +58,6 @@ from forgeflow.redaction import redact
 log = structlog.get_logger("forgeflow.codex")
 
 RESUME_UNKNOWN = -32600
-
-
-@dataclass(frozen=True, slots=True)
-class CodexConfig:
-    argv: list[str]
-    mcp_argv: list[str]
-    gitea_url: str
-    gitea_token: str = field(repr=False)
-    data_dir: Path
-    workspace_root: Path
-    provider: ModelProvider
-    jailed: bool = True
-    network: bool = True
-    idle_seconds: float = 300.0
-    model: str | None = None
-    reasoning_effort: str | None = None
-    request_timeout: float = 60.0
-    mcp_ready_timeout: float = 30.0
-    elicitation_policy: str = "decline"
-    bot_login: str = "forgeflow-agent"  # the agent's git identity
-
-
-def sandbox_policy(read_only: bool, *, jailed: bool = True, network: bool = True) -> Json:
-    """``turn/start``'s ``sandboxPolicy`` (0.171.0 ``SandboxPolicy``). It overrides the
-    thread's sandbox "for this turn and subsequent turns", so every turn sends its own:
-    a turn never inherits another's policy.
-
-    In a jail the jail is the sandbox (``externalSandbox``): Codex's own Linux sandbox
-    would start a nested bubblewrap, which a jail without capabilities cannot (observed:
-    "bwrap: setting up uid map: Operation not permitted"). A draft space's jail binds
-    the repository read-only instead."""
-    if jailed:
-        open_net = network and not read_only
-        return {"type": "externalSandbox", "networkAccess": "enabled" if open_net else "restricted"}
-    if read_only:
-        return {"type": "readOnly", "networkAccess": False}
-    return {"type": "dangerFullAccess"}
-
-
-def _key(owner: str, repo: str, read_only: bool) -> str:
-    return f"{owner}/{repo}" + (" (read-only)" if read_only else "")
-
-
-def _audit_params(params: Json) -> dict[str, Any]:
-    """What a thread was started with, for the audit: header names, never values."""
-    servers = (params.get("config") or {}).get("mcp_servers") or {}
-    return {
-        "cwd": params["cwd"],
-        "approvalPolicy": params["approvalPolicy"],
-        "sandbox": params["sandbox"],
-        "mcpServers": {
-            name: {"url": server["url"], "headers": sorted(server.get("http_headers") or {})}
-            for name, server in servers.items()
-        },
-    }
 
 
 class CodexRuntime:
@@ -139,34 +88,7 @@ class CodexRuntime:
 
     @classmethod
     def from_settings(cls, settings: Settings, publish: Publish | None = None) -> CodexRuntime:
-        if settings.gitea_url is None or settings.gitea_token is None:
-            raise AgentError(
-                "not_configured", "the Codex runtime needs the Gitea settings", retryable=False
-            )
-        key = settings.model_api_key.get_secret_value() if settings.model_api_key else None
-        provider = load_provider(
-            base_url=settings.model_base_url, api_key=key, codex_home=settings.codex_home_path
-        )
-        return cls(
-            CodexConfig(
-                argv=settings.codex_argv,
-                mcp_argv=settings.gitea_mcp_argv,
-                gitea_url=settings.gitea_url,
-                gitea_token=settings.gitea_token.get_secret_value(),
-                data_dir=Path(settings.data_dir).resolve(),
-                workspace_root=settings.resolved_workspace_root,
-                provider=provider,
-                jailed=settings.sandbox == "bwrap",
-                network=settings.agent_network == "on",
-                idle_seconds=settings.agent_idle_seconds,
-                model=settings.model,
-                reasoning_effort=settings.reasoning_effort,
-                mcp_ready_timeout=settings.mcp_timeout_seconds,
-                elicitation_policy=settings.elicitation_policy,
-                bot_login=settings.bot_login,
-            ),
-            publish,
-        )
+        return cls(config_from_settings(settings), publish)
 
     @property
     def servers(self) -> list[str]:
@@ -190,14 +112,14 @@ class CodexRuntime:
             network=self.cfg.network,
             config=self.cfg.provider.jail_config(self.broker.model_url),
             log_path=self.cfg.data_dir / "logs" / "codex-app-server.log",
-            pgid_file=pgid_file(self.cfg.data_dir / "run", _key(owner, repo, read_only)),
+            pgid_file=pgid_file(self.cfg.data_dir / "run", server_key(owner, repo, read_only)),
             broker_socket=self.broker.unix_socket,
             broker_port=self.broker.port,
             git_name=self.cfg.bot_login,
         )
 
     async def _server(self, owner: str, repo: str, read_only: bool) -> AppServer:
-        key = _key(owner, repo, read_only)
+        key = server_key(owner, repo, read_only)
         async with self._starting.setdefault(key, asyncio.Lock()):
             server = self._servers.get(key)
             if server is not None and server.running:
@@ -336,7 +258,7 @@ class CodexRuntime:
             await self._mcp_ready(server, thread_id)
         server.loaded.add(thread_id)
         self._threads[thread_id] = server
-        server.notices.append(Notice(0, "session.thread_params", _audit_params(params)))
+        server.notices.append(Notice(0, "session.thread_params", audit_params(params)))
         return thread_id
 
     async def _mcp_ready(self, server: AppServer, thread_id: str) -> None:
@@ -449,22 +371,8 @@ class CodexRuntime:
     def _complete(self, turn: TurnState, status: TurnStatus, **kw: Any) -> None:
         """End a turn once: the broker's count of its model use, then its completion;
         its app-server may go idle from now on."""
-        if turn.done:
+        if not turn.finish(status, **kw):
             return
-        turn.done = True
-        usage = turn.server.model.usage
-        before_in, before_out = turn.usage_at_start
-        turn.put(
-            Notice(
-                turn.next_seq(),
-                "model.usage",
-                {
-                    "inputTokens": usage.input_tokens - before_in,
-                    "outputTokens": usage.output_tokens - before_out,
-                },
-            )
-        )
-        turn.put(TurnCompleted(turn.next_seq(), status, last_message=turn.last_message, **kw))
         turn.server.active = max(0, turn.server.active - 1)
         if self._servers.get(turn.server.key) is turn.server:
             self._arm_idle(turn.server)
@@ -505,23 +413,7 @@ class CodexRuntime:
         turn = self._turns.get(str(params.get("turnId") or (params.get("turn") or {}).get("id")))
         if turn is None:
             return
-        if method == "item/completed":
-            on_item(turn, params.get("item") or {})
-        elif method == "thread/tokenUsage/updated":
-            last = (params.get("tokenUsage") or {}).get("last") or {}
-            turn.input_tokens += int(last.get("inputTokens") or 0)
-            turn.output_tokens += int(last.get("outputTokens") or 0)
-            turn.put(TokenUsage(turn.next_seq(), turn.input_tokens, turn.output_tokens))
-        elif method == "error":
-            turn.error = str((params.get("error") or {}).get("message") or params)[:2000]
-        elif method == "turn/completed":
-            body = params.get("turn") or {}
-            error = body.get("error") or {}
-            status = {"completed": TurnStatus.COMPLETED, "interrupted": TurnStatus.INTERRUPTED}.get(
-                str(body.get("status")), TurnStatus.FAILED
-            )
-            code = {TurnStatus.COMPLETED: None, TurnStatus.INTERRUPTED: "interrupted"}.get(
-                status, "model_error"
-            )
-            message = str(error.get("message") or turn.error or "") or None
+        ended = on_notification(turn, method, params)
+        if ended is not None:
+            status, code, message = ended
             self._complete(turn, status, error_code=code, error=message)

@@ -10,7 +10,16 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from forgeflow.agent.jsonrpc import Json, RpcProcess
-from forgeflow.agent.port import AgentEvent, NeedsUser, Notice, ToolCall, TurnHandle
+from forgeflow.agent.port import (
+    AgentEvent,
+    NeedsUser,
+    Notice,
+    TokenUsage,
+    ToolCall,
+    TurnCompleted,
+    TurnHandle,
+    TurnStatus,
+)
 from forgeflow.redaction import redact
 
 if TYPE_CHECKING:
@@ -36,6 +45,49 @@ class TurnState:
 
     def put(self, event: AgentEvent) -> None:
         self.queue.put_nowait(event)
+
+    def finish(self, status: TurnStatus, **kw: Any) -> bool:
+        """End the turn once (False if it already ended): the pass-through's count of
+        its model use, then its completion."""
+        if self.done:
+            return False
+        self.done = True
+        usage = self.server.model.usage
+        before_in, before_out = self.usage_at_start
+        metadata = {
+            "inputTokens": usage.input_tokens - before_in,
+            "outputTokens": usage.output_tokens - before_out,
+        }
+        self.put(Notice(self.next_seq(), "model.usage", metadata))
+        self.put(TurnCompleted(self.next_seq(), status, last_message=self.last_message, **kw))
+        return True
+
+
+TurnEnd = tuple[TurnStatus, str | None, str | None]  # status, error code, error text
+
+
+def on_notification(turn: TurnState, method: str, params: Json) -> TurnEnd | None:
+    """Record one notification of a turn; how it ended, for ``turn/completed``."""
+    if method == "item/completed":
+        on_item(turn, params.get("item") or {})
+    elif method == "thread/tokenUsage/updated":
+        last = (params.get("tokenUsage") or {}).get("last") or {}
+        turn.input_tokens += int(last.get("inputTokens") or 0)
+        turn.output_tokens += int(last.get("outputTokens") or 0)
+        turn.put(TokenUsage(turn.next_seq(), turn.input_tokens, turn.output_tokens))
+    elif method == "error":
+        turn.error = str((params.get("error") or {}).get("message") or params)[:2000]
+    elif method == "turn/completed":
+        body = params.get("turn") or {}
+        error = body.get("error") or {}
+        status = {"completed": TurnStatus.COMPLETED, "interrupted": TurnStatus.INTERRUPTED}.get(
+            str(body.get("status")), TurnStatus.FAILED
+        )
+        code = {TurnStatus.COMPLETED: None, TurnStatus.INTERRUPTED: "interrupted"}.get(
+            status, "model_error"
+        )
+        return status, code, str(error.get("message") or turn.error or "") or None
+    return None
 
 
 def on_item(turn: TurnState, item: Json) -> None:

@@ -1,0 +1,96 @@
+"""The Codex runtime's configuration, and what it tells Codex about threads and turns:
+the sandbox policy of a turn and the audit of a thread's parameters."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from forgeflow.agent.jsonrpc import Json
+from forgeflow.agent.port import AgentError
+from forgeflow.agent.provider import ModelProvider, load_provider
+from forgeflow.config import Settings
+
+
+@dataclass(frozen=True, slots=True)
+class CodexConfig:
+    argv: list[str]
+    mcp_argv: list[str]
+    gitea_url: str
+    gitea_token: str = field(repr=False)
+    data_dir: Path
+    workspace_root: Path
+    provider: ModelProvider
+    jailed: bool = True
+    network: bool = True
+    idle_seconds: float = 300.0
+    model: str | None = None
+    reasoning_effort: str | None = None
+    request_timeout: float = 60.0
+    mcp_ready_timeout: float = 30.0
+    elicitation_policy: str = "decline"
+    bot_login: str = "forgeflow-agent"  # the agent's git identity
+
+
+def sandbox_policy(read_only: bool, *, jailed: bool = True, network: bool = True) -> Json:
+    """``turn/start``'s ``sandboxPolicy`` (0.171.0 ``SandboxPolicy``). It overrides the
+    thread's sandbox "for this turn and subsequent turns", so every turn sends its own:
+    a turn never inherits another's policy.
+
+    In a jail the jail is the sandbox (``externalSandbox``): Codex's own Linux sandbox
+    would start a nested bubblewrap, which a jail without capabilities cannot (observed:
+    "bwrap: setting up uid map: Operation not permitted"). A draft space's jail binds
+    the repository read-only instead."""
+    if jailed:
+        open_net = network and not read_only
+        return {"type": "externalSandbox", "networkAccess": "enabled" if open_net else "restricted"}
+    if read_only:
+        return {"type": "readOnly", "networkAccess": False}
+    return {"type": "dangerFullAccess"}
+
+
+def server_key(owner: str, repo: str, read_only: bool) -> str:
+    return f"{owner}/{repo}" + (" (read-only)" if read_only else "")
+
+
+def audit_params(params: Json) -> dict[str, Any]:
+    """What a thread was started with, for the audit: header names, never values."""
+    servers = (params.get("config") or {}).get("mcp_servers") or {}
+    return {
+        "cwd": params["cwd"],
+        "approvalPolicy": params["approvalPolicy"],
+        "sandbox": params["sandbox"],
+        "mcpServers": {
+            name: {"url": server["url"], "headers": sorted(server.get("http_headers") or {})}
+            for name, server in servers.items()
+        },
+    }
+
+
+def config_from_settings(settings: Settings) -> CodexConfig:
+    if settings.gitea_url is None or settings.gitea_token is None:
+        raise AgentError(
+            "not_configured", "the Codex runtime needs the Gitea settings", retryable=False
+        )
+    key = settings.model_api_key.get_secret_value() if settings.model_api_key else None
+    provider = load_provider(
+        base_url=settings.model_base_url, api_key=key, codex_home=settings.codex_home_path
+    )
+    return CodexConfig(
+        argv=settings.codex_argv,
+        mcp_argv=settings.gitea_mcp_argv,
+        gitea_url=settings.gitea_url,
+        gitea_token=settings.gitea_token.get_secret_value(),
+        data_dir=Path(settings.data_dir).resolve(),
+        workspace_root=settings.resolved_workspace_root,
+        provider=provider,
+        jailed=settings.sandbox == "bwrap",
+        network=settings.agent_network == "on",
+        idle_seconds=settings.agent_idle_seconds,
+        model=settings.model,
+        reasoning_effort=settings.reasoning_effort,
+        mcp_ready_timeout=settings.mcp_timeout_seconds,
+        elicitation_policy=settings.elicitation_policy,
+        bot_login=settings.bot_login,
+    )
