@@ -23,7 +23,7 @@ if [ ! -x .venv/bin/python ]; then
 fi
 pip_quiet=(--quiet --disable-pip-version-check)
 if [ "$kind" = "test" ]; then
-  .venv/bin/pip install "${pip_quiet[@]}" -e '.[test]'
+  .venv/bin/pip install "${pip_quiet[@]}" -e '.[test]' -e ./testkit
 else
   .venv/bin/pip install "${pip_quiet[@]}" -e .
 fi

@@ -14,8 +14,8 @@ if command -v pg_isready >/dev/null 2>&1 && ! pg_isready -q -h 127.0.0.1 -p 5432
 fi
 
 echo "== ruff"
-.venv/bin/ruff check src tests bench
-.venv/bin/ruff format --check src tests bench
+.venv/bin/ruff check src testkit tests bench
+.venv/bin/ruff format --check src testkit tests bench
 echo "== mypy --strict"
 .venv/bin/mypy
 echo "== pytest"
