@@ -19,7 +19,7 @@ from forgeflow.domain.states import TaskState
 from forgeflow.gitea.client import GiteaClient, GiteaError
 from forgeflow.replies import Replies
 from forgeflow.store import Store, audit, repos
-from forgeflow.store.groupcommit import Unit
+from forgeflow.store.db import Unit
 from forgeflow.task_moves import TaskMoves, task_event
 from forgeflow.workspace import (
     GitAuthFailed,

@@ -22,7 +22,7 @@ from forgeflow.domain.markers import Marker, MarkerKind, append_marker, parse_ma
 from forgeflow.gitea.client import GiteaClient, GiteaError
 from forgeflow.store import Store
 from forgeflow.store import comments as comment_q
-from forgeflow.store.groupcommit import Unit
+from forgeflow.store.db import Unit
 from forgeflow.store.types import utcnow
 
 log = structlog.get_logger("forgeflow.replies")

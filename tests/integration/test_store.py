@@ -86,7 +86,7 @@ def test_transitions_emit_domain_events_once(store: Store) -> None:
     assert again is False
 
 
-def test_driver_level_inserts_store_what_sqlalchemy_stores(store: Store) -> None:
+def test_the_sql_helpers_store_what_sqlalchemy_stores(store: Store) -> None:
     # On SQLite the hot INSERTs run on the driver's cursor (store/sql.py); the rows must
     # be the same as SQLAlchemy's own path writes, value for value and type for type.
     from datetime import UTC, datetime
@@ -133,30 +133,3 @@ def test_driver_level_inserts_store_what_sqlalchemy_stores(store: Store) -> None
 
     with pytest.raises(IntegrityError):  # the driver's error, as SQLAlchemy's class
         store.db.write_sync(lambda c: insert_row(c, audit_events, values("direct")))
-
-
-def test_prebuilt_statements_answer_alike_on_either_path(store: Store) -> None:
-    # store/sql.py runs fixed statements on SQLite's cursor (store/direct.py) and leaves
-    # what it cannot (an expanding IN list) and PostgreSQL to SQLAlchemy: same answers.
-    from sqlalchemy import bindparam, select
-
-    from forgeflow.store import sql
-    from forgeflow.store.direct import direct
-
-    ids = [_task(store, n) for n in (1, 2, 3)]
-    literal = select(tasks_table.c.task_id, tasks_table.c.created_at).where(
-        tasks_table.c.state == "received", tasks_table.c.comment_id >= bindparam("least")
-    )
-    expanding = select(tasks_table.c.task_id).where(tasks_table.c.task_id.in_(ids[:2]))
-
-    def check(conn: object) -> None:
-        fast = direct(conn, literal, {"least": 2})  # type: ignore[arg-type]
-        assert (fast is not None) == store.db.is_sqlite
-        assert direct(conn, expanding, {}) is None  # type: ignore[arg-type]
-        found = sql.rows(conn, literal.order_by(tasks_table.c.comment_id), {"least": 2})  # type: ignore[arg-type]
-        assert [r["task_id"] for r in found] == ids[1:]
-        assert all(r["created_at"].tzinfo is not None for r in found)
-        assert sorted(r["task_id"] for r in sql.rows(conn, expanding, {})) == ids[:2]  # type: ignore[arg-type]
-        assert sql.scalar(conn, literal, {"least": 99}) is None  # type: ignore[arg-type]
-
-    store.db.read_sync(check)

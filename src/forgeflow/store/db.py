@@ -20,9 +20,9 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError, OperationalError
 
 from forgeflow.store.checkpoint import Checkpointer
-from forgeflow.store.groupcommit import GroupWriter
 
 T = TypeVar("T")
+Unit = Callable[[Connection], Any]  # a unit of work: one function of one transaction
 
 # Topics a unit of work asks to announce once its transaction has committed (a domain
 # event was written: wake the dispatcher). Kept in the connection's ``info``, which
@@ -103,12 +103,6 @@ class Database:
             self.reader = self.writer
             write_threads, read_threads = 16, 8
         self._listeners: dict[str, list[Callable[[], None]]] = {}
-        # SQLite: one writer thread committing queued units together (groupcommit.py).
-        self._group = (
-            GroupWriter(self.writer, translate=_translate, committed=self._after_commit)
-            if self.dialect == "sqlite"
-            else None
-        )
         self._write_pool = ThreadPoolExecutor(write_threads, thread_name_prefix="db-write")
         self._read_pool = ThreadPoolExecutor(read_threads, thread_name_prefix="db-read")
 
@@ -158,9 +152,7 @@ class Database:
             raise
 
     async def write(self, fn: Callable[[Connection], T]) -> T:
-        if self._group is not None:
-            result: T = await asyncio.wrap_future(self._group.submit(fn))
-            return result
+        """One unit of work in one transaction; on SQLite on its one writer thread."""
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._write_pool, self.write_sync, fn)
 
@@ -169,8 +161,6 @@ class Database:
         return await loop.run_in_executor(self._read_pool, self.read_sync, fn)
 
     def dispose(self) -> None:
-        if self._group is not None:
-            self._group.close()
         self._write_pool.shutdown(wait=True)
         self._read_pool.shutdown(wait=True)
         if self._checkpointer is not None:

@@ -62,7 +62,6 @@ _EARLIER = (
     .where(webhook_deliveries.c.repo_key == bindparam("repo_key"))
     .where(webhook_deliveries.c.comment_id == bindparam("comment_id"))
     .where(webhook_deliveries.c.delivery_key != bindparam("key"))
-    # Two comparisons, not IN: a fixed statement runs on SQLite's cursor (store/direct.py).
     .where(
         or_(webhook_deliveries.c.status == "accepted", webhook_deliveries.c.status == "rejected")
     )

@@ -8,8 +8,6 @@ from typing import Any
 from sqlalchemy import Connection, Insert, Table, literal_column, text
 from sqlalchemy.dialects import postgresql, sqlite
 
-from forgeflow.store.direct import direct
-
 # Statements built once per (dialect, table): building a Core statement per call costs
 # more CPU than SQLite spends running it, and the webhook's hot path inserts several.
 _INSERT_IGNORE: dict[tuple[str, str], Any] = {}
@@ -29,9 +27,6 @@ def insert_ignore(conn: Connection, table: Table, values: dict[str, Any]) -> boo
         # RETURNING tells reliably whether a row went in; rowcount does not on every driver.
         stmt = module.insert(table).on_conflict_do_nothing().returning(literal_column("1"))
         _INSERT_IGNORE[(dialect, table.name)] = stmt
-    fast = direct(conn, stmt, values, table)
-    if fast is not None:
-        return bool(fast.run(conn, [values], fetch=1)[0])
     return conn.execute(stmt, values).first() is not None
 
 
@@ -45,27 +40,16 @@ def insert_rows(conn: Connection, table: Table, rows: Sequence[dict[str, Any]]) 
     stmt = _INSERT.get(table.name)
     if stmt is None:
         stmt = _INSERT[table.name] = table.insert()
-    fast = direct(conn, stmt, rows[0], table)
-    if fast is not None:
-        fast.run(conn, rows)
-    else:
-        conn.execute(stmt, rows[0] if len(rows) == 1 else list(rows))
+    conn.execute(stmt, rows[0] if len(rows) == 1 else list(rows))
 
 
 # Statements the hot paths build once (module constants with ``bindparam``) run through
-# these: on SQLite on the driver's cursor (store/direct.py), elsewhere as usual.
+# these, rows becoming plain dicts in one place.
 def rows(conn: Connection, stmt: Any, params: Mapping[str, Any]) -> list[dict[str, Any]]:
-    fast = direct(conn, stmt, params)
-    if fast is not None:
-        return fast.run(conn, [params], fetch=None)[0]
     return [dict(r._mapping) for r in conn.execute(stmt, dict(params))]
 
 
 def first(conn: Connection, stmt: Any, params: Mapping[str, Any]) -> dict[str, Any] | None:
-    fast = direct(conn, stmt, params)
-    if fast is not None:
-        found = fast.run(conn, [params], fetch=1)[0]
-        return found[0] if found else None
     row = conn.execute(stmt, dict(params)).first()
     return None if row is None else dict(row._mapping)
 
@@ -78,18 +62,11 @@ def scalar(conn: Connection, stmt: Any, params: Mapping[str, Any]) -> Any:
 
 def execute_many(conn: Connection, stmt: Any, params: Sequence[Mapping[str, Any]]) -> None:
     """One statement for each parameter set (``executemany``)."""
-    fast = direct(conn, stmt, params[0])
-    if fast is not None:
-        fast.run(conn, params)
-    else:
-        conn.execute(stmt, [dict(p) for p in params])
+    conn.execute(stmt, [dict(p) for p in params])
 
 
 def execute(conn: Connection, stmt: Any, params: Mapping[str, Any]) -> int:
     """A statement without result rows; returns how many rows it changed."""
-    fast = direct(conn, stmt, params)
-    if fast is not None:
-        return fast.run(conn, [params])[1]
     return int(conn.execute(stmt, dict(params)).rowcount)
 
 

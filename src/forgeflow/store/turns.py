@@ -12,7 +12,7 @@ from forgeflow.store.schema import sessions, tasks, turns
 from forgeflow.store.sql import insert_row
 from forgeflow.store.types import utcnow
 
-# Built once (see store/direct.py): a turn's start and its events write these.
+# Built once: a turn's start and its events write these.
 _TURN = turns.c.turn_key == bindparam("b_turn_key")
 _COUNT_TURN = (
     update(tasks)
