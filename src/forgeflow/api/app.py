@@ -83,7 +83,5 @@ def create_app(
     app.include_router(ops.router)
     app.include_router(web.router)  # the admin pages under /ui/
     app.add_middleware(_LatencyMiddleware, metrics=services.metrics)
-    # Outside the latency middleware and the routing: it records its own latency.
-    app.add_middleware(webhook.WebhookFastPath, services=services)
     openapi.install(app)  # 400 instead of FastAPI's phantom 422
     return app

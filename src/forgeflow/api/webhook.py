@@ -1,22 +1,9 @@
-"""``POST /api/gitea/webhook``: the raw body goes to the ingress untouched.
-
-The route is declared on FastAPI (OpenAPI, and any request the fast path below does not
-take), but the server answers it through :class:`WebhookFastPath`, a pure ASGI layer in
-front of FastAPI: it is the one route every mention takes, and FastAPI's routing,
-middleware and dependency solving cost about as much CPU per delivery as the ingress's
-own work (docs/BENCHMARKS.md, "Ingest").
-"""
+"""``POST /api/gitea/webhook``: the raw body goes to the ingress untouched."""
 
 from __future__ import annotations
 
-import json
-import time
-from typing import Any
-
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
-from starlette.datastructures import Headers
-from starlette.types import ASGIApp, Receive, Scope, Send
 
 from forgeflow.api.errors import error_body
 from forgeflow.api.schemas import WebhookReply, answer, error
@@ -51,54 +38,13 @@ router = APIRouter()
     tags=["webhook"],
 )
 async def gitea_webhook(request: Request) -> JSONResponse:
-    """Receive a Gitea/Forgejo webhook delivery (ARCHITECTURE §6.1)."""
-    status, body = await _answer(request.app.state.services, request.headers, await request.body())
-    return JSONResponse(body, status_code=status)
-
-
-async def _answer(services: Services, headers: Headers, body: bytes) -> tuple[int, Any]:
+    """Receive a Gitea/Forgejo webhook delivery: verified, deduplicated, accepted."""
+    services: Services = request.app.state.services
     try:
-        reply = await services.ingress.handle(headers, body)
+        reply = await services.ingress.handle(request.headers, await request.body())
     except StoreUnavailable:
         services.metrics.deliveries.labels("unavailable").inc()
-        return 503, error_body("store_unavailable", "the database is unavailable; retry")
+        body = error_body("store_unavailable", "the database is unavailable; retry")
+        return JSONResponse(body, status_code=503)
     services.metrics.deliveries.labels(reply.outcome).inc()
-    return reply.status_code, reply.body
-
-
-class WebhookFastPath:
-    """Answers ``POST /api/gitea/webhook`` itself, hands everything else to ``app``."""
-
-    def __init__(self, app: ASGIApp, services: Services) -> None:
-        self.app = app
-        self.services = services
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["path"] != PATH or scope["method"] != "POST":
-            await self.app(scope, receive, send)
-            return
-        start = time.perf_counter()
-        chunks = []
-        while True:
-            message = await receive()
-            if message["type"] == "http.disconnect":
-                return  # the sender is gone: nothing was read, nothing is done
-            chunks.append(message.get("body", b""))
-            if not message.get("more_body", False):
-                break
-        status, answer_body = await _answer(self.services, Headers(scope=scope), b"".join(chunks))
-        payload = json.dumps(answer_body, ensure_ascii=False, separators=(",", ":")).encode()
-        await send(
-            {
-                "type": "http.response.start",
-                "status": status,
-                "headers": [
-                    (b"content-type", b"application/json"),
-                    (b"content-length", str(len(payload)).encode()),
-                ],
-            }
-        )
-        await send({"type": "http.response.body", "body": payload})
-        self.services.metrics.request_latency.labels("POST", PATH, str(status)).observe(
-            time.perf_counter() - start
-        )
+    return JSONResponse(reply.body, status_code=reply.status_code)
