@@ -22,7 +22,7 @@ from typing import Any
 import structlog
 from sqlalchemy import Connection
 
-from forgeflow.pipelines import runs, steps, straight, templates
+from forgeflow.pipelines import runs, steps, templates
 from forgeflow.pipelines.definition import NodeSpec
 from forgeflow.pipelines.kinds import NODE_ROW, TERMINAL_RUN_STATUSES, Code, RunStatus, StepKind
 from forgeflow.pipelines.ports import AgentDispatchPort, ChildRun, GiteaPort, Ports, WorkspacePort
@@ -394,21 +394,17 @@ class PipelineEngine:
         # What this success made runnable is claimed in the same transaction and
         # started here; the loop is only woken when something is left for its round.
         limit = 0 if self._stopping else self.max_parallel - len(self._tasks)
-        try:
-            after, claimed, left = await self.store.write(
-                partial(
-                    straight.succeed_and_claim,
-                    seen=step,
-                    done=done,
-                    input_snapshot=inputs,
-                    owner=self.owner,
-                    ttl=self.lease_ttl,
-                    limit=limit,
-                    known=run,
-                )
+        after, claimed, left = await self.store.write(
+            partial(
+                steps.succeed_and_claim,
+                seen=step,
+                done=done,
+                input_snapshot=inputs,
+                owner=self.owner,
+                ttl=self.lease_ttl,
+                limit=limit,
             )
-        except straight.Moved:
-            return  # cancelled, recovered or decided meanwhile: the result is dropped
+        )
         for c in claimed:
             self._launch(c)
         await self._after(after, wake=left or not claimed)

@@ -132,6 +132,26 @@ def succeed(conn: Connection, seen: Row, done: Done, *, input_snapshot: Any = No
     return _succeed(conn, run, row, done, input_snapshot=input_snapshot)
 
 
+def succeed_and_claim(
+    conn: Connection,
+    seen: Row,
+    done: Done,
+    *,
+    input_snapshot: Any = None,
+    owner: str,
+    ttl: timedelta,
+    limit: int,
+) -> tuple[Row | None, list[Claimed], bool]:
+    """Record a step's success, plan what follows and claim (up to ``limit``) what
+    became runnable, in one transaction: (run, claims, steps left for the claim round).
+    The run is None when the step moved on while its body ran (the result is dropped)."""
+    run = succeed(conn, seen, done, input_snapshot=input_snapshot)
+    if run is None or limit <= 0:
+        return run, [], True
+    claimed, left = claim_ready(conn, run, owner=owner, ttl=ttl, limit=limit)
+    return run, claimed, left
+
+
 def _succeed(
     conn: Connection, run: Row, row: Row, done: Done, *, input_snapshot: Any
 ) -> Row | None:

@@ -1,13 +1,11 @@
-"""The straight path of a step's success (``straight.succeed_and_claim``) as a unit of
-work: what it claims, how it finds a run or step that moved on, on both drivers."""
+"""A step's success (``steps.succeed_and_claim``) as one unit of work: what it claims,
+how it drops the result of a step that moved on, on both drivers."""
 
 from __future__ import annotations
 
 from datetime import timedelta
 
-import pytest
-
-from forgeflow.pipelines import steps, straight, templates
+from forgeflow.pipelines import steps, templates
 from forgeflow.pipelines.definition import load_definition
 from forgeflow.pipelines.registry import Done
 from forgeflow.store import Store
@@ -32,44 +30,45 @@ def _chain(store: Store) -> tuple[str, steps.Claimed]:
     return run["run_id"], claimed
 
 
-def _succeed(store: Store, c: steps.Claimed, output: object, known: Row | None) -> straight.Outcome:
+def _succeed(
+    store: Store, c: steps.Claimed, output: object
+) -> tuple[Row | None, list[steps.Claimed], bool]:
     return store.db.write_sync(
-        lambda conn: straight.succeed_and_claim(
-            conn, c.step, Done(output), owner="me", ttl=TTL, limit=4, known=known
+        lambda conn: steps.succeed_and_claim(
+            conn, c.step, Done(output), owner="me", ttl=TTL, limit=4
         )
     )
 
 
 def test_a_success_claims_its_successor_in_the_same_transaction(store: Store) -> None:
     run_id, trigger = _chain(store)
-    run, claimed, left = _succeed(store, trigger, None, trigger.run)
+    run, claimed, left = _succeed(store, trigger, None)
     assert run is not None and not left
     assert [c.step["step_id"] for c in claimed] == ["a"]
     a = claimed[0]
     assert (a.step["status"], a.step["claimed_by"], a.step["attempt"]) == ("running", "me", 1)
     assert a.step["lease_expires_at"] > utcnow()
     # The state is written (a has an outputKey) and the run row handed on is current.
-    run, claimed, _ = _succeed(store, a, {"n": 1}, a.run)
+    run, claimed, _ = _succeed(store, a, {"n": 1})
     stored = store.db.read_sync(lambda c: q.get_run(c, run_id))
     assert stored is not None and run is not None
     assert stored["state"]["out"] == {"n": 1} and stored["version"] == run["version"]
     assert [c.step["step_id"] for c in claimed] == ["b"]
     # The last step reaches the terminal through the full planner: the run ends.
-    run, claimed, _ = _succeed(store, claimed[0], None, claimed[0].run)
+    run, claimed, _ = _succeed(store, claimed[0], None)
     assert run is not None and run["status"] == "succeeded" and not claimed
 
 
-def test_a_run_that_moved_is_read_again_and_a_step_that_moved_is_dropped(store: Store) -> None:
+def test_a_step_that_moved_on_is_dropped(store: Store) -> None:
     run_id, trigger = _chain(store)
-    stale = {**trigger.run, "version": trigger.run["version"] - 1}
-    run, claimed, _ = _succeed(store, trigger, None, stale)
+    run, claimed, _ = _succeed(store, trigger, None)
     assert run is not None and [c.step["step_id"] for c in claimed] == ["a"]
     a = claimed[0]
     # The step moves on while its body runs (as a recovery does: the run does not).
     store.db.write_sync(lambda c: q.update_step(c, a.step, error_code="interrupted_by_restart"))
     before = store.db.read_sync(lambda c: q.get_run(c, run_id))
-    with pytest.raises(straight.Moved):
-        _succeed(store, a, {"n": 1}, a.run)
+    run, claimed, _ = _succeed(store, a, {"n": 1})
+    assert run is None and claimed == []
     after = store.db.read_sync(lambda c: q.get_run(c, run_id))
     assert after == before, "nothing of the dropped result was kept"
 
@@ -77,8 +76,8 @@ def test_a_run_that_moved_is_read_again_and_a_step_that_moved_is_dropped(store: 
 def test_a_limit_leaves_the_successor_runnable_for_the_claim_round(store: Store) -> None:
     run_id, trigger = _chain(store)
     run, claimed, left = store.db.write_sync(
-        lambda conn: straight.succeed_and_claim(
-            conn, trigger.step, Done(None), owner="me", ttl=TTL, limit=0, known=trigger.run
+        lambda conn: steps.succeed_and_claim(
+            conn, trigger.step, Done(None), owner="me", ttl=TTL, limit=0
         )
     )
     assert run is not None and claimed == [] and left
