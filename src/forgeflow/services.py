@@ -21,7 +21,6 @@ from forgeflow.agent.port import AgentRuntime
 from forgeflow.config import Role, Settings
 from forgeflow.domain.retry import RetryPolicy
 from forgeflow.gitea.client import GiteaClient, PermissionCache
-from forgeflow.ingress import WebhookIngress
 from forgeflow.metrics import Metrics
 from forgeflow.pipelines.engine import PipelineEngine
 from forgeflow.pipelines.seeds import seed_builtins
@@ -29,6 +28,7 @@ from forgeflow.pipelines.triggers import TriggerLoops
 from forgeflow.pipelines.wiring import build_engine
 from forgeflow.redaction import register_secrets
 from forgeflow.store import Store
+from forgeflow.tasks.intake import WebhookIngress
 
 ADMIN_TOKEN_FILE = "admin_token"  # noqa: S105 - a file name, not a secret
 log = structlog.get_logger("forgeflow.services")
@@ -85,7 +85,7 @@ class Services:
 
     async def first_claims(self, timeout: float = 2.0) -> None:
         """Wait (at most ``timeout``) until the scheduler made its first claim round."""
-        from forgeflow.scheduler import Scheduler
+        from forgeflow.tasks.scheduler import Scheduler
 
         if isinstance(self.scheduler, Scheduler):
             with contextlib.suppress(TimeoutError):
@@ -95,11 +95,11 @@ class Services:
         if self.worker_blockers():
             return
         from forgeflow.agent.factory import RuntimeUnavailable, create_runtime
-        from forgeflow.execution import Execution, ExecutionConfig
-        from forgeflow.publish import Publisher
-        from forgeflow.replies import Replies
-        from forgeflow.scheduler import Scheduler
-        from forgeflow.workspace import WorkspaceManager
+        from forgeflow.tasks.publish import Publisher
+        from forgeflow.tasks.replies import Replies
+        from forgeflow.tasks.run import Execution, ExecutionConfig
+        from forgeflow.tasks.scheduler import Scheduler
+        from forgeflow.workspace.manager import WorkspaceManager
 
         s = self.settings
         assert self.gitea is not None and s.gitea_token is not None
@@ -173,7 +173,7 @@ class Services:
             )
 
     async def aclose(self) -> None:
-        from forgeflow.scheduler import Scheduler
+        from forgeflow.tasks.scheduler import Scheduler
 
         if self.triggers is not None:
             await self.triggers.stop()

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from forgeflow.cli import _watch_children_with_pidfds
-from forgeflow.gitcmd import GitRunner, GitTimeout
+from forgeflow.workspace.git import GitRunner, GitTimeout
 
 pytestmark = pytest.mark.skipif(
     sys.version_info >= (3, 12) or not hasattr(os, "pidfd_open"),

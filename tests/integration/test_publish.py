@@ -16,9 +16,9 @@ import pytest
 
 from forgeflow.domain.ids import RepoRef, ResourceKind, ResourceRef
 from forgeflow.domain.paths import repo_workspace, session_worktree
-from forgeflow.publish import Publisher
 from forgeflow.store import Store, audit, pushes, repos, tasks
-from forgeflow.workspace import WorkspaceManager
+from forgeflow.tasks.publish import Publisher
+from forgeflow.workspace.manager import WorkspaceManager
 from forgeflow_testkit.gitea_emulator import GiteaEmulator
 
 BOT = "ccweb-bot"

@@ -13,11 +13,11 @@ from sqlalchemy import update
 
 from forgeflow.domain.ids import RepoRef, ResourceKind, ResourceRef
 from forgeflow.gitea.client import GiteaClient, GiteaError
-from forgeflow.replies import Found, Replies
 from forgeflow.store import Store, deliveries, tasks
 from forgeflow.store import comments as comment_q
 from forgeflow.store.schema import comments
 from forgeflow.store.types import utcnow
+from forgeflow.tasks.replies import Found, Replies
 from forgeflow_testkit.gitea_emulator import GiteaEmulator
 
 BOT = "ccweb-bot"

@@ -18,9 +18,9 @@ from typing import Any, TypeVar
 
 import pytest
 
-import forgeflow.gitcmd as gitcmd
+import forgeflow.workspace.git as gitcmd
 from forgeflow.domain.ids import InvalidName, RepoRef, ResourceKind, ResourceRef
-from forgeflow.workspace import (
+from forgeflow.workspace.manager import (
     GitAuthFailed,
     GitFailed,
     GitTimeout,
@@ -153,7 +153,13 @@ def test_token_reaches_git_only_through_askpass(
         assert all(world.token not in arg for arg in s.argv), s.argv
         assert "core.hooksPath=/dev/null" in s.argv and "credential.helper=" in s.argv
         assert not any(k.startswith("FORGEFLOW_") and k not in gitcmd_vars() for k in s.env)
-        assert "GIT_DIR" not in s.env and s.env["GIT_TERMINAL_PROMPT"] == "0"
+        # The inherited GIT_DIR never reaches git; forgeflow names a session worktree's
+        # own git folders itself (never the worktree's .git file, the agent's to rewrite).
+        assert s.env.get("GIT_DIR") != "/nonexistent" and s.env["GIT_TERMINAL_PROMPT"] == "0"
+        if "GIT_DIR" in s.env:
+            admin = Path(s.env["GIT_DIR"])
+            assert admin.parent == world.root / "default/alice/proj/.git/worktrees", admin
+            assert s.env["GIT_COMMON_DIR"] == str(world.root / "default/alice/proj/.git")
         secret_holders = [k for k, v in s.env.items() if world.token in v]
         if s in network:
             assert secret_holders == ["FORGEFLOW_GIT_PASSWORD"]

@@ -11,7 +11,6 @@ from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, Field
 from sqlalchemy import Connection
 
-from forgeflow import controls
 from forgeflow.api import schemas as s
 from forgeflow.api.auth import require_admin
 from forgeflow.api.errors import ApiError
@@ -21,6 +20,7 @@ from forgeflow.domain.states import TERMINAL_STATES, TaskState
 from forgeflow.services import Services
 from forgeflow.store import audit, control, details, repos, scheduling, tasks, usage
 from forgeflow.store.types import iso, utcnow
+from forgeflow.tasks import controls
 
 router = APIRouter(
     prefix="/api/gitea-workflow",

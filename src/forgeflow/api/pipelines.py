@@ -15,7 +15,6 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 from sqlalchemy import Connection
 
-from forgeflow import controls
 from forgeflow.api import schemas as m
 from forgeflow.api.auth import require_admin
 from forgeflow.api.control import ControlBody
@@ -34,6 +33,7 @@ from forgeflow.services import Services
 from forgeflow.store import audit
 from forgeflow.store import pipelines as q
 from forgeflow.store import triggers as tq
+from forgeflow.tasks import controls
 
 router = APIRouter(
     prefix="/api/pipelines",

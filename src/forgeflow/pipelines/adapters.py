@@ -21,7 +21,7 @@ from forgeflow.store import Store, sessions
 from forgeflow.store import repos as repo_q
 from forgeflow.store import tasks as task_q
 from forgeflow.store import turns as turn_q
-from forgeflow.workspace import WorkspaceDirty, WorkspaceError, WorkspaceManager
+from forgeflow.workspace.manager import WorkspaceDirty, WorkspaceError, WorkspaceManager
 
 PIPELINE_TASK_PREFIX = "pipeline-task-"
 _SUCCEEDED = {TaskState.SUCCEEDED.value, TaskState.SUCCEEDED_WITH_REST_FALLBACK.value}

@@ -12,7 +12,7 @@ from forgeflow.pipelines.bodies import register_builtins
 from forgeflow.pipelines.engine import PipelineEngine
 from forgeflow.pipelines.registry import PipelineBodyRegistry
 from forgeflow.store import Store
-from forgeflow.workspace import WorkspaceManager
+from forgeflow.workspace.manager import WorkspaceManager
 
 
 def build_engine(

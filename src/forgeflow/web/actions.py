@@ -1,6 +1,6 @@
 """Sign-in, sign-out and every operator control of the admin pages.
 
-Controls run through :func:`forgeflow.controls.run`, exactly like the JSON API: one
+Controls run through :func:`forgeflow.tasks.controls.run`, exactly like the JSON API: one
 transaction with their ``requestId`` record, so a form submitted twice acts once.
 Each answer is a redirect back (post/redirect/get) with a one-time message.
 """
@@ -14,8 +14,8 @@ from fastapi import APIRouter, Depends, Request
 from fastapi.responses import RedirectResponse, Response
 from sqlalchemy import Connection
 
-from forgeflow import controls
 from forgeflow.store import repos
+from forgeflow.tasks import controls
 from forgeflow.web.render import UiRoute, render, services
 from forgeflow.web.security import (
     OPERATOR_RE,

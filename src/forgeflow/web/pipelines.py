@@ -1,7 +1,7 @@
 """Pipeline pages: templates (with their triggers and a manual start form), runs, and a
 run's DAG, state bag and approval gates.
 
-Controls go through :func:`forgeflow.controls.run` with the same action names and
+Controls go through :func:`forgeflow.tasks.controls.run` with the same action names and
 targets as ``/api/pipelines``, so a ``requestId`` means the same thing on both.
 """
 
@@ -14,7 +14,6 @@ from fastapi import APIRouter, Depends, Request
 from fastapi.responses import Response
 from sqlalchemy import Connection
 
-from forgeflow import controls
 from forgeflow.pipelines import runs, steps, templates, views
 from forgeflow.pipelines.definition import DefinitionError, load_definition
 from forgeflow.pipelines.kinds import NODE_ROW, RunStatus
@@ -23,6 +22,7 @@ from forgeflow.pipelines.steps import APPROVAL
 from forgeflow.redaction import redact
 from forgeflow.store import audit
 from forgeflow.store import pipelines as q
+from forgeflow.tasks import controls
 from forgeflow.web.actions import run_control
 from forgeflow.web.dag import layout
 from forgeflow.web.pages import Offset, opt, paging

@@ -17,7 +17,7 @@ import structlog
 from forgeflow.store import Store
 from forgeflow.store import tasks as task_q
 
-log = structlog.get_logger("forgeflow.abort_watch")
+log = structlog.get_logger("forgeflow.tasks.abort_watch")
 
 
 class AbortWatch:

@@ -16,7 +16,7 @@ from forgeflow.domain import modes
 from forgeflow.domain.states import TaskState
 from forgeflow.store import Store
 from forgeflow.store import turns as turn_q
-from forgeflow.task_moves import TaskMoves
+from forgeflow.tasks.moves import TaskMoves
 
 S = TaskState
 # A draft turn has no comment tool (its thread has no Gitea MCP server).

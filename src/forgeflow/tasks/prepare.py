@@ -17,11 +17,11 @@ from forgeflow.domain import modes
 from forgeflow.domain.ids import ResourceKind, ResourceRef, parse_resource_key
 from forgeflow.domain.states import TaskState
 from forgeflow.gitea.client import GiteaClient, GiteaError
-from forgeflow.replies import Replies
 from forgeflow.store import Store, audit, repos
 from forgeflow.store.db import Unit
-from forgeflow.task_moves import TaskMoves, task_event
-from forgeflow.workspace import (
+from forgeflow.tasks.moves import TaskMoves, task_event
+from forgeflow.tasks.replies import Replies
+from forgeflow.workspace.manager import (
     GitAuthFailed,
     PullRequestRefs,
     RepoCheckout,

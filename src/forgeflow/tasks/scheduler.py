@@ -18,14 +18,14 @@ import structlog
 from sqlalchemy import Connection
 
 from forgeflow.domain.retry import RetryPolicy
-from forgeflow.execution import Execution
 from forgeflow.gitea.client import GiteaError
-from forgeflow.replies import Replies
 from forgeflow.store import Store, outbox, scheduling, workers
 from forgeflow.store.sql import TASKS_CHANNEL
 from forgeflow.store.types import utcnow
+from forgeflow.tasks.replies import Replies
+from forgeflow.tasks.run import Execution
 
-log = structlog.get_logger("forgeflow.scheduler")
+log = structlog.get_logger("forgeflow.tasks.scheduler")
 _RECEIPTS_AT_ONCE = 8
 # At most this long the outbox lets this process's preparing tasks go first.
 _RECEIPTS_DEFER_SECONDS = 1.0

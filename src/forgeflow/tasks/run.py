@@ -19,7 +19,6 @@ from typing import Any
 import structlog
 from sqlalchemy import Connection
 
-from forgeflow import drafts
 from forgeflow.agent.port import (
     AgentError,
     AgentRuntime,
@@ -39,20 +38,21 @@ from forgeflow.domain.paths import session_branch, session_worktree
 from forgeflow.domain.retry import RetryPolicy
 from forgeflow.domain.states import TaskState
 from forgeflow.gitea.client import GiteaClient, GiteaError
-from forgeflow.preparing import Preparer
-from forgeflow.publish import Outcome, Publisher
-from forgeflow.replies import Found, Replies, Verification
 from forgeflow.store import Store, leases, pushes, repos, sessions
 from forgeflow.store import comments as comment_q
 from forgeflow.store import tasks as task_q
 from forgeflow.store import turns as turn_q
 from forgeflow.store.types import utcnow
 from forgeflow.store.usage import Budgets
-from forgeflow.task_moves import TaskMoves
-from forgeflow.turn_events import TurnFollower
-from forgeflow.workspace import WorkspaceManager
+from forgeflow.tasks import drafts
+from forgeflow.tasks.moves import TaskMoves
+from forgeflow.tasks.prepare import Preparer
+from forgeflow.tasks.publish import Outcome, Publisher
+from forgeflow.tasks.replies import Found, Replies, Verification
+from forgeflow.tasks.turn import TurnFollower
+from forgeflow.workspace.manager import WorkspaceManager
 
-log = structlog.get_logger("forgeflow.execution")
+log = structlog.get_logger("forgeflow.tasks.run")
 
 S = TaskState
 # At most this long a finished turn's verification lets preparing tasks go first.

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import os
 
-from forgeflow.gitcmd import GitRunner, WorkspaceDirty, strip_userinfo
-from forgeflow.gitstatus import STATUS_ARGS, WorktreeStatus, parse_status
+from forgeflow.workspace.git import GitRunner, WorkspaceDirty, strip_userinfo
+from forgeflow.workspace.status import STATUS_ARGS, WorktreeStatus, parse_status
 
 
 class Checks:

@@ -18,13 +18,13 @@ from sqlalchemy import Connection
 
 from forgeflow.domain import publish as rules
 from forgeflow.domain.ids import parse_resource_key
-from forgeflow.gitcmd import WorkspaceError
 from forgeflow.store import Store, pushes, repos, tasks
 from forgeflow.store import audit as audit_q
-from forgeflow.task_moves import task_event
-from forgeflow.workspace import WorkspaceManager
+from forgeflow.tasks.moves import task_event
+from forgeflow.workspace.git import WorkspaceError
+from forgeflow.workspace.manager import WorkspaceManager
 
-log = structlog.get_logger("forgeflow.publish")
+log = structlog.get_logger("forgeflow.tasks.publish")
 
 
 @dataclass(frozen=True, slots=True)

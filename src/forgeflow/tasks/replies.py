@@ -25,7 +25,7 @@ from forgeflow.store import comments as comment_q
 from forgeflow.store.db import Unit
 from forgeflow.store.types import utcnow
 
-log = structlog.get_logger("forgeflow.replies")
+log = structlog.get_logger("forgeflow.tasks.replies")
 
 RECEIPT_TEXT = "giteabot: 已收到"
 # How long a pending intent belongs to its poster before another may take it over.

@@ -26,7 +26,8 @@ from forgeflow.domain.paths import (
     session_branch,
     session_worktree,
 )
-from forgeflow.gitcmd import (
+from forgeflow.workspace.checks import Checks
+from forgeflow.workspace.git import (
     GitAuthFailed,
     GitFailed,
     GitRunner,
@@ -38,8 +39,7 @@ from forgeflow.gitcmd import (
     check_url,
     same_origin,
 )
-from forgeflow.gitstatus import WorktreeStatus
-from forgeflow.workspace_checks import Checks
+from forgeflow.workspace.status import WorktreeStatus
 
 __all__ = [
     "GitAuthFailed",

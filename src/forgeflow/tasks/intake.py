@@ -27,7 +27,7 @@ from forgeflow.store import Store, audit, commands, deliveries
 from forgeflow.store import events as store_events
 from forgeflow.store.deliveries import DeliveryRecord
 
-log = structlog.get_logger("forgeflow.ingress")
+log = structlog.get_logger("forgeflow.tasks.intake")
 _Unit = Callable[[Connection, deliveries.Accept], DeliveryRecord]
 
 

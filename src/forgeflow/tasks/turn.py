@@ -15,7 +15,6 @@ from typing import Any
 
 from sqlalchemy import Connection
 
-from forgeflow.abort_watch import AbortWatch
 from forgeflow.agent.port import (
     AgentError,
     AgentRuntime,
@@ -31,7 +30,8 @@ from forgeflow.redaction import redact
 from forgeflow.store import Store, audit, usage
 from forgeflow.store import turns as turn_q
 from forgeflow.store.usage import Budgets
-from forgeflow.task_moves import task_event
+from forgeflow.tasks.abort_watch import AbortWatch
+from forgeflow.tasks.moves import task_event
 
 
 def _asks_user(call: ToolCall, task_id: str) -> bool:

@@ -1,0 +1,2 @@
+"""The life of a task: intake, scheduling, preparing, the turn, moves, replies,
+publishing, operator controls."""

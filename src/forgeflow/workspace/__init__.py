@@ -1,0 +1,1 @@
+"""The Workspace Manager: clones, session worktrees, their checks, git, publishing."""
