@@ -1,26 +1,23 @@
 """Agent jail benchmark: mention → the agent's first model request, jailed vs not.
 
-Run by hand, never by pytest (about 5 minutes on 2 cores with the defaults):
-
     .venv/bin/python bench/agent_latency.py [--rounds 5] [--repos 10 --issues 10]
 
-In this process: the Gitea emulator (bench/_dispatch_support.World) and the scripted
-Responses-API model with `answering_agent` (every turn posts its answer through the
-Gitea MCP tool). Two real `forgeflow serve` processes (SQLite, temp data dirs) run the
-pinned `codex app-server`, one with FORGEFLOW_SANDBOX=bwrap and one with =none; the
-rounds alternate between them. Latency = time.monotonic() just before the emulator's
-post_comment → `received_at` of the model's next request. Each round, on a new
-repository: new issue (cold: clone + app-server start), follow-up on it (thread loaded),
-new issue on the now active repository, then, once the app-server stopped for idleness
-(its pgid file gone), a follow-up (new app-server + thread/resume).
-Then the idle scenario: --repos × --issues mentions at once (jailed), all tasks end,
-wait idle + margin: no pgid file, no app-server process may be left.
+In this process: the Gitea emulator and the scripted Responses-API model (every turn
+posts its answer through the Gitea MCP tool). Two real `forgeflow serve` (SQLite) run the
+pinned `codex app-server`, FORGEFLOW_SANDBOX=bwrap and =none, rounds alternating between
+them. Latency: time.monotonic() just before the emulator's post_comment → `received_at`
+of the model's next request. A round, on a fresh repository: new issue (clone + app-server
+start), follow-up (thread loaded), new issue on the active repository, then, once the
+app-server stopped for idleness (pgid file gone), a follow-up (new app-server + resume).
+Idle scenario: --repos × --issues mentions at once (jailed); after all tasks end and
+idle + 10 s, no pgid file and no app-server process may be left.
 Writes bench/results/agent-latency-<timestamp>.json and prints Markdown tables.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
@@ -35,7 +32,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from _dispatch_support import OWNER, Serve, World, wait_for
+from _dispatch_support import OWNER, TERMINAL, Serve, World, wait_for
 from forgeflow.agent import jail
 from forgeflow.agent.appserver import pgid_file
 from forgeflow.agent.provider import to_toml
@@ -45,7 +42,7 @@ from forgeflow_testkit.model_server import ScriptedModel
 
 ROOT = Path(__file__).resolve().parent.parent
 CODEX = ROOT / "tools" / "node" / "node_modules" / ".bin" / "codex"
-GITEA_MCP = Path(sys.executable).parent / "gitea-mcp"
+MCP = str(Path(sys.executable).parent / "gitea-mcp")
 SANDBOXES = ("bwrap", "none")
 KINDS = {
     "new_repo": "new issue, new repository (clone + app-server start)",
@@ -53,29 +50,22 @@ KINDS = {
     "follow_up": "follow-up, thread loaded",
     "after_idle": "follow-up after idle stop (new app-server + thread/resume)",
 }
-STEPS = ("task.run", "session.", "turn.intent")  # audit rows, first of each, for the split
+STEPS = ("task.run", "session.", "turn.intent")  # audit rows (first of each) for the split
 Result = dict[str, Any]
 
 
 def new_serve(root: Path, name: str, world: World, model: ScriptedModel, **env: str) -> Serve:
-    home = write_codex_home(root / name / "codex-home", model.url)
-    env = {
-        "FORGEFLOW_AGENT_RUNTIME": "codex",
-        "FORGEFLOW_CODEX_COMMAND": f"{CODEX} app-server",
-        "FORGEFLOW_GITEA_MCP_COMMAND": str(GITEA_MCP),
-        "FORGEFLOW_MODEL": "scripted-model",
-        **home.env(),
-        **env,
-    }
+    env |= write_codex_home(root / name / "codex-home", model.url).env()
+    env |= {"FORGEFLOW_AGENT_RUNTIME": "codex", "FORGEFLOW_MODEL": "scripted-model"}
+    env |= {"FORGEFLOW_CODEX_COMMAND": f"{CODEX} app-server", "FORGEFLOW_GITEA_MCP_COMMAND": MCP}
     serve = Serve(root / name, world.emu.url, world.bot_token, 0.0, extra_env=env)
     serve.start()
     return serve
 
 
 def group_of(serve: Serve, repo: str) -> int | None:
-    path = pgid_file(serve.workdir / "data" / "run", f"{OWNER}/{repo}")
     try:
-        return int(path.read_text().strip())
+        return int(pgid_file(serve.workdir / "data" / "run", f"{OWNER}/{repo}").read_text())
     except (OSError, ValueError):
         return None
 
@@ -91,7 +81,7 @@ def measure(serve: Serve, world: World, model: ScriptedModel, repo: str, issue: 
     world.emu.flush_deliveries()
     ask = read_turn(req)
     rows = serve.audit([m.task_id])[m.task_id]
-    steps: dict[str, float] = {}
+    steps = {}
     for prefix in STEPS:
         at = next((t for a, t in rows if a.startswith(prefix)), None)
         if at is not None:
@@ -109,46 +99,42 @@ def measure(serve: Serve, world: World, model: ScriptedModel, repo: str, issue: 
     }
 
 
-def round_of(serve: Serve, world: World, model: ScriptedModel, repo: str, idle: float) -> Result:
-    world.add_repo(repo, 2, serve.url)
-    out = {"new_repo": measure(serve, world, model, repo, 1)}
-    out["follow_up"] = measure(serve, world, model, repo, 1)
-    out["new_issue"] = measure(serve, world, model, repo, 2)
-    wait_for(lambda: group_of(serve, repo) is None, idle + 60, f"{repo} idle stop", 0.05)
-    out["after_idle"] = measure(serve, world, model, repo, 1)
-    return out
+def valid(kind: str, r: Result) -> bool:
+    """The app-server was in the state the measure is about; the request was the turn's."""
+    running = r["group_before"] is not None and r["group_before"] == r["group_after"]
+    warm = kind in ("follow_up", "new_issue")
+    return r["first_request_is_the_turns"] and (running if warm else r["group_before"] is None)
 
 
 def summary(values: list[float]) -> Result:
-    return {
-        "n": len(values),
-        "median_ms": round(statistics.median(values), 1),
-        "min_ms": min(values),
-        "max_ms": max(values),
-    }
+    median = round(statistics.median(values), 1)
+    return {"n": len(values), "median_ms": median, "min_ms": min(values), "max_ms": max(values)}
 
 
 def latency(root: Path, world: World, model: ScriptedModel, rounds: int, idle: float) -> Result:
     env = {"FORGEFLOW_AGENT_IDLE_SECONDS": str(idle)}
-    serves = {
-        sb: new_serve(root, sb, world, model, FORGEFLOW_SANDBOX=sb, **env) for sb in SANDBOXES
-    }
+    serves = {s: new_serve(root, s, world, model, FORGEFLOW_SANDBOX=s, **env) for s in SANDBOXES}
     raw: dict[str, list[Result]] = {sb: [] for sb in SANDBOXES}
     try:
         for sb, serve in serves.items():  # untimed: broker, gitea-mcp, first clone
             world.add_repo(f"{sb}-warmup", 1, serve.url)
             raw[sb].append({"warmup": measure(serve, world, model, f"{sb}-warmup", 1)})
         for k in range(rounds):
-            order = SANDBOXES if k % 2 == 0 else SANDBOXES[::-1]
-            for sb in order:
-                raw[sb].append(round_of(serves[sb], world, model, f"{sb}-r{k}", idle))
-                ms = {kind: r["ms"] for kind, r in raw[sb][-1].items()}
-                print(f"round {k} {sb}: {ms}", file=sys.stderr)
+            for sb in SANDBOXES if k % 2 == 0 else SANDBOXES[::-1]:
+                serve, repo = serves[sb], f"{sb}-r{k}"
+                world.add_repo(repo, 2, serve.url)
+                out = {"new_repo": measure(serve, world, model, repo, 1)}
+                out["follow_up"] = measure(serve, world, model, repo, 1)
+                out["new_issue"] = measure(serve, world, model, repo, 2)
+                wait_for(lambda: group_of(serve, repo) is None, idle + 60, "idle stop", 0.05)  # noqa: B023
+                out["after_idle"] = measure(serve, world, model, repo, 1)
+                raw[sb].append(out)
+                print(f"round {k} {sb}: { {x: r['ms'] for x, r in out.items()} }", file=sys.stderr)
     finally:
         for sb, serve in serves.items():
             raw[sb].append({"logs": log_findings(serve)})
             serve.stop()
-    out: Result = {"idle_seconds": idle, "raw": raw, "table": {}}
+    table: Result = {}
     for kind in KINDS:
         row: Result = {}
         for sb in SANDBOXES:
@@ -159,47 +145,49 @@ def latency(root: Path, world: World, model: ScriptedModel, rounds: int, idle: f
                 for s in STEPS
             }
             row[sb]["all_succeeded"] = all(r["state"] == "succeeded" for r in runs)
-            row[sb]["valid"] = all(valid(kind, r) for r in runs)
+            row[sb]["all_valid"] = all(valid(kind, r) for r in runs)
         row["ratio"] = round(row["bwrap"]["median_ms"] / row["none"]["median_ms"], 3)
         row["diff_ms"] = round(row["bwrap"]["median_ms"] - row["none"]["median_ms"], 1)
-        out["table"][kind] = row
-    return out
-
-
-def valid(kind: str, r: Result) -> bool:
-    """The app-server was in the state the measure is about, and the request the turn's."""
-    running = r["group_before"] is not None and r["group_before"] == r["group_after"]
-    warm = kind in ("follow_up", "new_issue")
-    return r["first_request_is_the_turns"] and (running if warm else r["group_before"] is None)
-
-
-def descendants(pid: int) -> list[int]:
-    children: dict[int, list[int]] = {}
-    for d in Path("/proc").iterdir():
-        if d.name.isdigit():
-            try:
-                ppid = int((d / "stat").read_text().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                continue
-            children.setdefault(ppid, []).append(int(d.name))
-    found, todo = [], [pid]
-    while todo:
-        for c in children.get(todo.pop(), []):
-            found.append(c)
-            todo.append(c)
-    return found
+        # A round runs both serves, seconds apart: the median of the rounds' differences
+        # is less at the mercy of the machine's other load than the medians are.
+        b, n = ([r[kind]["ms"] for r in raw[sb] if kind in r] for sb in SANDBOXES)
+        diffs = [x - y for x, y in zip(b, n, strict=True)]
+        row["paired_diff_median_ms"] = round(statistics.median(diffs), 1)
+        table[kind] = row
+    return {"idle_seconds": idle, "table": table, "raw": raw}
 
 
 def app_server_procs(pid: int) -> list[str]:
-    out = []
-    for p in descendants(pid):
-        try:
-            cmd = Path(f"/proc/{p}/cmdline").read_bytes().replace(b"\0", b" ").decode()
-        except OSError:
+    """Processes under ``pid`` (walking /proc) whose command line names app-server."""
+    children: dict[int, list[int]] = {}
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
             continue
-        if "app-server" in cmd:
-            out.append(f"{p}: {cmd[:120]}")
-    return out
+        try:
+            ppid = int((d / "stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        children.setdefault(ppid, []).append(int(d.name))
+    found, todo = [], [pid]
+    while todo:
+        for c in children.get(todo.pop(), []):
+            todo.append(c)
+            try:
+                cmd = Path(f"/proc/{c}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+            except OSError:
+                continue
+            if "app-server" in cmd:
+                found.append(f"{c}: {cmd[:160]}")
+    return found
+
+
+def running_groups(run_dir: Path) -> set[int]:
+    """The pgids in <data_dir>/run/codex-*.pgid (a file may go while it is read)."""
+    found = set()
+    for path in run_dir.glob("codex-*.pgid"):
+        with contextlib.suppress(OSError, ValueError):
+            found.add(int(path.read_text()))
+    return found
 
 
 def group_alive(pgid: int) -> bool:
@@ -207,59 +195,43 @@ def group_alive(pgid: int) -> bool:
         os.killpg(pgid, 0)
     except ProcessLookupError:
         return False
-    except PermissionError:
-        return True
     return True
 
 
 def idle_scenario(
     root: Path, world: World, model: ScriptedModel, repos: int, issues: int, idle: float
 ) -> Result:
-    serve = new_serve(
-        root,
-        "idle",
-        world,
-        model,
-        FORGEFLOW_SANDBOX="bwrap",
-        FORGEFLOW_AGENT_IDLE_SECONDS=str(idle),
-    )
+    env = {"FORGEFLOW_SANDBOX": "bwrap", "FORGEFLOW_AGENT_IDLE_SECONDS": str(idle)}
+    serve = new_serve(root, "idle", world, model, **env)
     run_dir = serve.workdir / "data" / "run"
     names = [f"idle-r{i:02d}" for i in range(repos)]
     for name in names:
         world.add_repo(name, issues, serve.url)
     seen: set[int] = set()
-    peak, peak_procs, states = 0, 0, {}
+    peak, peak_procs, states, checked = 0, 0, {}, 0.0
     t0 = time.monotonic()
     try:
         with ThreadPoolExecutor(1) as pool:
-            posting = pool.submit(
-                world.mention_all, [(r, i + 1) for r in names for i in range(issues)]
-            )
-            last_states = 0.0
-            while True:
-                groups = {int(p.read_text() or 0) for p in run_dir.glob("codex-*.pgid")}
-                seen |= groups - {0}
+            targets = [(r, i + 1) for r in names for i in range(issues)]
+            posting = pool.submit(world.mention_all, targets)
+            while True:  # poll the run dir every 0.1 s, the task states every 0.5 s
+                groups = running_groups(run_dir)
+                seen |= groups
                 peak = max(peak, len(groups))
-                if time.monotonic() - last_states > 0.5 and posting.done():
-                    last_states = time.monotonic()
+                if posting.done() and time.monotonic() - checked > 0.5:
+                    checked = time.monotonic()
                     peak_procs = max(peak_procs, len(app_server_procs(serve.pid)))
                     states = serve.states(m.task_id for m in posting.result())
-                    if len(states) == repos * issues and all(
-                        s in {"succeeded", "succeeded_with_rest_fallback", "failed", "failed_reply"}
-                        for s in states.values()
-                    ):
+                    if len(states) == repos * issues and set(states.values()) <= TERMINAL:
                         break
-                if time.monotonic() - t0 > 60 + 10 * repos * issues:
+                if time.monotonic() - t0 > 120 + 10 * repos * issues:
                     raise TimeoutError(f"idle scenario: {states}")
                 time.sleep(0.1)
-        ended = time.monotonic()
-        emptied = None
+        ended, emptied = time.monotonic(), None
         while time.monotonic() < ended + idle + 10:
             if emptied is None and not list(run_dir.glob("codex-*.pgid")):
-                emptied = time.monotonic() - ended
+                emptied = round(time.monotonic() - ended, 1)
             time.sleep(0.1)
-        left_files = sorted(p.name for p in run_dir.glob("codex-*.pgid"))
-        left_procs = app_server_procs(serve.pid)
         out: Result = {
             "repos": repos,
             "issues_per_repo": issues,
@@ -270,13 +242,14 @@ def idle_scenario(
             "max_concurrent_app_servers": peak,
             "max_app_server_processes_sampled": peak_procs,
             "app_server_groups_started": len(seen),
-            "run_dir_empty_after_s": None if emptied is None else round(emptied, 1),
+            "run_dir_empty_after_s": emptied,
             "waited_after_end_s": round(time.monotonic() - ended, 1),
-            "left_pgid_files": left_files,
-            "left_app_server_processes": left_procs,
+            "left_pgid_files": sorted(p.name for p in run_dir.glob("codex-*.pgid")),
+            "left_app_server_processes": app_server_procs(serve.pid),
             "left_groups_alive": sorted(g for g in seen if group_alive(g)),
         }
-        out["left_after_idle"] = len(left_files) + len(left_procs) + len(out["left_groups_alive"])
+        left = ("left_pgid_files", "left_app_server_processes", "left_groups_alive")
+        out["left_after_idle"] = sum(len(out[k]) for k in left)
     finally:
         logs = log_findings(serve)
         serve.stop()
@@ -288,32 +261,29 @@ def idle_scenario(
 def log_findings(serve: Serve) -> Result:
     """Lines of forgeflow's stderr and <data_dir>/logs/* that look like trouble."""
     found: Result = {}
-    files = [serve.workdir / "serve.log", *sorted((serve.workdir / "data" / "logs").glob("*"))]
-    for f in files:
-        if f.is_file():
-            lines = f.read_text(errors="replace").splitlines()
-            bad = [ln for ln in lines if any(w in ln.lower() for w in ("error", "warn", "trace"))]
-            found[f.name] = {"lines": len(lines), "flagged": len(bad), "sample": bad[:5]}
+    for f in [serve.workdir / "serve.log", *sorted((serve.workdir / "data" / "logs").glob("*"))]:
+        lines = f.read_text(errors="replace").splitlines() if f.is_file() else []
+        bad = [ln for ln in lines if any(w in ln.lower() for w in ("error", "warn", "trace"))]
+        found[f.name] = {"lines": len(lines), "flagged": len(bad), "sample": bad[:5]}
     return found
 
 
 def probes(root: Path, model: ScriptedModel, n: int) -> Result:
-    """bwrap alone (`true` in the same jail) and codex start → initialize answer."""
+    """bwrap alone (`true` in the same jail) and codex start → its initialize answer."""
     home, work = root / "probe-home", root / "probe-work"
     (home / ".codex").mkdir(parents=True)
     work.mkdir()
     (home / ".codex" / "config.toml").write_text(to_toml(codex_config(model.url)))
     host = {"PATH": os.environ["PATH"], "HOME": str(home), "CODEX_HOME": str(home / ".codex")}
-    out: Result = {}
+    times: dict[str, list[float]] = {}
     for what, argv in (("true", ["/usr/bin/true"]), ("codex_init", [str(CODEX), "app-server"])):
         spec = jail.JailSpec(home, (work,), jail.installation_paths(argv))
-        for sb, cmd, env in (
-            ("bwrap", jail.bwrap_argv(spec, argv), {}),
-            ("none", argv, jail.base_env(host)),
-        ):
-            times = [timed_start(cmd, env, what == "codex_init") for _ in range(n)]
-            out[f"{what}_{sb}"] = summary(times)
-    return out
+        runs = {"bwrap": (jail.bwrap_argv(spec, argv), {}), "none": (argv, jail.base_env(host))}
+        for i in range(n):  # interleaved, the order alternating: the load varies
+            for sb in SANDBOXES if i % 2 == 0 else SANDBOXES[::-1]:
+                cmd, env = runs[sb]
+                times.setdefault(f"{what}_{sb}", []).append(timed_start(cmd, env, what != "true"))
+    return {k: summary(v) for k, v in times.items()}
 
 
 def timed_start(cmd: list[str], env: dict[str, str], init: bool) -> float:
@@ -325,59 +295,60 @@ def timed_start(cmd: list[str], env: dict[str, str], init: bool) -> float:
     if init:
         timer = threading.Timer(30, proc.kill)
         timer.start()
-        msg = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {}}
-        msg["params"] = {"clientInfo": {"name": "bench", "version": "0"}, "capabilities": {}}
+        params = {"clientInfo": {"name": "bench", "version": "0"}, "capabilities": {}}
+        msg = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": params}
         proc.stdin.write(json.dumps(msg).encode() + b"\n")
         proc.stdin.flush()
-        while b'"id":1' not in (line := proc.stdout.readline()).replace(b" ", b"") and line:
+        while (line := proc.stdout.readline()) and b'"id":1' not in line.replace(b" ", b""):
             pass
         elapsed = time.monotonic() - t0
         timer.cancel()
         proc.kill()
-    else:
-        proc.wait()
-        elapsed = time.monotonic() - t0
     proc.wait()
-    return round(elapsed * 1000, 1)
+    return round((elapsed if init else time.monotonic() - t0) * 1000, 1)
 
 
 def markdown(res: Result) -> str:
     t = res["latency"]["table"]
     lines = [
-        "| mention → first model request | jailed (bwrap) median (min–max) | none median "
-        "(min–max) | jailed / none | difference |",
-        "| --- | ---: | ---: | ---: | ---: |",
+        "| mention → first model request | jailed (bwrap) median (min–max) "
+        "| none median (min–max) | jailed / none | difference | paired difference |",
+        "| --- | ---: | ---: | ---: | ---: | ---: |",
     ]
     for kind, label in KINDS.items():
-        b, n = t[kind]["bwrap"], t[kind]["none"]
+        b, n = (t[kind][sb] for sb in SANDBOXES)
         lines.append(
-            f"| {label} | {b['median_ms']:.0f} ms ({b['min_ms']:.0f}–{b['max_ms']:.0f}) "
-            f"| {n['median_ms']:.0f} ms ({n['min_ms']:.0f}–{n['max_ms']:.0f}) "
-            f"| {t[kind]['ratio']:.2f} | {t[kind]['diff_ms']:+.0f} ms |"
+            f"| {label} | {b['median_ms']:.0f} ms ({b['min_ms']:.0f}–{b['max_ms']:.0f}) | "
+            f"{n['median_ms']:.0f} ms ({n['min_ms']:.0f}–{n['max_ms']:.0f}) | "
+            f"{t[kind]['ratio']:.2f} | {t[kind]['diff_ms']:+.0f} ms | "
+            f"{t[kind]['paired_diff_median_ms']:+.0f} ms |"
         )
     lines += [
         "",
-        "| where the time goes (medians, ms from the post) | sandbox | task.run "
-        "(prepared) | session ready | turn.intent | first request |",
+        "| medians, ms after the post | sandbox | task.run | session.thread_* "
+        "| turn.intent | first model request |",
         "| --- | --- | ---: | ---: | ---: | ---: |",
     ]
     for kind in KINDS:
         for sb in SANDBOXES:
             s = t[kind][sb]["steps_median_ms"]
-            lines.append(
-                f"| {kind} | {sb} | {s['task.run']:.0f} | {s['session.']:.0f} "
-                f"| {s['turn.intent']:.0f} | {t[kind][sb]['median_ms']:.0f} |"
-            )
+            steps = " | ".join(f"{s[x]:.0f}" for x in STEPS)
+            lines.append(f"| {kind} | {sb} | {steps} | {t[kind][sb]['median_ms']:.0f} |")
+    p = res["probes"]
+    lines += ["", "| probe, median ms | bwrap | none |", "| --- | ---: | ---: |"]
+    for what in ("true", "codex_init"):
+        lines.append(
+            f"| {what} | {p[f'{what}_bwrap']['median_ms']} | {p[f'{what}_none']['median_ms']} |"
+        )
     if "idle" in res:
         i = res["idle"]
-        lines += [
-            "",
-            f"Idle: {i['tasks']} tasks ({i['repos']} repositories × {i['issues_per_repo']}), "
-            f"FORGEFLOW_AGENT_IDLE_SECONDS={i['idle_seconds']:g}: all ended after "
-            f"{i['all_tasks_end_s']} s, at most {i['max_concurrent_app_servers']} app-servers "
-            f"at once, run dir empty {i['run_dir_empty_after_s']} s after the last task "
-            f"ended; left after {i['waited_after_end_s']} s: {i['left_after_idle']}.",
-        ]
+        lines.append(
+            f"\nIdle: {i['tasks']} tasks ({i['repos']} repositories × {i['issues_per_repo']}, "
+            f"{i['states']}), FORGEFLOW_AGENT_IDLE_SECONDS={i['idle_seconds']:g}: all ended "
+            f"after {i['all_tasks_end_s']} s, at most {i['max_concurrent_app_servers']} "
+            f"app-servers at once, run dir empty {i['run_dir_empty_after_s']} s after the last "
+            f"task ended; left {i['waited_after_end_s']} s after it: {i['left_after_idle']}."
+        )
     return "\n".join(lines)
 
 
@@ -387,21 +358,25 @@ def main() -> int:
     p.add_argument("--idle", type=float, default=3.0, help="FORGEFLOW_AGENT_IDLE_SECONDS")
     p.add_argument("--repos", type=int, default=10, help="idle scenario: repositories")
     p.add_argument("--issues", type=int, default=10, help="idle scenario: issues per repository")
-    p.add_argument("--probes", type=int, default=10, help="bwrap / codex start probes (each)")
+    p.add_argument("--probes", type=int, default=10, help="runs of each start-up probe")
     p.add_argument("--no-idle-scenario", action="store_true")
+    # Not under /tmp: there Codex declines to create its helper binaries in CODEX_HOME,
+    # which only the unjailed app-server (host paths) would then skip.
+    p.add_argument("--workdir", default="/var/tmp", help="parent of the temporary directory")
     p.add_argument("--keep", action="store_true", help="keep the temporary directory")
     args = p.parse_args()
-    root = Path(tempfile.mkdtemp(prefix="forgeflow-agent-latency-"))
+    root = Path(tempfile.mkdtemp(prefix="forgeflow-agent-latency-", dir=args.workdir))
     started = datetime.now(UTC)
     git = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True)
-    lscpu = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
+    dirty = subprocess.run(["git", "status", "--porcelain", "src"], cwd=ROOT, capture_output=True)
+    lscpu = subprocess.run(["lscpu"], capture_output=True, text=True).stdout.splitlines()
     res: Result = {
         "started": started.isoformat(),
         "args": vars(args),
         "commit": git.stdout.decode().strip(),
-        "cpu": next(
-            (ln.split(":", 1)[1].strip() for ln in lscpu.splitlines() if "Model name" in ln), "?"
-        ),
+        "forgeflow_imported_from": str(Path(jail.__file__).parents[2]),
+        "uncommitted_src": dirty.stdout.decode().splitlines(),
+        "cpu": next((ln.split(":", 1)[1].strip() for ln in lscpu if "Model name" in ln), "?"),
         "cpus": os.cpu_count(),
         "loadavg_start": os.getloadavg(),
     }
@@ -432,7 +407,7 @@ def main() -> int:
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(res, indent=2) + "\n")
     print(markdown(res))
-    print(json.dumps({"probes": res["probes"], "goals": res["goals"]}, indent=2))
+    print(json.dumps(res["goals"]))
     print(f"wrote {out.relative_to(ROOT)}", file=sys.stderr)
     return 0 if all(res["goals"].values()) else 1
 

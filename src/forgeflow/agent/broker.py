@@ -188,11 +188,16 @@ class Broker:
                     response.headers[key] = upstream.headers[key]
             await response.prepare(request)
             pending = b""
-            async for chunk in upstream.content.iter_any():
-                await response.write(chunk)
-                pending = self._count(grant, pending + chunk)
-            self._count(grant, pending + b"\n")
-            await response.write_eof()
+            try:
+                async for chunk in upstream.content.iter_any():
+                    pending = self._count(grant, pending + chunk)
+                    await response.write(chunk)
+                self._count(grant, pending + b"\n")
+                await response.write_eof()
+            except ConnectionResetError:
+                # Codex may hang up as soon as it has read response.completed; what was
+                # streamed was counted.
+                log.debug("broker.client_gone", repo=grant.server)
             return response
 
     @staticmethod

@@ -55,6 +55,7 @@ from forgeflow.workspace.manager import WorkspaceManager
 log = structlog.get_logger("forgeflow.tasks.run")
 
 S = TaskState
+_HOLDS_LEASE = frozenset({S.PREPARING, S.RUNNING, S.ABORTING})
 # At most this long a finished turn's verification lets preparing tasks go first.
 _VERIFY_DEFER_SECONDS = 1.0
 
@@ -141,6 +142,9 @@ class Execution:
                 task = await self.preparer.prepare(task, repo)
             if task["state"] == S.RUNNING:
                 task = await self._turn(task, session)
+            if beat is not None and task["state"] not in _HOLDS_LEASE:
+                # The move out of the active states gave the lease back: nothing to renew.
+                beat.cancel()
             if task["state"] == S.VERIFYING_REPLY:
                 await self._publish(task)
                 await self._after_preparing()
