@@ -17,6 +17,7 @@ Writes bench/results/agent-latency-<timestamp>.json and prints Markdown tables.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import contextlib
 import json
 import os
@@ -35,6 +36,7 @@ from typing import Any
 from _dispatch_support import OWNER, TERMINAL, Serve, World, wait_for
 from forgeflow.agent import jail
 from forgeflow.agent.appserver import pgid_file
+from forgeflow.agent.jsonrpc import Json, RpcProcess
 from forgeflow.agent.provider import to_toml
 from forgeflow_testkit.agents import answering_agent, read_turn
 from forgeflow_testkit.codex_home import codex_config, write_codex_home
@@ -308,6 +310,84 @@ def timed_start(cmd: list[str], env: dict[str, str], init: bool) -> float:
     return round((elapsed if init else time.monotonic() - t0) * 1000, 1)
 
 
+def floor(root: Path, world: World, model: ScriptedModel, n: int) -> Result:
+    """The floor of the tool broker's goals: the same `codex app-server` and PyPI
+    `gitea-mcp` driven directly, as forgeflow did before its broker. New issue: a thread
+    started with the stdio MCP server, its turn started once the server is ready
+    (thread/start → first model request). Warm turn: the next turn on that thread
+    (turn/start → first model request)."""
+    return asyncio.run(_floor(root, world, model, n))
+
+
+async def _floor(root: Path, world: World, model: ScriptedModel, n: int) -> Result:
+    home = write_codex_home(root / "floor-home", model.url)
+    work = root / "floor-work"
+    work.mkdir()
+    world.add_repo("floor", n, None)
+    events: asyncio.Queue[Json] = asyncio.Queue()
+
+    async def on_message(msg: Json) -> None:
+        await events.put(msg)
+
+    env = {**os.environ, **home.env()}
+    proc = await RpcProcess.spawn([str(CODEX), "app-server"], env=env, on_message=on_message)
+    gitea = {"GITEA_URL": world.emu.url, "GITEA_TOKEN": world.bot_token}
+    servers = {
+        "gitea": {
+            "command": MCP,
+            "args": [],
+            "env": {**gitea, "GITEA_HOST": world.emu.url, "GITEA_ACCESS_TOKEN": world.bot_token},
+        }
+    }
+    new, warm = [], []
+    try:
+        init = {"clientInfo": {"name": "bench", "version": "0"}, "capabilities": {}}
+        await proc.request("initialize", init, 60)
+        await proc.notify("initialized")
+        for i in range(1, n + 1):
+            marker = (
+                f"<!-- ccweb taskId=floor-{i} turnKey=floor-{i}:1 "
+                f"resourceKey=default:{OWNER}/floor:issue:{i} kind=final -->"
+            )
+            text = f"Answer on issue {i}; end the comment with this line:\n{marker}"
+            params = {"cwd": str(work), "approvalPolicy": "never", "sandbox": "danger-full-access"}
+            seen, t0 = len(model.requests), time.monotonic()
+            started = await proc.request(
+                "thread/start", {**params, "config": {"mcp_servers": servers}}, 60
+            )
+            thread = started["thread"]["id"]
+            await _wait(
+                events,
+                lambda m, t=thread: (
+                    m.get("method") == "mcpServer/startupStatus/updated"
+                    and m["params"].get("threadId") == t
+                    and m["params"].get("status") == "ready"
+                ),
+            )
+            for kind, times in (("new", new), ("warm", warm)):
+                if kind == "warm":
+                    seen, t0 = len(model.requests), time.monotonic()
+                turn = {
+                    "threadId": thread,
+                    "input": [{"type": "text", "text": text, "text_elements": []}],
+                }
+                await proc.request("turn/start", turn, 60)
+                req = (await asyncio.to_thread(model.wait_for_requests, seen + 1, 120))[seen]
+                times.append(round((req.received_at - t0) * 1000, 1))
+                await _wait(events, lambda m: m.get("method") == "turn/completed")
+    finally:
+        await proc.close()
+    return {"new_issue": summary(new), "warm_turn": summary(warm)}
+
+
+async def _wait(events: asyncio.Queue[Json], match: Any, timeout: float = 120) -> Json:
+    async with asyncio.timeout(timeout):
+        while True:
+            msg = await events.get()
+            if match(msg):
+                return msg
+
+
 def markdown(res: Result) -> str:
     t = res["latency"]["table"]
     lines = [
@@ -340,6 +420,19 @@ def markdown(res: Result) -> str:
         lines.append(
             f"| {what} | {p[f'{what}_bwrap']['median_ms']} | {p[f'{what}_none']['median_ms']} |"
         )
+    f = res["floor"]
+    lines += [
+        "",
+        "| against the direct floor (same Codex, stdio gitea-mcp per thread) | forgeflow, jailed "
+        "| floor | forgeflow / floor |",
+        "| --- | ---: | ---: | ---: |",
+    ]
+    for label, ours, theirs in (
+        ("new issue (active repository) vs thread + MCP ready + turn", "new_issue", "new_issue"),
+        ("follow-up vs warm turn (turn/start → request)", "follow_up", "warm_turn"),
+    ):
+        a, b = t[ours]["bwrap"]["median_ms"], f[theirs]["median_ms"]
+        lines.append(f"| {label} | {a:.0f} ms | {b:.0f} ms | {a / b:.2f} |")
     if "idle" in res:
         i = res["idle"]
         lines.append(
@@ -360,6 +453,7 @@ def main() -> int:
     p.add_argument("--issues", type=int, default=10, help="idle scenario: issues per repository")
     p.add_argument("--probes", type=int, default=10, help="runs of each start-up probe")
     p.add_argument("--no-idle-scenario", action="store_true")
+    p.add_argument("--floor-rounds", type=int, default=5, help="issues of the direct floor")
     # Not under /tmp: there Codex declines to create its helper binaries in CODEX_HOME,
     # which only the unjailed app-server (host paths) would then skip.
     p.add_argument("--workdir", default="/var/tmp", help="parent of the temporary directory")
@@ -385,6 +479,7 @@ def main() -> int:
     answering_agent(model)
     try:
         res["probes"] = probes(root, model, args.probes)
+        res["floor"] = floor(root, world, model, args.floor_rounds)
         res["latency"] = latency(root, world, model, args.rounds, args.idle)
         if not args.no_idle_scenario:
             res["idle"] = idle_scenario(root, world, model, args.repos, args.issues, args.idle)
@@ -402,6 +497,11 @@ def main() -> int:
         "new_repo_diff_le_300ms": t["new_repo"]["diff_ms"] <= 300,
         "new_issue_diff_le_300ms": t["new_issue"]["diff_ms"] <= 300,
         "none_left_after_idle": res.get("idle", {}).get("left_after_idle", 0) == 0,
+        # The tool broker's goals, against the direct floor of the same run.
+        "new_issue_le_0.25_floor": t["new_issue"]["bwrap"]["median_ms"]
+        <= 0.25 * res["floor"]["new_issue"]["median_ms"],
+        "follow_up_le_1.2_floor_warm_turn": t["follow_up"]["bwrap"]["median_ms"]
+        <= 1.2 * res["floor"]["warm_turn"]["median_ms"],
     }
     out = ROOT / "bench" / "results" / f"agent-latency-{started.strftime('%Y%m%dT%H%M%SZ')}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
