@@ -54,6 +54,7 @@ def test_doctor_passes_when_everything_is_there(good_env: dict[str, str]) -> Non
         "database",
         "gitea",
         "webhook secret",
+        "sandbox",
         "codex",
         "gitea-mcp",
         "workspace root",
