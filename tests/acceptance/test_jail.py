@@ -26,7 +26,9 @@ import pytest
 
 from forgeflow_testkit.agents import answering_agent
 from forgeflow_testkit.codex_home import API_KEY
-from tests.support.agentic import GITEA_MCP, Agentic, app_server_groups
+from forgeflow_testkit.gitea_emulator import GiteaEmulator
+from forgeflow_testkit.model_server import ScriptedModel
+from tests.support.agentic import GITEA_MCP, Agentic, app_server_groups, start_agentic
 from tests.support.cluster import wait_for
 from tests.support.forgeflow import ADMIN_TOKEN, WEBHOOK_SECRET
 from tests.support.turns import section, shell_turn
@@ -364,3 +366,34 @@ def test_the_agent_cannot_steer_forgeflows_git_on_the_host(
     assert blocked[0]["metadata"]["reason"] == "occupied", blocked
     assert not mark.exists(), "forgeflow's git ran a command the agent planted"
     assert not (clone / ".git/objects/info/alternates").exists()
+
+
+def test_without_network_the_jail_reaches_only_forgeflows_brokers(
+    gitea: GiteaEmulator,
+    model: ScriptedModel,
+    tmp_path: Path,
+    sqlite_url: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """FORGEFLOW_AGENT_NETWORK=off: the turn still reaches the model and the Gitea tools
+    (through the forwarder to the brokers' socket), and nothing else: not forgeflow's
+    own port, not Gitea, not the model server directly."""
+    for world in start_agentic(
+        gitea, model, tmp_path, sqlite_url, monkeypatch, agent_network="off"
+    ):
+        code = "curl -s -m 3 -o /dev/null -w '%{http_code}\\n'"
+        out = run_in_turn(
+            world,
+            f"echo '== forgeflow'; {code} {world.ff.url}/healthz; echo exit=$?\n"
+            f"echo '== gitea'; {code} {gitea.url}/api/v1/version; echo exit=$?\n"
+            f"echo '== model'; {code} {model.url}/responses; echo exit=$?\n"
+            "echo '== interfaces'; ls /sys/class/net 2>/dev/null || cat /proc/net/dev",
+        )
+        for name in ("forgeflow", "gitea", "model"):
+            lines = section(out, name).split()
+            # curl prints 000 and exits 7 (could not connect): there is no route out.
+            assert lines[0] == "000" and lines[-1] != "exit=0", out
+        interfaces = section(out, "interfaces")
+        assert "lo" in interfaces and "eth" not in interfaces and "ens" not in interfaces, out
+        # The model was reached through the pass-through, the answer through the tools.
+        assert world.bot_comments()[-1]["body"].rstrip().endswith("kind=final -->")
