@@ -159,6 +159,27 @@ def latency(root: Path, world: World, model: ScriptedModel, rounds: int, idle: f
     return {"idle_seconds": idle, "table": table, "raw": raw}
 
 
+def offline(root: Path, world: World, model: ScriptedModel, rounds: int) -> Result:
+    """A jail without network (FORGEFLOW_AGENT_NETWORK=off): its Codex reaches the
+    brokers through forward.py and a Unix socket. The same measures as the jailed serve."""
+    env = {"FORGEFLOW_SANDBOX": "bwrap", "FORGEFLOW_AGENT_NETWORK": "off"}
+    serve = new_serve(root, "offline", world, model, **env)
+    runs: dict[str, list[float]] = {"new_repo": [], "follow_up": [], "new_issue": []}
+    try:
+        world.add_repo("offline-warmup", 1, serve.url)
+        measure(serve, world, model, "offline-warmup", 1)
+        for k in range(rounds):
+            repo = f"offline-r{k}"
+            world.add_repo(repo, 2, serve.url)
+            for kind, issue in (("new_repo", 1), ("follow_up", 1), ("new_issue", 2)):
+                r = measure(serve, world, model, repo, issue)
+                assert r["state"] == "succeeded", r
+                runs[kind].append(r["ms"])
+    finally:
+        serve.stop()
+    return {kind: summary(v) for kind, v in runs.items()}
+
+
 def app_server_procs(pid: int) -> list[str]:
     """Processes under ``pid`` (walking /proc) whose command line names app-server."""
     children: dict[int, list[int]] = {}
@@ -433,6 +454,16 @@ def markdown(res: Result) -> str:
     ):
         a, b = t[ours]["bwrap"]["median_ms"], f[theirs]["median_ms"]
         lines.append(f"| {label} | {a:.0f} ms | {b:.0f} ms | {a / b:.2f} |")
+    o = res["offline"]
+    lines += [
+        "",
+        "| FORGEFLOW_AGENT_NETWORK=off, median ms | off | on (jailed) |",
+        "| --- | ---: | ---: |",
+    ]
+    for kind in ("new_repo", "new_issue", "follow_up"):
+        lines.append(
+            f"| {KINDS[kind]} | {o[kind]['median_ms']:.0f} | {t[kind]['bwrap']['median_ms']:.0f} |"
+        )
     if "idle" in res:
         i = res["idle"]
         lines.append(
@@ -454,6 +485,7 @@ def main() -> int:
     p.add_argument("--probes", type=int, default=10, help="runs of each start-up probe")
     p.add_argument("--no-idle-scenario", action="store_true")
     p.add_argument("--floor-rounds", type=int, default=5, help="issues of the direct floor")
+    p.add_argument("--offline-rounds", type=int, default=5, help="rounds without network")
     # Not under /tmp: there Codex declines to create its helper binaries in CODEX_HOME,
     # which only the unjailed app-server (host paths) would then skip.
     p.add_argument("--workdir", default="/var/tmp", help="parent of the temporary directory")
@@ -480,6 +512,7 @@ def main() -> int:
     try:
         res["probes"] = probes(root, model, args.probes)
         res["floor"] = floor(root, world, model, args.floor_rounds)
+        res["offline"] = offline(root, world, model, args.offline_rounds)
         res["latency"] = latency(root, world, model, args.rounds, args.idle)
         if not args.no_idle_scenario:
             res["idle"] = idle_scenario(root, world, model, args.repos, args.issues, args.idle)
