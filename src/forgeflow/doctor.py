@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from forgeflow.agent import jail
 from forgeflow.agent.jsonrpc import Json, ProcessGone, RpcError, RpcProcess, RpcTimeout
 from forgeflow.agent.port import AgentError
+from forgeflow.agent.provider import ProviderError, load_provider
 from forgeflow.agent.tools import comment_tool_of, handshake, mcp_env, spawn_server
 from forgeflow.config import Settings
 from forgeflow.gitea.client import GiteaClient, GiteaError
@@ -41,6 +42,7 @@ async def run_checks(s: Settings) -> list[Check]:
         _gitea,
         _webhook_secret,
         _sandbox,
+        _model,
         _codex,
         _gitea_mcp,
         _workspace,
@@ -197,6 +199,27 @@ async def _sandbox(s: Settings) -> Check:
         return Check("sandbox", False, "bubblewrap cannot run here", str(exc))
     network = "on" if s.agent_network == "on" else "off (brokers only)"
     return Check("sandbox", True, f"bubblewrap runs a jail here; agent network {network}")
+
+
+async def _model(s: Settings) -> Check:
+    """Where the model pass-through sends the agent's requests, and whether it has a
+    key for them (never the key itself)."""
+    key = s.model_api_key.get_secret_value() if s.model_api_key else None
+    try:
+        provider = load_provider(
+            base_url=s.model_base_url, api_key=key, codex_home=s.codex_home_path
+        )
+    except ProviderError as exc:
+        return Check("model", False, str(exc), "fix the file or set FORGEFLOW_MODEL_BASE_URL")
+    if not provider.api_key:
+        return Check(
+            "model",
+            False,
+            f"no key for {provider.base_url}",
+            "set FORGEFLOW_MODEL_API_KEY, or the variable your CODEX_HOME's provider names "
+            "in env_key (OPENAI_API_KEY for OpenAI)",
+        )
+    return Check("model", True, f"requests go to {provider.base_url}, with a key")
 
 
 async def _gitea_mcp(s: Settings) -> Check:

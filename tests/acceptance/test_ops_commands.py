@@ -55,12 +55,14 @@ def test_doctor_passes_when_everything_is_there(good_env: dict[str, str]) -> Non
         "gitea",
         "webhook secret",
         "sandbox",
+        "model",
         "codex",
         "gitea-mcp",
         "workspace root",
         "free disk",
     ]
     assert all(line.startswith("[ok  ]") for line in lines)
+    assert good_env["SCRIPTED_MODEL_API_KEY"] not in out.stdout  # named, never shown
 
 
 @pytest.mark.parametrize(
@@ -75,6 +77,7 @@ def test_doctor_passes_when_everything_is_there(good_env: dict[str, str]) -> Non
         ({"FORGEFLOW_GITEA_URL": "http://127.0.0.1:9"}, "gitea", "unreachable"),
         ({"FORGEFLOW_GITEA_TOKEN": "not-a-token"}, "gitea", "refuses the token"),
         ({"FORGEFLOW_BOT_LOGIN": "other-bot"}, "gitea", "not 'other-bot'"),
+        ({"SCRIPTED_MODEL_API_KEY": None}, "model", "FORGEFLOW_MODEL_API_KEY"),
         ({"FORGEFLOW_CODEX_COMMAND": "/nonexistent/codex app-server"}, "codex", "not found"),
         ({"FORGEFLOW_CODEX_COMMAND": "/bin/false"}, "codex", "initialize failed"),
         (
