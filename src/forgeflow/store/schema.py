@@ -189,6 +189,27 @@ pushes = Table(
     Index("ix_pushes_session_key", "session_key"),
 )
 
+# What the agent did in each turn, one row per finished item (the task page's transcript).
+# Bounded and redacted before it gets here (domain/transcript.py); kept as long as the task.
+transcript_entries = Table(
+    "transcript_entries",
+    metadata,
+    Column("seq", Integer, primary_key=True, autoincrement=True),
+    Column("task_id", String(64), nullable=False),
+    Column("turn_id", String(200), nullable=False),
+    Column("item_id", String(200), nullable=False),
+    Column("kind", String(16), nullable=False),
+    Column("title", Text, nullable=False),
+    Column("body", Text, nullable=False),
+    Column("status", String(32)),
+    Column("exit_code", Integer),
+    Column("truncated", Boolean, nullable=False),
+    Column("created_at", UTCDateTime(), nullable=False),
+    # An item recorded twice (a replayed notification) stays one entry.
+    Index("ux_transcript_item", "turn_id", "item_id", unique=True),
+    Index("ix_transcript_task", "task_id", "seq"),
+)
+
 audit_events = Table(
     "audit_events",
     metadata,
