@@ -13,6 +13,8 @@ from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
 
+from forgeflow.cli_ops import ConfigOption, settings_or_exit
+
 if TYPE_CHECKING:
     from sqlalchemy import Connection
 
@@ -23,17 +25,11 @@ T = TypeVar("T")
 
 app = typer.Typer(no_args_is_help=True, help="Pipeline templates and runs.")
 
-ConfigOption = Annotated[
-    Path | None, typer.Option("--config", help="TOML file; the environment wins over it.")
-]
-
-
 def _write(config: Path | None, fn: Callable[[Connection], T]) -> T:
-    from forgeflow.cli import _settings
     from forgeflow.pipelines.runs import PipelineError
     from forgeflow.store import Store
 
-    store = Store(_settings(config).resolved_database_url)
+    store = Store(settings_or_exit(config).resolved_database_url)
     try:
         store.migrate()
         return store.db.write_sync(fn)
