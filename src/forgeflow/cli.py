@@ -28,6 +28,7 @@ app.add_typer(pipelines_app, name="pipelines")
 app.add_typer(gitea_app, name="gitea")
 app.command()(doctor)
 
+
 @app.command()
 def version() -> None:
     """Print the version."""

@@ -31,6 +31,7 @@ from forgeflow.pipelines.kinds import NODE_ROW, RunStatus
 from forgeflow.pipelines.runs import PipelineError
 from forgeflow.services import Services
 from forgeflow.store import audit
+from forgeflow.store import pipeline_templates as tpl
 from forgeflow.store import pipelines as q
 from forgeflow.store import triggers as tq
 from forgeflow.tasks import controls
@@ -160,8 +161,8 @@ async def _write(request: Request, fn: Callable[[Connection], Any]) -> Any:
 async def list_templates(request: Request) -> dict[str, Any]:
     def _read(conn: Connection) -> list[dict[str, Any]]:
         return [
-            views.template_json(row, q.list_triggers(conn, row["key"]), full=False)
-            for row in q.list_definitions(conn)
+            views.template_json(row, tpl.list_triggers(conn, row["key"]), full=False)
+            for row in tpl.list_definitions(conn)
         ]
 
     return {"items": await _services(request).store.read(_read)}
@@ -177,7 +178,7 @@ async def create_template(request: Request) -> JSONResponse:
     """Create a template from a YAML or JSON definition; load warnings come back."""
     loaded = await _document(request)
     row = await _write(request, lambda c: templates.create(c, loaded, actor="admin"))
-    triggers = await _services(request).store.read(lambda c: q.list_triggers(c, row["key"]))
+    triggers = await _services(request).store.read(lambda c: tpl.list_triggers(c, row["key"]))
     body = {"template": views.template_json(row, triggers), "warnings": loaded.warnings}
     return JSONResponse(body, status_code=201)
 
@@ -192,8 +193,8 @@ async def create_template(request: Request) -> JSONResponse:
 )
 async def get_template(request: Request, key: str) -> dict[str, Any]:
     def _read(conn: Connection) -> tuple[Any, list[Any]] | None:
-        row = q.get_definition(conn, key)
-        return None if row is None else (row, q.list_triggers(conn, key))
+        row = tpl.get_definition(conn, key)
+        return None if row is None else (row, tpl.list_triggers(conn, key))
 
     found = await _services(request).store.read(_read)
     if found is None:
@@ -223,7 +224,7 @@ async def put_template(request: Request, key: str) -> JSONResponse:
     explicit = "enabled" in loaded.definition.model_fields_set
 
     def _put(conn: Connection) -> tuple[int, Any]:
-        if q.get_definition(conn, key) is None:
+        if tpl.get_definition(conn, key) is None:
             if loaded.definition.key != key:
                 raise PipelineError(
                     "key_mismatch", f"the document's key is not {key!r}", status=400
@@ -233,7 +234,7 @@ async def put_template(request: Request, key: str) -> JSONResponse:
         return 200, templates.replace(conn, key, loaded, actor="admin", enabled=enabled)
 
     status, row = await _write(request, _put)
-    triggers = await _services(request).store.read(lambda c: q.list_triggers(c, key))
+    triggers = await _services(request).store.read(lambda c: tpl.list_triggers(c, key))
     body = {"template": views.template_json(row, triggers), "warnings": loaded.warnings}
     return JSONResponse(body, status_code=status)
 
@@ -241,7 +242,7 @@ async def put_template(request: Request, key: str) -> JSONResponse:
 def _switch(key: str, enabled: bool) -> Callable[[Connection, controls.ControlRequest], Any]:
     def _apply(conn: Connection, req: controls.ControlRequest) -> controls.Outcome:
         row = templates.set_enabled(conn, key, enabled, actor=req.actor)
-        return 200, views.template_json(row, q.list_triggers(conn, key))
+        return 200, views.template_json(row, tpl.list_triggers(conn, key))
 
     return _apply
 
@@ -276,7 +277,7 @@ def _trigger_switch(
                     metadata={"templateKey": key, "triggerId": trigger_id},
                 ),
             )
-        return 200, views.template_json(templates.require(conn, key), q.list_triggers(conn, key))
+        return 200, views.template_json(templates.require(conn, key), tpl.list_triggers(conn, key))
 
     return _apply
 

@@ -25,6 +25,7 @@ T = TypeVar("T")
 
 app = typer.Typer(no_args_is_help=True, help="Pipeline templates and runs.")
 
+
 def _write(config: Path | None, fn: Callable[[Connection], T]) -> T:
     from forgeflow.pipelines.runs import PipelineError
     from forgeflow.store import Store
@@ -48,12 +49,12 @@ def _echo(value: Any) -> None:
 def list_templates(config: ConfigOption = None) -> None:
     """Templates with their switch and triggers."""
     from forgeflow.pipelines import views
-    from forgeflow.store import pipelines as q
+    from forgeflow.store import pipeline_templates as tpl
 
     def _read(conn: Connection) -> list[dict[str, Any]]:
         return [
-            views.template_json(r, q.list_triggers(conn, r["key"]), full=False)
-            for r in q.list_definitions(conn)
+            views.template_json(r, tpl.list_triggers(conn, r["key"]), full=False)
+            for r in tpl.list_definitions(conn)
         ]
 
     for t in _write(config, _read):
@@ -66,13 +67,14 @@ def list_templates(config: ConfigOption = None) -> None:
 def show(key: str, config: ConfigOption = None) -> None:
     """A template's definition, triggers and latest runs, as JSON."""
     from forgeflow.pipelines import templates, views
+    from forgeflow.store import pipeline_templates as tpl
     from forgeflow.store import pipelines as q
 
     def _read(conn: Connection) -> dict[str, Any]:
         row = templates.require(conn, key)
         recent, _ = q.list_runs(conn, template_key=key, limit=10)
         return {
-            **views.template_json(row, q.list_triggers(conn, key)),
+            **views.template_json(row, tpl.list_triggers(conn, key)),
             "recentRuns": [views.run_json(r, state=False) for r in recent],
         }
 
@@ -86,7 +88,7 @@ def apply(file: Path, config: ConfigOption = None) -> None:
     from forgeflow.pipelines.bodies import register_builtins
     from forgeflow.pipelines.definition import DefinitionError, load_definition, parse_document
     from forgeflow.pipelines.registry import PipelineBodyRegistry
-    from forgeflow.store import pipelines as q
+    from forgeflow.store import pipeline_templates as tpl
 
     registry = PipelineBodyRegistry()
     register_builtins(registry)
@@ -102,7 +104,7 @@ def apply(file: Path, config: ConfigOption = None) -> None:
     key = loaded.definition.key
 
     def _apply(conn: Connection) -> Any:
-        if q.get_definition(conn, key) is None:
+        if tpl.get_definition(conn, key) is None:
             return templates.create(conn, loaded, actor="cli")
         explicit = "enabled" in loaded.definition.model_fields_set
         enabled = loaded.definition.enabled if explicit else None
