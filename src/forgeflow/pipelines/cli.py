@@ -142,7 +142,6 @@ def run(
 ) -> None:
     """Start a run by hand; values are parsed by the declared input types."""
     from forgeflow.pipelines import templates
-    from forgeflow.pipelines.runs import PipelineError
 
     values: dict[str, Any] = {}
     for item in input or []:
@@ -153,13 +152,8 @@ def run(
         values[name] = value
 
     def _start(conn: Connection) -> Any:
-        templates.require(conn, key)
-        if not templates.has_manual_trigger(conn, key):
-            raise PipelineError(
-                "manual_trigger_missing", f"template {key} has no enabled manual trigger"
-            )
-        return templates.start(
-            conn, key, trigger_type="manual", inputs=values, actor="cli", coerce_text=True
+        return templates.start_manual(
+            conn, key, inputs=values, dedupe_key=None, actor="cli", coerce_text=True
         )
 
     started = _write(config, _start)

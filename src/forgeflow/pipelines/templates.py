@@ -1,7 +1,8 @@
 """Templates as units of work: create, replace, enable/disable, and starting a run.
 
 ``PipelineEngine.start`` refuses a disabled template with ``template_disabled``: the
-template is the switch, not its trigger (spec "Những mẫu xuất xưởng ở trạng thái tắt").
+template is the switch, not its trigger, so built-in templates can ship disabled and
+start nothing until an operator turns them on.
 """
 
 from __future__ import annotations
@@ -152,4 +153,32 @@ def start(
 def has_manual_trigger(conn: Connection, key: str) -> bool:
     return any(
         t["trigger_type"] == "manual" and t["is_enabled"] for t in tpl.list_triggers(conn, key)
+    )
+
+
+def start_manual(
+    conn: Connection,
+    key: str,
+    *,
+    inputs: dict[str, Any],
+    dedupe_key: str | None,
+    actor: str,
+    coerce_text: bool = False,
+) -> Started:
+    """Start a run by hand (API, admin pages, command line): only a template with an
+    enabled manual trigger may be run so."""
+    require(conn, key)
+    if not has_manual_trigger(conn, key):
+        raise PipelineError(
+            "manual_trigger_missing",
+            f"template {key} has no enabled manual trigger; it cannot be run by hand",
+        )
+    return start(
+        conn,
+        key,
+        trigger_type="manual",
+        inputs=inputs,
+        dedupe_key=dedupe_key,
+        actor=actor,
+        coerce_text=coerce_text,
     )

@@ -18,7 +18,7 @@ from sqlalchemy import (
     text,
 )
 
-from forgeflow.store.metadata import metadata
+from forgeflow.store.metadata import metadata as metadata  # re-exported: migrations read it here
 from forgeflow.store.types import JSONText, UTCDateTime
 
 ACTIVE_STATES_SQL = "state IN ('preparing', 'running', 'aborting')"

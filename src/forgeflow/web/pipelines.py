@@ -240,16 +240,9 @@ async def start_run(request: Request, posted: Post, key: str) -> Response:
     request_id = posted.form.get("requestId", "")
 
     def _start(conn: Connection, req: controls.ControlRequest) -> controls.Outcome:
-        templates.require(conn, key)
-        if not templates.has_manual_trigger(conn, key):
-            raise PipelineError(
-                "manual_trigger_missing",
-                f"template {key} has no enabled manual trigger; it cannot be run by hand",
-            )
-        started = templates.start(
+        started = templates.start_manual(
             conn,
             key,
-            trigger_type="manual",
             inputs=inputs,
             dedupe_key=f"request:{request_id}",
             actor=req.actor,
