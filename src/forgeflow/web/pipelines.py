@@ -110,9 +110,8 @@ async def run_list(
     status: str | None = None,
     offset: Offset = 0,
 ) -> Response:
-    params = {"template": opt(template), "status": opt(status)}
-    if params["status"] not in (None, *RUN_STATUSES):
-        params["status"] = None
+    chosen = opt(status)  # an unknown status shows every run rather than none
+    params = {"template": opt(template), "status": chosen if chosen in RUN_STATUSES else None}
 
     def _read(conn: Connection) -> dict[str, Any]:
         stamp = audit.change_marker(conn)
