@@ -32,7 +32,7 @@ def pipeline_task_id(key: str) -> str:
     return PIPELINE_TASK_PREFIX + hashlib.sha256(key.encode()).hexdigest()[:24]
 
 
-@dataclass(eq=False)  # compared and hashed by identity, as before
+@dataclass(eq=False)  # a service object: equal only to itself
 class StoreAgentDispatch:
     """AgentDispatchPort: agent work is an ordinary task in the tasks table, run by the
     scheduler like a mention; the task's last turn message is the final reply."""

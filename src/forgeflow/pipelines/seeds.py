@@ -1,7 +1,8 @@
 """The built-in templates (``builtin/*.yaml``, shipped in the wheel) and their seeding.
 
-Thirteen templates ship with forgeflow, eight of them disabled (spec "Những mẫu xuất
-xưởng ở trạng thái tắt"): the template is the switch, not its trigger. Every start
+Thirteen templates ship with forgeflow, eight of them disabled: a shipped template
+starts nothing until an operator turns it on, and the template is that switch, not its
+trigger. Every start
 reseeds them (:func:`seed_builtins`), and a reseed keeps what the user chose:
 
 - a missing built-in is created (``built_in``) with the triggers its file declares;
