@@ -12,15 +12,8 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 import forgeflow
-from forgeflow.cli_ops import doctor, gitea_app
-from forgeflow.config import (
-    ConfigError,
-    Role,
-    Settings,
-    capability_warnings,
-    load_settings,
-    sandbox_warning,
-)
+from forgeflow.cli_ops import ConfigOption, doctor, gitea_app, settings_or_exit
+from forgeflow.config import Role, Settings, capability_warnings, sandbox_warning
 from forgeflow.pipelines.cli import app as pipelines_app
 
 if TYPE_CHECKING:
@@ -35,18 +28,6 @@ app.add_typer(pipelines_app, name="pipelines")
 app.add_typer(gitea_app, name="gitea")
 app.command()(doctor)
 
-ConfigOption = Annotated[
-    Path | None, typer.Option("--config", help="TOML file; the environment wins over it.")
-]
-
-
-def _settings(config: Path | None, **overrides: object) -> Settings:
-    try:
-        return load_settings(config, **{k: v for k, v in overrides.items() if v is not None})
-    except ConfigError as exc:
-        typer.echo(f"forgeflow: invalid configuration: {exc}", err=True)
-        raise typer.Exit(2) from None
-
 
 @app.command()
 def version() -> None:
@@ -59,7 +40,7 @@ def migrate(config: ConfigOption = None) -> None:
     """Bring the database schema up to date and exit."""
     from forgeflow.store import Store
 
-    settings = _settings(config)
+    settings = settings_or_exit(config)
     store = Store(settings.resolved_database_url)
     try:
         store.migrate()
@@ -79,7 +60,7 @@ def serve(
     from forgeflow.logs import configure
     from forgeflow.services import WorkerIdInUse, build_services, ensure_admin_token
 
-    settings = _settings(config, host=host, port=port)
+    settings = settings_or_exit(config, host=host, port=port)
     configure(settings.log_level)
     for line in capability_warnings(settings):
         typer.echo(f"forgeflow: {line}", err=True)

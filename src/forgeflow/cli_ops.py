@@ -1,4 +1,10 @@
-"""Operator commands: ``forgeflow doctor`` and ``forgeflow gitea connect|disconnect``."""
+"""Operator commands: ``forgeflow doctor`` and ``forgeflow gitea connect|disconnect``,
+and the ``--config`` option every sub-command shares.
+
+The shared pieces live here, not in :mod:`forgeflow.cli`, so sub-command modules
+(``forgeflow.pipelines.cli`` too) never import the top-level command line that
+registers them.
+"""
 
 from __future__ import annotations
 
@@ -17,9 +23,10 @@ ConfigOption = Annotated[
 ]
 
 
-def _settings(config: Path | None) -> Settings:
+def settings_or_exit(config: Path | None, **overrides: object) -> Settings:
+    """The settings, or exit with status 2 and one line saying what is wrong."""
     try:
-        return load_settings(config)
+        return load_settings(config, **{k: v for k, v in overrides.items() if v is not None})
     except ConfigError as exc:
         typer.echo(f"forgeflow: invalid configuration: {exc}", err=True)
         raise typer.Exit(2) from None
@@ -29,7 +36,7 @@ def doctor(config: ConfigOption = None) -> None:
     """Check configuration, database, Gitea, Codex, gitea-mcp and disk, one line each."""
     from forgeflow.doctor import doctor as run
 
-    checks, code = run(_settings(config))
+    checks, code = run(settings_or_exit(config))
     for check in checks:
         typer.echo(check.line())
     raise typer.Exit(code)
@@ -67,7 +74,7 @@ def connect(
     from forgeflow.gitea import hooks
     from forgeflow.gitea.client import GiteaClient, GiteaError
 
-    s = _settings(config)
+    s = settings_or_exit(config)
     if s.webhook_secret is None:
         typer.echo("forgeflow: FORGEFLOW_WEBHOOK_SECRET is needed", err=True)
         raise typer.Exit(2)
@@ -116,7 +123,7 @@ def disconnect(
     from forgeflow.gitea import hooks
     from forgeflow.gitea.client import GiteaClient
 
-    s = _settings(config)
+    s = settings_or_exit(config)
     where = hooks.Target.parse(target)
     hook_url = _hook_url(s, url)
     client = _client(s)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import os
 from collections.abc import Callable
+from dataclasses import KW_ONLY, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -31,22 +32,16 @@ def pipeline_task_id(key: str) -> str:
     return PIPELINE_TASK_PREFIX + hashlib.sha256(key.encode()).hexdigest()[:24]
 
 
+@dataclass(eq=False)  # a service object: equal only to itself
 class StoreAgentDispatch:
     """AgentDispatchPort: agent work is an ordinary task in the tasks table, run by the
     scheduler like a mention; the task's last turn message is the final reply."""
 
-    def __init__(
-        self,
-        store: Store,
-        *,
-        workspace_root: str,
-        gitea: GiteaClient | None,
-        wake: Callable[[], None] | None = None,
-    ) -> None:
-        self.store = store
-        self.workspace_root = workspace_root
-        self.gitea = gitea
-        self.wake = wake
+    store: Store
+    _: KW_ONLY
+    workspace_root: str
+    gitea: GiteaClient | None
+    wake: Callable[[], None] | None = None
 
     async def create_space(self, resource: ResourceRef, mode: str, *, run_id: str) -> str:
         # chat is the mention workflow itself: the resource's own session and thread.

@@ -13,6 +13,8 @@ from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
 
+from forgeflow.cli_ops import ConfigOption, settings_or_exit
+
 if TYPE_CHECKING:
     from sqlalchemy import Connection
 
@@ -23,17 +25,12 @@ T = TypeVar("T")
 
 app = typer.Typer(no_args_is_help=True, help="Pipeline templates and runs.")
 
-ConfigOption = Annotated[
-    Path | None, typer.Option("--config", help="TOML file; the environment wins over it.")
-]
-
 
 def _write(config: Path | None, fn: Callable[[Connection], T]) -> T:
-    from forgeflow.cli import _settings
     from forgeflow.pipelines.runs import PipelineError
     from forgeflow.store import Store
 
-    store = Store(_settings(config).resolved_database_url)
+    store = Store(settings_or_exit(config).resolved_database_url)
     try:
         store.migrate()
         return store.db.write_sync(fn)
@@ -52,12 +49,12 @@ def _echo(value: Any) -> None:
 def list_templates(config: ConfigOption = None) -> None:
     """Templates with their switch and triggers."""
     from forgeflow.pipelines import views
-    from forgeflow.store import pipelines as q
+    from forgeflow.store import pipeline_templates as tpl
 
     def _read(conn: Connection) -> list[dict[str, Any]]:
         return [
-            views.template_json(r, q.list_triggers(conn, r["key"]), full=False)
-            for r in q.list_definitions(conn)
+            views.template_json(r, tpl.list_triggers(conn, r["key"]), full=False)
+            for r in tpl.list_definitions(conn)
         ]
 
     for t in _write(config, _read):
@@ -70,13 +67,14 @@ def list_templates(config: ConfigOption = None) -> None:
 def show(key: str, config: ConfigOption = None) -> None:
     """A template's definition, triggers and latest runs, as JSON."""
     from forgeflow.pipelines import templates, views
+    from forgeflow.store import pipeline_templates as tpl
     from forgeflow.store import pipelines as q
 
     def _read(conn: Connection) -> dict[str, Any]:
         row = templates.require(conn, key)
         recent, _ = q.list_runs(conn, template_key=key, limit=10)
         return {
-            **views.template_json(row, q.list_triggers(conn, key)),
+            **views.template_json(row, tpl.list_triggers(conn, key)),
             "recentRuns": [views.run_json(r, state=False) for r in recent],
         }
 
@@ -90,7 +88,7 @@ def apply(file: Path, config: ConfigOption = None) -> None:
     from forgeflow.pipelines.bodies import register_builtins
     from forgeflow.pipelines.definition import DefinitionError, load_definition, parse_document
     from forgeflow.pipelines.registry import PipelineBodyRegistry
-    from forgeflow.store import pipelines as q
+    from forgeflow.store import pipeline_templates as tpl
 
     registry = PipelineBodyRegistry()
     register_builtins(registry)
@@ -106,7 +104,7 @@ def apply(file: Path, config: ConfigOption = None) -> None:
     key = loaded.definition.key
 
     def _apply(conn: Connection) -> Any:
-        if q.get_definition(conn, key) is None:
+        if tpl.get_definition(conn, key) is None:
             return templates.create(conn, loaded, actor="cli")
         explicit = "enabled" in loaded.definition.model_fields_set
         enabled = loaded.definition.enabled if explicit else None
@@ -144,7 +142,6 @@ def run(
 ) -> None:
     """Start a run by hand; values are parsed by the declared input types."""
     from forgeflow.pipelines import templates
-    from forgeflow.pipelines.runs import PipelineError
 
     values: dict[str, Any] = {}
     for item in input or []:
@@ -155,13 +152,8 @@ def run(
         values[name] = value
 
     def _start(conn: Connection) -> Any:
-        templates.require(conn, key)
-        if not templates.has_manual_trigger(conn, key):
-            raise PipelineError(
-                "manual_trigger_missing", f"template {key} has no enabled manual trigger"
-            )
-        return templates.start(
-            conn, key, trigger_type="manual", inputs=values, actor="cli", coerce_text=True
+        return templates.start_manual(
+            conn, key, inputs=values, dedupe_key=None, actor="cli", coerce_text=True
         )
 
     started = _write(config, _start)

@@ -22,19 +22,16 @@ from typing import Any
 import structlog
 from sqlalchemy import Connection
 
-from forgeflow.pipelines import runs, steps, templates
+from forgeflow.pipelines import execution, recovery, runs, snapshots, steps, templates
 from forgeflow.pipelines.definition import NodeSpec
-from forgeflow.pipelines.kinds import NODE_ROW, TERMINAL_RUN_STATUSES, Code, RunStatus, StepKind
+from forgeflow.pipelines.kinds import NODE_ROW, TERMINAL_RUN_STATUSES, RunStatus
 from forgeflow.pipelines.ports import AgentDispatchPort, ChildRun, GiteaPort, Ports, WorkspacePort
 from forgeflow.pipelines.registry import (
     Done,
     PipelineBodyRegistry,
-    RunInfo,
-    StepContext,
     StepFailed,
     Suspend,
 )
-from forgeflow.pipelines.render import RenderError, TemplateRenderer
 from forgeflow.pipelines.runs import Parent, PipelineError, Started
 from forgeflow.redaction import redact_text
 from forgeflow.store import Store
@@ -45,15 +42,6 @@ from forgeflow.store.types import utcnow
 log = structlog.get_logger("forgeflow.pipelines")
 
 MAX_DEPTH = 8
-
-
-def routes_of(value: Any) -> tuple[str, ...]:
-    """The branch(es) a router's plain output chooses."""
-    if isinstance(value, str):
-        return (value,)
-    if isinstance(value, list | tuple) and all(isinstance(v, str) for v in value):
-        return tuple(value)
-    return ()
 
 
 class PipelineEngine:
@@ -249,15 +237,15 @@ class PipelineEngine:
                     task.cancel()
         await self._recover(startup=not self._started)
         self._started = True
-        for seen in await self.store.read(lambda c: steps.overdue(c, utcnow())):
-            await self._after(await self.store.write(partial(steps.expire, seen=seen)))
+        for seen in await self.store.read(lambda c: recovery.overdue(c, utcnow())):
+            await self._after(await self.store.write(partial(recovery.expire, seen=seen)))
 
     async def _recover(self, *, startup: bool) -> None:
         # Read first (on SQLite every write transaction takes the one write lock), then
         # one transaction per step, so each locks only its own run.
         now = utcnow()
         for seen in await self.store.read(q.claimed_steps):
-            if not steps.abandoned(
+            if not recovery.abandoned(
                 seen,
                 owner=self.owner,
                 node_prefix=self.node_prefix,
@@ -266,7 +254,7 @@ class PipelineEngine:
                 executing=frozenset(self._tasks),
             ):
                 continue
-            run = await self.store.write(partial(steps.recover, seen=seen))
+            run = await self.store.write(partial(recovery.recover, seen=seen))
             if run is not None:
                 log.info("pipeline.recover", run_id=run["run_id"], step_id=seen["step_id"])
             await self._after(run)
@@ -312,85 +300,25 @@ class PipelineEngine:
 
     # -- one execution ------------------------------------------------------------------
 
-    def _context(self, run: Row, node: NodeSpec, step: Row) -> dict[str, Any]:
-        context = dict(run["state"])
-        context["run"] = {
-            "id": run["run_id"],
-            "templateKey": run["template_key"],
-            "triggerType": run["trigger_type"],
-            "eventType": run["event_type"],
-            "parentRunId": run["parent_run_id"],
-        }
-        if step["item_index"] != NODE_ROW:
-            context[str(node.extras.get("itemKey") or "item")] = step["item"]
-            context["itemIndex"] = step["item_index"]
-        return context
-
     async def _execute(self, step: Row, run: Row) -> None:
-        node = runs.definition_of(run).node(step["step_id"])
-        context = self._context(run, node, step)
-        renderer = TemplateRenderer(
-            allow_unresolved=node.extras.get("allowUnresolvedPlaceholders") is True
-        )
-        try:
-            inputs = renderer.render(node.inputs, context)
-        except RenderError as exc:
-            await self._fail(step, node, exc.code, str(exc), retryable=False)
+        node = snapshots.definition_of(run).node(step["step_id"])
+        prepared = execution.prepare(run, node, step, self.registry, self.ports)
+        if isinstance(prepared, execution.Failed):
+            await self._fail(step, node, prepared)
             return
-        body = self.registry.get(step["body_key"] or "")
-        if body is None:
-            message = f"no body is registered under {step['body_key']!r}"
-            await self._fail(step, node, Code.UNREGISTERED_BODY, message, retryable=False)
-            return
-        suspend = step["suspend"] if step["suspended_at"] is not None else None
-        ctx = StepContext(
-            run=RunInfo(
-                run["run_id"],
-                run["template_key"],
-                run["trigger_type"],
-                run["event_type"],
-                run["parent_run_id"],
-            ),
-            step_id=step["step_id"],
-            kind=node.kind,
-            item_index=None if step["item_index"] == NODE_ROW else step["item_index"],
-            attempt=step["attempt"],
-            inputs=inputs,
-            extras=dict(node.extras),
-            state=run["state"],
-            ports=self.ports,
-            item=step["item"],
-            resume=(suspend or {}).get("data"),
-            renderer=renderer,
-            context=context,
-        )
-        timeout = node.extras.get("timeoutSeconds")
-        try:
-            async with asyncio.timeout(float(timeout) if timeout else None):
-                result = await body(ctx)
-        except StepFailed as exc:
-            await self._fail(step, node, exc.code, str(exc), retryable=exc.retryable, inputs=inputs)
-            return
-        except PipelineError as exc:
-            await self._fail(step, node, exc.code, exc.message, retryable=False, inputs=inputs)
-            return
-        except TimeoutError:
-            message = f"the body did not finish within {timeout}s"
-            await self._fail(step, node, Code.STEP_TIMEOUT, message, retryable=True, inputs=inputs)
-            return
-        except Exception as exc:
-            message = f"{type(exc).__name__}: {exc}"
-            await self._fail(step, node, Code.BODY_ERROR, message, retryable=True, inputs=inputs)
-            return
-        if isinstance(result, Suspend):
+        inputs = prepared.ctx.inputs
+        outcome = await execution.call(prepared)
+        if isinstance(outcome, execution.Failed):
+            await self._fail(step, node, outcome, inputs=inputs)
+        elif isinstance(outcome, Suspend):
             await self.store.write(
-                partial(steps.suspend, seen=step, s=result, input_snapshot=inputs)
+                partial(steps.suspend, seen=step, s=outcome, input_snapshot=inputs)
             )
             self.wake()  # the loop's next sleep must end by the step's wake-up time
-            return
-        done = result if isinstance(result, Done) else Done(output=result)
-        if node.kind is StepKind.ROUTER and done.routes is None:
-            done = Done(done.output, routes_of(done.output), done.input_tokens, done.output_tokens)
+        else:
+            await self._succeed(step, outcome, inputs)
+
+    async def _succeed(self, step: Row, done: Done, inputs: Any) -> None:
         # What this success made runnable is claimed in the same transaction and
         # started here; the loop is only woken when something is left for its round.
         limit = 0 if self._stopping else self.max_parallel - len(self._tasks)
@@ -410,23 +338,16 @@ class PipelineEngine:
         await self._after(after, wake=left or not claimed)
 
     async def _fail(
-        self,
-        step: Row,
-        node: NodeSpec,
-        code: str,
-        message: str,
-        *,
-        retryable: bool,
-        inputs: Any = None,
+        self, step: Row, node: NodeSpec, failed: execution.Failed, *, inputs: Any = None
     ) -> None:
         retry_at = None
-        if retryable and node.retry is not None and step["attempt"] < node.attempts:
+        if failed.retryable and node.retry is not None and step["attempt"] < node.attempts:
             retry_at = utcnow() + timedelta(seconds=node.retry.delay(step["attempt"]))
         log.info(
             "pipeline.step_failed",
             run_id=step["run_id"],
             step_id=step["step_id"],
-            code=code,
+            code=failed.code,
             attempt=step["attempt"],
             retry=retry_at is not None,
         )
@@ -434,8 +355,8 @@ class PipelineEngine:
             partial(
                 steps.fail,
                 seen=step,
-                code=code,
-                error=redact_text(message)[:4000],
+                code=failed.code,
+                error=redact_text(failed.message)[:4000],
                 retry_at=retry_at,
                 input_snapshot=inputs,
             )

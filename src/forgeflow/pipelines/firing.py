@@ -26,6 +26,7 @@ from forgeflow.pipelines import templates
 from forgeflow.pipelines.runs import PipelineError, Started
 from forgeflow.pipelines.schedules import InvalidSchedule, next_fire
 from forgeflow.store import audit, events
+from forgeflow.store import pipeline_templates as tpl
 from forgeflow.store import pipelines as q
 from forgeflow.store import triggers as tq
 from forgeflow.store.types import iso
@@ -74,7 +75,7 @@ def inputs_from(conn: Connection, template_key: str, source: dict[str, Any]) -> 
     given = source.get("inputs")
     if isinstance(given, dict):
         return given
-    row = q.get_definition(conn, template_key)
+    row = tpl.get_definition(conn, template_key)
     if row is None:
         return {}
     names = [i.name for i in templates.definition(row).inputs]

@@ -9,7 +9,7 @@ from enum import StrEnum
 
 
 class StepKind(StrEnum):
-    """When a step becomes runnable relative to its upstream steps (spec "kind")."""
+    """When a step becomes runnable relative to its upstream steps (a node's ``kind``)."""
 
     TRIGGER = "trigger"
     LISTEN = "listen"

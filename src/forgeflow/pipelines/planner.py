@@ -19,17 +19,11 @@ start this run) or *pending*. Then, per kind:
 
 A run also ends when nothing is open any more (succeeded), or when a step failed
 without ``continueOnFail`` (failed).
-
-:func:`plan` is the reference: it looks at every node. After each unit of work the
-run's steps are at its fixpoint (it has nothing more to say), so when one node row
-then succeeds only the edges leaving it change, and :func:`plan_success` answers from
-that node's successors alone (the per-step path); whatever it cannot answer so
-(:func:`live_successors` gives None) goes back to :func:`plan`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Set
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import Enum
 
@@ -89,36 +83,57 @@ def start_node(d: PipelineDefinition, trigger_type: str, event_type: str | None)
     return None
 
 
-def _done(node: NodeSpec, st: NodeState) -> bool:
-    return st.status is S.SUCCEEDED or (st.status is S.FAILED and node.continueOnFail)
+Incoming = Mapping[str, list[tuple[str, str | None]]]
+
+
+def _edge(source: NodeSpec, st: NodeState, route: str | None) -> Edge:
+    """The state of an edge out of ``source`` (whose row is ``st``), taken when the
+    source chose ``route`` (None: an edge that is not a router's branch)."""
+    if st.status in (S.SKIPPED, S.CANCELLED):
+        return Edge.DEAD
+    if st.status is S.SUCCEEDED or (st.status is S.FAILED and source.continueOnFail):
+        return Edge.LIVE if route is None or route in st.routes else Edge.DEAD
+    if st.status is S.FAILED:
+        return Edge.DEAD
+    return Edge.PENDING
 
 
 def plan(d: PipelineDefinition, start: str, states: Mapping[str, NodeState]) -> Plan:
     """Decide the next transitions from the current node states (missing = pending)."""
-    nodes = {n.id: n for n in d.nodes}
     status = {n.id: states.get(n.id, NodeState()) for n in d.nodes}
-    incoming: dict[str, list[tuple[str, str | None]]] = {n.id: [] for n in d.nodes}
-    for e in d.edges:
-        incoming[e.to].append((e.source, e.routeKey))
-
-    def edge(source: str, route: str | None) -> Edge:
-        st = status[source]
-        if st.status in (S.SKIPPED, S.CANCELLED):
-            return Edge.DEAD
-        if _done(nodes[source], st):
-            if route is None or route in st.routes:
-                return Edge.LIVE
-            return Edge.DEAD
-        if st.status is S.FAILED:
-            return Edge.DEAD
-        return Edge.PENDING
-
     failed = tuple(
         n.id for n in d.nodes if status[n.id].status is S.FAILED and not n.continueOnFail
     )
     if failed:
         return Plan(outcome=RunStatus.FAILED, failed=failed)
+    incoming: dict[str, list[tuple[str, str | None]]] = {n.id: [] for n in d.nodes}
+    for e in d.edges:
+        incoming[e.to].append((e.source, e.routeKey))
+    skip = _skip(d, start, status, incoming)
+    ready, reached = _released(d, start, status, incoming)
+    items_ready, foreach_done = _foreach(d, status)
+    terminal_done = any(
+        n.kind is StepKind.TERMINAL and status[n.id].status is S.SUCCEEDED for n in d.nodes
+    )
+    quiet = not (ready or items_ready or foreach_done) and not any(
+        status[n.id].status in OPEN_STEP_STATUSES for n in d.nodes
+    )
+    return Plan(
+        ready=ready,
+        skip=skip,
+        items_ready=items_ready,
+        foreach_done=foreach_done,
+        reached=reached,
+        outcome=RunStatus.SUCCEEDED if reached or terminal_done or quiet else None,
+    )
 
+
+def _skip(
+    d: PipelineDefinition, start: str, status: dict[str, NodeState], incoming: Incoming
+) -> tuple[str, ...]:
+    """The pending nodes no live branch can reach any more, taken to the fixpoint (each
+    skip may kill the edges out of it); ``status`` is updated to match."""
+    nodes = {n.id: n for n in d.nodes}
     skip: list[str] = []
     changed = True
     while changed:
@@ -131,12 +146,19 @@ def plan(d: PipelineDefinition, start: str, states: Mapping[str, NodeState]) -> 
             elif n.kind is StepKind.JOIN:
                 dead = False
             else:
-                dead = all(edge(s, r) is Edge.DEAD for s, r in incoming[n.id])
+                dead = all(_edge(nodes[s], status[s], r) is Edge.DEAD for s, r in incoming[n.id])
             if dead:
                 skip.append(n.id)
                 status[n.id] = NodeState(S.SKIPPED)
                 changed = True
+    return tuple(skip)
 
+
+def _released(
+    d: PipelineDefinition, start: str, status: Mapping[str, NodeState], incoming: Incoming
+) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The pending nodes that may run now, and the terminals reached."""
+    nodes = {n.id: n for n in d.nodes}
     ready: list[str] = []
     reached: list[str] = []
     for n in d.nodes:
@@ -145,31 +167,12 @@ def plan(d: PipelineDefinition, start: str, states: Mapping[str, NodeState]) -> 
         if n.kind is StepKind.TRIGGER:
             is_ready = n.id == start
         else:
-            edges = [edge(s, r) for s, r in incoming[n.id]]
+            edges = [_edge(nodes[s], status[s], r) for s, r in incoming[n.id]]
             settled = Edge.PENDING not in edges
             is_ready = settled and (n.kind is StepKind.JOIN or Edge.LIVE in edges)
         if is_ready:
             (reached if n.kind is StepKind.TERMINAL else ready).append(n.id)
-
-    items_ready, foreach_done = _foreach(d, status)
-
-    outcome = None
-    terminal_done = any(
-        n.kind is StepKind.TERMINAL and status[n.id].status is S.SUCCEEDED for n in d.nodes
-    )
-    quiet = not (ready or items_ready or foreach_done) and not any(
-        status[n.id].status in OPEN_STEP_STATUSES for n in d.nodes
-    )
-    if reached or terminal_done or quiet:
-        outcome = RunStatus.SUCCEEDED
-    return Plan(
-        ready=tuple(ready),
-        skip=tuple(skip),
-        items_ready=items_ready,
-        foreach_done=foreach_done,
-        reached=tuple(reached),
-        outcome=outcome,
-    )
+    return tuple(ready), tuple(reached)
 
 
 def _foreach(
@@ -201,92 +204,6 @@ def _foreach(
                 items_ready.append((n.id, index))
                 active += 1
     return tuple(items_ready), tuple(done)
-
-
-@dataclass(frozen=True, slots=True)
-class Graph:
-    """A definition's DAG as look-ups, built once per definition (it never changes
-    within a run version)."""
-
-    nodes: Mapping[str, NodeSpec]
-    out: Mapping[str, tuple[tuple[str, str | None], ...]]
-    upstream: Mapping[str, frozenset[str]]
-
-    @classmethod
-    def of(cls, d: PipelineDefinition) -> Graph:
-        out: dict[str, list[tuple[str, str | None]]] = {n.id: [] for n in d.nodes}
-        up: dict[str, set[str]] = {n.id: set() for n in d.nodes}
-        for e in d.edges:
-            out[e.source].append((e.to, e.routeKey))
-            up[e.to].add(e.source)
-        return cls(
-            {n.id: n for n in d.nodes},
-            {k: tuple(v) for k, v in out.items()},
-            {k: frozenset(v) for k, v in up.items()},
-        )
-
-
-# Keyed by id() with the definition kept in the entry (a pydantic model with list
-# fields is not hashable); runs share their parsed definition through runs' cache.
-_GRAPHS: dict[int, tuple[PipelineDefinition, Graph]] = {}
-
-
-def graph_of(d: PipelineDefinition) -> Graph:
-    entry = _GRAPHS.get(id(d))
-    if entry is None or entry[0] is not d:
-        if len(_GRAPHS) > 1024:
-            _GRAPHS.clear()
-        entry = _GRAPHS[id(d)] = (d, Graph.of(d))
-    return entry[1]
-
-
-def live_successors(g: Graph, finished: str, routes: Set[str]) -> tuple[str, ...] | None:
-    """The nodes the success of ``finished`` may release, or None when the full
-    :func:`plan` must decide: an edge out of it died (skips propagate from there) or
-    it has no successor (the run may have gone quiet)."""
-    out = g.out[finished]
-    if not out:
-        return None
-    successors: list[str] = []
-    for to, route in out:
-        if route is not None and route not in routes:
-            return None
-        if to not in successors:
-            successors.append(to)
-    return tuple(successors)
-
-
-def waiting_on(g: Graph, finished: str, successors: tuple[str, ...]) -> frozenset[str]:
-    """The other upstream nodes whose status decides whether the successors run."""
-    others: set[str] = set()
-    for s in successors:
-        others |= g.upstream[s]
-    others.discard(finished)
-    return frozenset(others)
-
-
-def plan_success(
-    g: Graph, finished: str, successors: tuple[str, ...], still_open: Set[str]
-) -> Plan:
-    """:func:`plan` after node ``finished`` succeeded in a run at the planner's
-    fixpoint, from its live successors (:func:`live_successors`) and which of their
-    other upstream nodes are still open.
-
-    Its edge to each successor is live, so a successor is never skipped, and it runs
-    (a terminal is reached) once no other upstream is open — for a join as for any
-    other kind. A successor still waiting is pending, so the run is not quiet.
-    """
-    ready: list[str] = []
-    reached: list[str] = []
-    for s in successors:
-        if (g.upstream[s] - {finished}) & still_open:
-            continue
-        (reached if g.nodes[s].kind is StepKind.TERMINAL else ready).append(s)
-    return Plan(
-        ready=tuple(ready),
-        reached=tuple(reached),
-        outcome=RunStatus.SUCCEEDED if reached else None,
-    )
 
 
 def has_slot(limit: int, running: int) -> bool:

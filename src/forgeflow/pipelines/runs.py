@@ -8,16 +8,14 @@ and serialised per run. :func:`advance` is the one place that applies the planne
 
 from __future__ import annotations
 
-import threading
 import uuid
-from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import Connection
 
-from forgeflow.pipelines import state as bag
-from forgeflow.pipelines.definition import NodeSpec, PipelineDefinition
+from forgeflow.pipelines import nodes, snapshots
+from forgeflow.pipelines.definition import PipelineDefinition
 from forgeflow.pipelines.kinds import (
     NODE_ROW,
     TERMINAL_RUN_STATUSES,
@@ -60,54 +58,6 @@ class Parent:
     item_index: int
 
 
-# A run's definition is a snapshot taken at its start and never changes: parse it once.
-# Units of work run on several database threads, hence the lock.
-_DEFINITIONS: OrderedDict[str, PipelineDefinition] = OrderedDict()
-_DEFINITIONS_LOCK = threading.Lock()
-
-
-# Where :func:`lock` puts the parsed snapshot on a run row read without its definition.
-_SNAPSHOT = "_definition"
-
-
-def lock(conn: Connection, run_id: str) -> Row | None:
-    """:func:`store.pipelines.lock_run`, without fetching and decoding the definition
-    snapshot again when it is parsed already (it is the largest column of the row and
-    it never changes)."""
-    with _DEFINITIONS_LOCK:
-        cached = _DEFINITIONS.get(run_id)
-    run = q.lock_run(conn, run_id, definition=cached is None)
-    if run is not None and cached is not None:
-        run[_SNAPSHOT] = cached
-    return run
-
-
-def definition_of(run: Row) -> PipelineDefinition:
-    """The run's own snapshot of its definition."""
-    snapshot = run.get(_SNAPSHOT)
-    if isinstance(snapshot, PipelineDefinition):
-        return snapshot
-    with _DEFINITIONS_LOCK:
-        cached = _DEFINITIONS.get(run["run_id"])
-    if cached is None:
-        cached = PipelineDefinition.model_validate(run["definition"])
-        with _DEFINITIONS_LOCK:
-            _DEFINITIONS[run["run_id"]] = cached
-            if len(_DEFINITIONS) > 1024:
-                _DEFINITIONS.popitem(last=False)
-    return cached
-
-
-def definition_for(conn: Connection, run_id: str) -> PipelineDefinition | None:
-    """A run's definition, reading the run row only when it is not cached yet."""
-    with _DEFINITIONS_LOCK:
-        cached = _DEFINITIONS.get(run_id)
-    if cached is not None:
-        return cached
-    run = q.get_run(conn, run_id)
-    return None if run is None else definition_of(run)
-
-
 def audit_run(conn: Connection, action: str, run: Row, actor: str = "system", **meta: Any) -> None:
     audit.append(
         conn,
@@ -139,6 +89,33 @@ def create_run(
         existing = q.run_by_dedupe(conn, dedupe_key)
         if existing is not None:
             return Started(existing, False)
+    values = _run_row(
+        definition,
+        _start_of(definition, trigger_type, event_type),
+        trigger_type=trigger_type,
+        event_type=event_type,
+        inputs=inputs or {},
+        event=event or {},
+        dedupe_key=dedupe_key,
+        actor=actor,
+        parent=parent,
+    )
+    if not q.insert_run(conn, values):
+        # Another transaction used the dedupe key between the look-up and the insert.
+        existing = q.run_by_dedupe(conn, dedupe_key or "")
+        assert existing is not None
+        return Started(existing, False)
+    run_id = values["run_id"]
+    q.insert_steps(conn, [nodes.pending_row(run_id, n) for n in definition.nodes])
+    run = q.get_run(conn, run_id)
+    assert run is not None
+    audit_run(
+        conn, "pipeline.run.start", run, actor, triggerType=trigger_type, eventType=event_type
+    )
+    return Started(advance(conn, run_id) or run, True)
+
+
+def _start_of(definition: PipelineDefinition, trigger_type: str, event_type: str | None) -> str:
     start = start_node(definition, trigger_type, event_type)
     if start is None:
         raise PipelineError(
@@ -146,9 +123,25 @@ def create_run(
             f"template {definition.key} has no trigger node for a {trigger_type} "
             f"run{f' of {event_type}' if event_type else ''}",
         )
-    run_id = f"run-{uuid.uuid4().hex}"
-    values = {
-        "run_id": run_id,
+    return start
+
+
+def _run_row(
+    definition: PipelineDefinition,
+    start: str,
+    *,
+    trigger_type: str,
+    event_type: str | None,
+    inputs: dict[str, Any],
+    event: dict[str, Any],
+    dedupe_key: str | None,
+    actor: str,
+    parent: Parent | None,
+) -> Row:
+    """A new run's row: the definition's snapshot, and a state bag holding the inputs
+    and the event that started it (secrets redacted before they are stored)."""
+    return {
+        "run_id": f"run-{uuid.uuid4().hex}",
         "template_key": definition.key,
         "definition_version": definition.version,
         "definition": definition.to_json(),
@@ -157,38 +150,13 @@ def create_run(
         "event_type": event_type,
         "dedupe_key": dedupe_key,
         "start_step_id": start,
-        "inputs": redact(inputs or {}),
-        "state": redact({"inputs": inputs or {}, "event": event or {}}),
+        "inputs": redact(inputs),
+        "state": redact({"inputs": inputs, "event": event}),
         "created_by": actor,
         "parent_run_id": parent.run_id if parent else None,
         "parent_step_id": parent.step_id if parent else None,
         "parent_item_index": parent.item_index if parent else None,
     }
-    if not q.insert_run(conn, values):
-        existing = q.run_by_dedupe(conn, dedupe_key or "")
-        assert existing is not None
-        return Started(existing, False)
-    q.insert_steps(
-        conn,
-        [
-            {
-                "run_id": run_id,
-                "step_id": n.id,
-                "item_index": NODE_ROW,
-                "kind": n.kind.value,
-                "body_key": n.body,
-                "status": S.PENDING.value,
-            }
-            for n in definition.nodes
-        ],
-    )
-    run = q.get_run(conn, run_id)
-    assert run is not None
-    audit_run(
-        conn, "pipeline.run.start", run, actor, triggerType=trigger_type, eventType=event_type
-    )
-    run = advance(conn, run_id) or run
-    return Started(run, True)
 
 
 def _node_states(d: PipelineDefinition, rows: list[Row]) -> dict[str, NodeState]:
@@ -217,21 +185,20 @@ def advance(conn: Connection, run_id: str, *, locked: Row | None = None) -> Row 
     ``locked``: the run row as this transaction holds it (locked and current), so it
     is not read again.
     """
-    run = locked if locked is not None else lock(conn, run_id)
+    run = locked if locked is not None else snapshots.lock(conn, run_id)
     if run is None or run["status"] != RunStatus.RUNNING:
         return run
-    d = definition_of(run)
+    d = snapshots.definition_of(run)
     for _ in range(4 * len(d.nodes) + 8):
         rows = q.plan_rows(conn, run_id)
-        nodes = {r["step_id"]: r for r in rows if r["item_index"] == NODE_ROW}
+        # Each node's own row (not its forEach items), by step id.
+        own = {r["step_id"]: r for r in rows if r["item_index"] == NODE_ROW}
         p = plan(d, run["start_step_id"], _node_states(d, rows))
         now = utcnow()
         for sid in p.skip:
-            q.update_step(conn, nodes[sid], status=S.SKIPPED.value, finished_at=now)
+            q.update_step(conn, own[sid], status=S.SKIPPED.value, finished_at=now)
         for sid in p.reached:
-            q.update_step(
-                conn, nodes[sid], status=S.SUCCEEDED.value, started_at=now, finished_at=now
-            )
+            q.update_step(conn, own[sid], status=S.SUCCEEDED.value, started_at=now, finished_at=now)
         if p.outcome is not None:
             return finish_run(conn, run, p.outcome, failed=p.failed)
         if p.empty:
@@ -243,120 +210,19 @@ def advance(conn: Connection, run_id: str, *, locked: Row | None = None) -> Row 
         for sid in p.ready:
             node = d.node(sid)
             if node.kind is StepKind.FOREACH:
-                run = _expand(conn, run, node, nodes[sid])
+                run = nodes.expand(conn, run, node, own[sid])
                 again = True
             else:
-                q.update_step(conn, nodes[sid], status=S.RUNNABLE.value, next_attempt_at=None)
+                q.update_step(conn, own[sid], status=S.RUNNABLE.value, next_attempt_at=None)
         by_key = {(r["step_id"], r["item_index"]): r for r in rows}
         for sid, index in p.items_ready:
             q.update_step(conn, by_key[(sid, index)], status=S.RUNNABLE.value)
         for sid, ok in p.foreach_done:
             items = q.items_of(conn, run_id, sid)
-            run = _settle_foreach(conn, run, d.node(sid), nodes[sid], items, ok)
+            run = nodes.settle_foreach(conn, run, d.node(sid), own[sid], items, ok)
         if not again:
             break
     return run
-
-
-def write_output(run: Row, node: NodeSpec, value: Any) -> dict[str, Any]:
-    """The run's state with a step's output reduced under its ``outputKey``."""
-    state: dict[str, Any] = run["state"]
-    if node.outputKey is None or value is None:
-        return state
-    return bag.write(
-        state, node.outputKey, redact(value), definition_of(run).reducer(node.outputKey)
-    )
-
-
-def fail_node(conn: Connection, run: Row, node: NodeSpec, row: Row, code: str, error: str) -> Row:
-    """Mark a node failed; with ``continueOnFail`` its error goes to ``_stepErrors``."""
-    error = redact(error)
-    q.update_step(
-        conn,
-        row,
-        status=S.FAILED.value,
-        error_code=code,
-        error=error,
-        finished_at=utcnow(),
-        claimed_by=None,
-        lease_expires_at=None,
-        next_attempt_at=None,
-    )
-    if node.continueOnFail and row["item_index"] == NODE_ROW:
-        run = q.update_run(conn, run, state=bag.record_error(run["state"], node.id, error))
-    return run
-
-
-def _expand(conn: Connection, run: Row, node: NodeSpec, row: Row) -> Row:
-    key = str(node.extras["iterableKey"])
-    items = bag.lookup(run["state"], key)
-    if not isinstance(items, list):
-        got = "nothing" if items is bag.MISSING else type(items).__name__
-        return fail_node(
-            conn, run, node, row, Code.FOREACH_NOT_A_LIST, f"state key {key!r} is {got}, not a list"
-        )
-    now = utcnow()
-    if not items:
-        try:
-            state = write_output(run, node, [])
-        except bag.ReducerError as exc:
-            return fail_node(conn, run, node, row, Code.REDUCER_ERROR, str(exc))
-        q.update_step(
-            conn, row, status=S.SUCCEEDED.value, output=[], started_at=now, finished_at=now
-        )
-        return q.update_run(conn, run, state=state)
-    q.insert_steps(
-        conn,
-        [
-            {
-                "run_id": run["run_id"],
-                "step_id": node.id,
-                "item_index": i,
-                "kind": node.kind.value,
-                "body_key": node.body,
-                "status": S.PENDING.value,
-                "item": value,
-            }
-            for i, value in enumerate(items)
-        ],
-    )
-    q.update_step(conn, row, status=S.RUNNING.value, started_at=now)
-    return run
-
-
-def _settle_foreach(
-    conn: Connection, run: Row, node: NodeSpec, row: Row, items: list[Row], ok: bool
-) -> Row:
-    now = utcnow()
-    if ok:
-        outputs = [r["output"] for r in items]
-        q.update_step(conn, row, status=S.SUCCEEDED.value, output=outputs, finished_at=now)
-        try:
-            return q.update_run(conn, run, state=write_output(run, node, outputs))
-        except bag.ReducerError as exc:
-            return fail_node(conn, run, node, row, Code.REDUCER_ERROR, str(exc))
-    _close_open(conn, items, now)
-    bad = next((r for r in items if r["status"] == S.FAILED), None)
-    code = bad["error_code"] if bad else Code.CANCELLED
-    error = f"item {bad['item_index']}: {bad['error']}" if bad else "items did not finish"
-    return fail_node(conn, run, node, q.get_step(conn, StepKey.of(row)) or row, code, error)
-
-
-def _close_open(conn: Connection, rows: list[Row], now: Any) -> None:
-    for r in rows:
-        if r["status"] in (S.PENDING, S.RUNNABLE):
-            q.update_step(conn, r, status=S.SKIPPED.value, finished_at=now, next_attempt_at=None)
-        elif r["status"] in (S.RUNNING, S.SUSPENDED):
-            q.update_step(
-                conn,
-                r,
-                status=S.CANCELLED.value,
-                error_code=Code.RUN_ENDED,
-                finished_at=now,
-                claimed_by=None,
-                lease_expires_at=None,
-                next_attempt_at=None,
-            )
 
 
 def finish_run(
@@ -376,7 +242,7 @@ def finish_run(
         first = next(r for r in rows if r["step_id"] == failed[0] and r["item_index"] == NODE_ROW)
         error_code = first["error_code"] or Code.UPSTREAM_FAILED
         error = f"step {failed[0]} failed: {first['error']}"
-    _close_open(conn, rows, now)
+    nodes.close_open(conn, rows, now)
     run = q.update_run(
         conn,
         run,

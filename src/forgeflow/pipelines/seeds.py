@@ -1,7 +1,8 @@
 """The built-in templates (``builtin/*.yaml``, shipped in the wheel) and their seeding.
 
-Thirteen templates ship with forgeflow, eight of them disabled (spec "Những mẫu xuất
-xưởng ở trạng thái tắt"): the template is the switch, not its trigger. Every start
+Thirteen templates ship with forgeflow, eight of them disabled: a shipped template
+starts nothing until an operator turns it on, and the template is that switch, not its
+trigger. Every start
 reseeds them (:func:`seed_builtins`), and a reseed keeps what the user chose:
 
 - a missing built-in is created (``built_in``) with the triggers its file declares;
@@ -42,6 +43,7 @@ from forgeflow.pipelines.definition import (
     parse_document,
 )
 from forgeflow.store import Store, audit
+from forgeflow.store import pipeline_templates as tpl
 from forgeflow.store import pipelines as q
 
 log = structlog.get_logger("forgeflow.pipelines")
@@ -122,7 +124,7 @@ def _reconcile_triggers(
     conn: Connection, key: str, shipped: list[TriggerSpec], previous: list[TriggerSpec] | None
 ) -> None:
     """Trigger rows after a seed; ``previous`` None means the template is new."""
-    rows = {(r["trigger_type"], r["event_type"]): r for r in q.list_triggers(conn, key)}
+    rows = {(r["trigger_type"], r["event_type"]): r for r in tpl.list_triggers(conn, key)}
     before = None if previous is None else {_ident(t) for t in previous}
     wanted = {_ident(t): t for t in shipped}
     for ident, t in wanted.items():
@@ -131,7 +133,7 @@ def _reconcile_triggers(
         if row is None:
             if before is not None and ident in before and not forced:
                 continue  # shipped before and its row is gone: the user removed it
-            q.insert_trigger(
+            tpl.insert_trigger(
                 conn,
                 key,
                 trigger_type=ident[0],
@@ -151,10 +153,10 @@ def _reconcile_triggers(
             # schedule whose next fire time is unset).
             values.update(is_enabled=True, next_fire_at=None)
         if values:
-            q.update_trigger(conn, row["trigger_id"], **values)
+            tpl.update_trigger(conn, row["trigger_id"], **values)
     for ident in (before or set()) - wanted.keys():
         if ident in rows:
-            q.delete_trigger(conn, rows[ident]["trigger_id"])
+            tpl.delete_trigger(conn, rows[ident]["trigger_id"])
 
 
 def _audit(conn: Connection, key: str, outcome: str, version: int) -> None:
@@ -172,7 +174,7 @@ def seed_template(conn: Connection, loaded: Loaded) -> str:
     """Seed one built-in (a unit of work): ``created``, ``updated``, ``unchanged`` or
     ``skipped`` (a user's own template holds the key)."""
     d = loaded.definition
-    inserted = q.insert_definition(
+    inserted = tpl.insert_definition(
         conn,
         key=d.key,
         name=d.name,
@@ -181,7 +183,7 @@ def seed_template(conn: Connection, loaded: Loaded) -> str:
         is_enabled=d.enabled,
         built_in=True,
     )
-    row = q.lock_definition(conn, d.key)
+    row = tpl.lock_definition(conn, d.key)
     assert row is not None
     if inserted:
         _reconcile_triggers(conn, d.key, d.triggers, None)
@@ -197,7 +199,7 @@ def seed_template(conn: Connection, loaded: Loaded) -> str:
     version = max(d.version, row["version"] + 1)
     new = d.model_copy(update={"version": version, "enabled": row["is_enabled"]})
     # The row is locked: the compare-and-swap on its revision cannot lose.
-    updated = q.update_definition(
+    updated = tpl.update_definition(
         conn, d.key, row["revision"], name=new.name, version=version, definition=new.to_json()
     )
     assert updated

@@ -1,5 +1,5 @@
-"""A step's moves as units of work: claim, succeed, suspend, fail, gate decisions,
-and the two safety catches (interrupted non-idempotent steps, long suspensions).
+"""A step's moves as units of work: claim, succeed, suspend, fail, gate decisions (the
+safety catches for dead executors and long suspensions are in :mod:`.recovery`).
 
 Every move takes the run row lock first, then compare-and-swaps the step row on its
 version: a result for a row that moved on (cancelled, recovered, decided) is dropped.
@@ -14,8 +14,9 @@ from typing import Any
 
 from sqlalchemy import Connection
 
-from forgeflow.pipelines import runs
+from forgeflow.pipelines import nodes, runs, snapshots
 from forgeflow.pipelines import state as bag
+from forgeflow.pipelines.definition import NodeSpec
 from forgeflow.pipelines.kinds import NODE_ROW, Code, RunStatus, StepKind, StepStatus
 from forgeflow.pipelines.planner import has_slot, over_budget
 from forgeflow.pipelines.registry import Done, Suspend
@@ -34,9 +35,9 @@ class Claimed:
     run: Row
 
 
-def _current(conn: Connection, seen: Row) -> tuple[Row, Row] | None:
+def current_rows(conn: Connection, seen: Row) -> tuple[Row, Row] | None:
     """The run (locked) and the step row, if the step is still as the caller saw it."""
-    run = runs.lock(conn, seen["run_id"])
+    run = snapshots.lock(conn, seen["run_id"])
     if run is None or run["status"] != RunStatus.RUNNING:
         return None
     row = q.get_step(conn, StepKey.of(seen))
@@ -47,7 +48,7 @@ def _current(conn: Connection, seen: Row) -> tuple[Row, Row] | None:
 
 def claim(conn: Connection, seen: Row, *, owner: str, ttl: timedelta) -> Claimed | None:
     """Start a due step (compare-and-swap), within the run's limits."""
-    current = _current(conn, seen)
+    current = current_rows(conn, seen)
     if current is None:
         return None
     run, row = current
@@ -58,7 +59,7 @@ def claim(conn: Connection, seen: Row, *, owner: str, ttl: timedelta) -> Claimed
         row["status"] == S.SUSPENDED and row["next_attempt_at"] and due
     ):
         return None
-    d = runs.definition_of(run)
+    d = snapshots.definition_of(run)
     if not has_slot(d.config.maxConcurrentSteps, q.executing_count(conn, run["run_id"])):
         return None
     if fresh and over_budget(d.config.maxSteps, q.executed_count(conn, run["run_id"])):
@@ -103,7 +104,7 @@ def claim_ready(
     ready = q.runnable_steps(conn, run["run_id"], now)
     if not ready:
         return [], False
-    d = runs.definition_of(run)
+    d = snapshots.definition_of(run)
     executing, executed = q.run_counts(conn, run["run_id"])
     out: list[Claimed] = []
     for row in ready:
@@ -119,13 +120,14 @@ def claim_ready(
     return out, False
 
 
-def _node(run: Row, row: Row) -> Any:
-    return runs.definition_of(run).node(row["step_id"])
+def node_of(run: Row, row: Row) -> NodeSpec:
+    """The node of the run's definition a step row belongs to."""
+    return snapshots.definition_of(run).node(row["step_id"])
 
 
 def succeed(conn: Connection, seen: Row, done: Done, *, input_snapshot: Any = None) -> Row | None:
     """Record a step's output, merge it into the state bag, plan what follows."""
-    current = _current(conn, seen)
+    current = current_rows(conn, seen)
     if current is None or current[1]["status"] != S.RUNNING:
         return None
     run, row = current
@@ -155,30 +157,19 @@ def succeed_and_claim(
 def _succeed(
     conn: Connection, run: Row, row: Row, done: Done, *, input_snapshot: Any
 ) -> Row | None:
-    node = _node(run, row)
+    node = node_of(run, row)
     output = redact(done.output)
     new_state = run["state"]
     if row["item_index"] == NODE_ROW:
         try:
-            new_state = runs.write_output(run, node, output)
+            new_state = nodes.write_output(run, node, output)
         except bag.ReducerError as exc:
-            runs.fail_node(conn, run, node, row, Code.REDUCER_ERROR, str(exc))
+            nodes.fail_node(conn, run, node, row, Code.REDUCER_ERROR, str(exc))
             return runs.advance(conn, run["run_id"])
     routes = list(done.routes) if done.routes is not None and node.kind is StepKind.ROUTER else None
     extra = {} if input_snapshot is None else {"input": redact(input_snapshot)}
-    q.update_step(
-        conn,
-        row,
-        status=S.SUCCEEDED.value,
-        output=output,
-        routes=routes,
-        finished_at=utcnow(),
-        claimed_by=None,
-        lease_expires_at=None,
-        next_attempt_at=None,
-        error_code=None,
-        error=None,
-        **extra,
+    nodes.finish_step(
+        conn, row, S.SUCCEEDED, output=output, routes=routes, error_code=None, error=None, **extra
     )
     run = q.update_run(
         conn,
@@ -193,7 +184,7 @@ def _succeed(
 
 def suspend(conn: Connection, seen: Row, s: Suspend, *, input_snapshot: Any = None) -> bool:
     """Park a step until ``s.until`` (or until an approval / a cancel)."""
-    current = _current(conn, seen)
+    current = current_rows(conn, seen)
     if current is None or current[1]["status"] != S.RUNNING:
         return False
     _, row = current
@@ -228,7 +219,7 @@ def fail(
 ) -> Row | None:
     """A failed execution: try again at ``retry_at``, else the step fails (and with it
     the run, unless the node continues on failure)."""
-    current = _current(conn, seen)
+    current = current_rows(conn, seen)
     if current is None or current[1]["status"] != S.RUNNING:
         return None
     run, row = current
@@ -250,26 +241,8 @@ def fail(
         return run
     if extra:
         row = q.update_step(conn, row, **extra)
-    runs.fail_node(conn, run, _node(run, row), row, code, error)
+    nodes.fail_node(conn, run, node_of(run, row), row, code, error)
     return runs.advance(conn, run["run_id"])
-
-
-def _safety_fail(conn: Connection, run: Row, row: Row, code: str, error: str) -> Row:
-    """The safety catches fail the whole run, whatever ``continueOnFail`` says."""
-    row = q.update_step(
-        conn,
-        row,
-        status=S.FAILED.value,
-        error_code=code,
-        error=error,
-        finished_at=utcnow(),
-        claimed_by=None,
-        lease_expires_at=None,
-        next_attempt_at=None,
-    )
-    return runs.finish_run(
-        conn, run, RunStatus.FAILED, error_code=code, error=f"step {row['step_id']}: {error}"
-    )
 
 
 def decide(
@@ -313,96 +286,8 @@ def decide(
         run_after = _succeed(conn, run, row, Done(output), input_snapshot=None)
     else:
         row = q.update_step(conn, row, output=output)
-        runs.fail_node(
-            conn, run, _node(run, row), row, Code.GATE_REJECTED, f"rejected by {actor}: {reason}"
+        nodes.fail_node(
+            conn, run, node_of(run, row), row, Code.GATE_REJECTED, f"rejected by {actor}: {reason}"
         )
         run_after = runs.advance(conn, run_id)
     return 200, {**answer, "decision": decision, "runStatus": (run_after or run)["status"]}
-
-
-def abandoned(
-    row: Row,
-    *,
-    owner: str,
-    node_prefix: str,
-    startup: bool,
-    now: datetime,
-    executing: frozenset[StepKey] = frozenset(),
-) -> bool:
-    """Whether a claimed step's executor is gone: its lease expired (and this engine is
-    not executing it), or — at start-up — a dead incarnation of this node held it. Pure."""
-    holder = row["claimed_by"] or ""
-    if not holder or StepKey.of(row) in executing:
-        return False
-    expired = row["lease_expires_at"] is not None and row["lease_expires_at"] <= now
-    return expired or (startup and holder.startswith(node_prefix) and holder != owner)
-
-
-def recover(conn: Connection, seen: Row) -> Row | None:
-    """Take back a step whose executor died (see :func:`abandoned`); one step per
-    transaction, so only its own run is locked.
-
-    An idempotent step runs again (a suspended one is polled again); a step with
-    ``extras.idempotent: false`` may have applied its side effect, so it fails the run.
-    Returns the run when the step was taken back.
-    """
-    current = _current(conn, seen)
-    if current is None or current[1]["status"] != S.RUNNING:
-        return None
-    run, row = current
-    if not _node(run, row).idempotent:
-        return _safety_fail(
-            conn,
-            run,
-            row,
-            Code.INTERRUPTED_NON_IDEMPOTENT,
-            "interrupted while running and declared idempotent: false; "
-            "not run again (start a new run to retry it deliberately)",
-        )
-    polled = row["suspended_at"] is not None and row["suspend"] is not None
-    q.update_step(
-        conn,
-        row,
-        status=(S.SUSPENDED if polled else S.RUNNABLE).value,
-        next_attempt_at=utcnow() if polled else None,
-        claimed_by=None,
-        lease_expires_at=None,
-        error_code="interrupted_by_restart",
-    )
-    return run
-
-
-def overdue(conn: Connection, now: datetime) -> list[Row]:
-    """Suspended steps past their run's ``suspendedStepTimeout`` (read-only), except
-    those with ``extras.awaitApproval: true``."""
-    out = []
-    for row in q.suspended_since(conn, now):
-        d = runs.definition_for(conn, row["run_id"])
-        if d is None or d.node(row["step_id"]).awaits_approval:
-            continue
-        if row["suspended_at"] + timedelta(seconds=d.config.suspendedStepTimeout) <= now:
-            out.append(row)
-    return out
-
-
-def expire(conn: Connection, seen: Row) -> Row | None:
-    """Fail a step suspended longer than its run's ``suspendedStepTimeout`` — except
-    ``extras.awaitApproval: true`` (``human.gate`` is not exempt). The safety catch
-    fails the whole run; returns it then."""
-    now = utcnow()
-    current = _current(conn, seen)
-    if current is None or current[1]["status"] != S.SUSPENDED:
-        return None
-    run, row = current
-    if _node(run, row).awaits_approval:
-        return None
-    limit = timedelta(seconds=runs.definition_of(run).config.suspendedStepTimeout)
-    if row["suspended_at"] + limit > now:
-        return None
-    return _safety_fail(
-        conn,
-        run,
-        row,
-        Code.SUSPENDED_TIMEOUT,
-        f"suspended longer than suspendedStepTimeout ({limit.total_seconds():g}s)",
-    )

@@ -1,7 +1,8 @@
 """Templates as units of work: create, replace, enable/disable, and starting a run.
 
 ``PipelineEngine.start`` refuses a disabled template with ``template_disabled``: the
-template is the switch, not its trigger (spec "Những mẫu xuất xưởng ở trạng thái tắt").
+template is the switch, not its trigger, so built-in templates can ship disabled and
+start nothing until an operator turns them on.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from forgeflow.pipelines.definition import Loaded, PipelineDefinition
 from forgeflow.pipelines.inputs import InputError, validate_inputs
 from forgeflow.pipelines.runs import Parent, PipelineError, Started, create_run
 from forgeflow.store import audit
+from forgeflow.store import pipeline_templates as tpl
 from forgeflow.store import pipelines as q
 from forgeflow.store.pipelines import Row
 
@@ -29,7 +31,7 @@ def _triggers(d: PipelineDefinition) -> list[dict[str, Any]]:
 
 
 def require(conn: Connection, key: str) -> Row:
-    row = q.get_definition(conn, key)
+    row = tpl.get_definition(conn, key)
     if row is None:
         raise PipelineError("template_not_found", f"no pipeline template {key}", status=404)
     return row
@@ -41,7 +43,7 @@ def definition(row: Row) -> PipelineDefinition:
 
 def create(conn: Connection, loaded: Loaded, *, actor: str, built_in: bool = False) -> Row:
     d = loaded.definition
-    if not q.insert_definition(
+    if not tpl.insert_definition(
         conn,
         key=d.key,
         name=d.name,
@@ -51,7 +53,7 @@ def create(conn: Connection, loaded: Loaded, *, actor: str, built_in: bool = Fal
         built_in=built_in,
     ):
         raise PipelineError("template_exists", f"a pipeline template {d.key} already exists")
-    q.sync_triggers(conn, d.key, _triggers(d))
+    tpl.sync_triggers(conn, d.key, _triggers(d))
     _audit(conn, "pipeline.template.create", d.key, actor, version=d.version)
     return require(conn, d.key)
 
@@ -75,7 +77,7 @@ def replace(conn: Connection, key: str, loaded: Loaded, *, actor: str, enabled: 
     ):
         version = max(d.version, row["version"] + 1)
     d = d.model_copy(update={"version": version, "enabled": is_enabled})
-    if not q.update_definition(
+    if not tpl.update_definition(
         conn,
         key,
         row["revision"],
@@ -85,7 +87,7 @@ def replace(conn: Connection, key: str, loaded: Loaded, *, actor: str, enabled: 
         is_enabled=is_enabled,
     ):
         raise PipelineError("stale_version", f"template {key} changed concurrently; retry")
-    q.sync_triggers(conn, key, _triggers(d))
+    tpl.sync_triggers(conn, key, _triggers(d))
     _audit(conn, "pipeline.template.update", key, actor, version=version)
     return require(conn, key)
 
@@ -95,7 +97,7 @@ def set_enabled(conn: Connection, key: str, enabled: bool, *, actor: str) -> Row
     if row["is_enabled"] == enabled:
         return row
     d = definition(row).model_copy(update={"enabled": enabled})
-    if not q.update_definition(
+    if not tpl.update_definition(
         conn, key, row["revision"], is_enabled=enabled, definition=d.to_json()
     ):
         raise PipelineError("stale_version", f"template {key} changed concurrently; retry")
@@ -150,5 +152,33 @@ def start(
 
 def has_manual_trigger(conn: Connection, key: str) -> bool:
     return any(
-        t["trigger_type"] == "manual" and t["is_enabled"] for t in q.list_triggers(conn, key)
+        t["trigger_type"] == "manual" and t["is_enabled"] for t in tpl.list_triggers(conn, key)
+    )
+
+
+def start_manual(
+    conn: Connection,
+    key: str,
+    *,
+    inputs: dict[str, Any],
+    dedupe_key: str | None,
+    actor: str,
+    coerce_text: bool = False,
+) -> Started:
+    """Start a run by hand (API, admin pages, command line): only a template with an
+    enabled manual trigger may be run so."""
+    require(conn, key)
+    if not has_manual_trigger(conn, key):
+        raise PipelineError(
+            "manual_trigger_missing",
+            f"template {key} has no enabled manual trigger; it cannot be run by hand",
+        )
+    return start(
+        conn,
+        key,
+        trigger_type="manual",
+        inputs=inputs,
+        dedupe_key=dedupe_key,
+        actor=actor,
+        coerce_text=coerce_text,
     )

@@ -46,57 +46,73 @@ def template_json(
     return redact(out)  # type: ignore[no-any-return]
 
 
+# Columns shown as they are, under their camelCase names, in the order they are shown;
+# timestamps (every column ending in ``_at``) as ISO 8601.
+_STEP_COLUMNS = (
+    "step_id",
+    "item_index",
+    "kind",
+    "body_key",
+    "status",
+    "attempt",
+    "next_attempt_at",
+    "item",
+    "input",
+    "output",
+    "routes",
+    "suspend",
+    "error_code",
+    "error",
+    "claimed_by",
+    "created_at",
+    "started_at",
+    "suspended_at",
+    "finished_at",
+    "version",
+)
+_RUN_COLUMNS = (
+    "run_id",
+    "template_key",
+    "definition_version",
+    "status",
+    "trigger_type",
+    "event_type",
+    "dedupe_key",
+    "start_step_id",
+    "inputs",
+    "cost",
+    "input_tokens",
+    "output_tokens",
+    "error_code",
+    "error",
+    "parent_run_id",
+    "parent_step_id",
+    "created_by",
+    "created_at",
+    "updated_at",
+    "finished_at",
+    "version",
+)
+
+
+def _camel(column: str) -> str:
+    head, *rest = column.split("_")
+    return head + "".join(word.title() for word in rest)
+
+
+def _columns(row: Row, columns: tuple[str, ...]) -> dict[str, Any]:
+    return {_camel(c): iso(row[c]) if c.endswith("_at") else row[c] for c in columns}
+
+
 def step_json(row: Row) -> dict[str, Any]:
-    return redact(  # type: ignore[no-any-return]
-        {
-            "stepId": row["step_id"],
-            "itemIndex": None if row["item_index"] == NODE_ROW else row["item_index"],
-            "kind": row["kind"],
-            "bodyKey": row["body_key"],
-            "status": row["status"],
-            "attempt": row["attempt"],
-            "nextAttemptAt": iso(row["next_attempt_at"]),
-            "item": row["item"],
-            "input": row["input"],
-            "output": row["output"],
-            "routes": row["routes"],
-            "suspend": row["suspend"],
-            "errorCode": row["error_code"],
-            "error": row["error"],
-            "claimedBy": row["claimed_by"],
-            "createdAt": iso(row["created_at"]),
-            "startedAt": iso(row["started_at"]),
-            "suspendedAt": iso(row["suspended_at"]),
-            "finishedAt": iso(row["finished_at"]),
-            "version": row["version"],
-        }
-    )
+    out = _columns(row, _STEP_COLUMNS)
+    if row["item_index"] == NODE_ROW:
+        out["itemIndex"] = None  # a node's own row, not one of its forEach items
+    return redact(out)  # type: ignore[no-any-return]
 
 
 def run_json(row: Row, steps: list[Row] | None = None, *, state: bool = True) -> dict[str, Any]:
-    out: dict[str, Any] = {
-        "runId": row["run_id"],
-        "templateKey": row["template_key"],
-        "definitionVersion": row["definition_version"],
-        "status": row["status"],
-        "triggerType": row["trigger_type"],
-        "eventType": row["event_type"],
-        "dedupeKey": row["dedupe_key"],
-        "startStepId": row["start_step_id"],
-        "inputs": row["inputs"],
-        "cost": row["cost"],
-        "inputTokens": row["input_tokens"],
-        "outputTokens": row["output_tokens"],
-        "errorCode": row["error_code"],
-        "error": row["error"],
-        "parentRunId": row["parent_run_id"],
-        "parentStepId": row["parent_step_id"],
-        "createdBy": row["created_by"],
-        "createdAt": iso(row["created_at"]),
-        "updatedAt": iso(row["updated_at"]),
-        "finishedAt": iso(row["finished_at"]),
-        "version": row["version"],
-    }
+    out = _columns(row, _RUN_COLUMNS)
     if state:
         out["state"] = row["state"]
     if steps is not None:

@@ -1,4 +1,4 @@
-"""Tables of the pipeline engine (spec PIPELINES), on the store's one ``metadata``.
+"""Tables of the pipeline engine, on the store's one ``metadata``.
 
 ``migrations/versions/0002_pipelines.py`` creates exactly this; a test compares them.
 A forEach node's items are rows beside the node's own row (``item_index`` -1).
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from sqlalchemy import BigInteger, Boolean, Column, Float, Index, Integer, String, Table, Text
 
-from forgeflow.store.schema import metadata
+from forgeflow.store.metadata import metadata
 from forgeflow.store.types import JSONText, UTCDateTime
 
 pipeline_definitions = Table(

@@ -12,16 +12,14 @@ from sqlalchemy import (
     Column,
     Index,
     Integer,
-    MetaData,
     String,
     Table,
     Text,
     text,
 )
 
+from forgeflow.store.metadata import metadata as metadata  # re-exported: migrations read it here
 from forgeflow.store.types import JSONText, UTCDateTime
-
-metadata = MetaData()
 
 ACTIVE_STATES_SQL = "state IN ('preparing', 'running', 'aborting')"
 

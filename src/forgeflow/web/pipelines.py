@@ -21,6 +21,7 @@ from forgeflow.pipelines.runs import PipelineError
 from forgeflow.pipelines.steps import APPROVAL
 from forgeflow.redaction import redact
 from forgeflow.store import audit
+from forgeflow.store import pipeline_templates as tpl
 from forgeflow.store import pipelines as q
 from forgeflow.tasks import controls
 from forgeflow.web.actions import run_control
@@ -54,8 +55,8 @@ async def template_list(request: Request, session: Session) -> Response:
     def _read(conn: Connection) -> dict[str, Any]:
         stamp = audit.change_marker(conn)
         rows = [
-            views.template_json(row, q.list_triggers(conn, row["key"]), full=False)
-            for row in q.list_definitions(conn)
+            views.template_json(row, tpl.list_triggers(conn, row["key"]), full=False)
+            for row in tpl.list_definitions(conn)
         ]
         return {"stamp": stamp, "rows": rows}
 
@@ -69,14 +70,14 @@ async def template_list(request: Request, session: Session) -> Response:
 async def template_page(request: Request, session: Session, key: str) -> Response:
     def _read(conn: Connection) -> dict[str, Any] | None:
         stamp = audit.change_marker(conn)
-        row = q.get_definition(conn, key)
+        row = tpl.get_definition(conn, key)
         if row is None:
             return None
         recent, total = q.list_runs(conn, template_key=key, limit=10)
         return {
             "stamp": stamp,
             "raw": row["definition"],
-            "template": views.template_json(row, q.list_triggers(conn, key)),
+            "template": views.template_json(row, tpl.list_triggers(conn, key)),
             "recent": [views.run_json(r, state=False) for r in recent],
             "total_runs": total,
             "manual": templates.has_manual_trigger(conn, key),
@@ -109,9 +110,8 @@ async def run_list(
     status: str | None = None,
     offset: Offset = 0,
 ) -> Response:
-    params = {"template": opt(template), "status": opt(status)}
-    if params["status"] not in (None, *RUN_STATUSES):
-        params["status"] = None
+    chosen = opt(status)  # an unknown status shows every run rather than none
+    params = {"template": opt(template), "status": chosen if chosen in RUN_STATUSES else None}
 
     def _read(conn: Connection) -> dict[str, Any]:
         stamp = audit.change_marker(conn)
@@ -126,7 +126,7 @@ async def run_list(
             "stamp": stamp,
             "rows": [views.run_json(r, state=False) for r in rows],
             "page": paging(offset, total),
-            "keys": [d["key"] for d in q.list_definitions(conn)],
+            "keys": [d["key"] for d in tpl.list_definitions(conn)],
         }
 
     data = await services(request).store.read(_read)
@@ -205,7 +205,7 @@ def _guarded(fn: Fn) -> Fn:
 def _switch(key: str, enabled: bool) -> Fn:
     def _apply(conn: Connection, req: controls.ControlRequest) -> controls.Outcome:
         row = templates.set_enabled(conn, key, enabled, actor=req.actor)
-        return 200, views.template_json(row, q.list_triggers(conn, key))
+        return 200, views.template_json(row, tpl.list_triggers(conn, key))
 
     return _guarded(_apply)
 
@@ -239,16 +239,9 @@ async def start_run(request: Request, posted: Post, key: str) -> Response:
     request_id = posted.form.get("requestId", "")
 
     def _start(conn: Connection, req: controls.ControlRequest) -> controls.Outcome:
-        templates.require(conn, key)
-        if not templates.has_manual_trigger(conn, key):
-            raise PipelineError(
-                "manual_trigger_missing",
-                f"template {key} has no enabled manual trigger; it cannot be run by hand",
-            )
-        started = templates.start(
+        started = templates.start_manual(
             conn,
             key,
-            trigger_type="manual",
             inputs=inputs,
             dedupe_key=f"request:{request_id}",
             actor=req.actor,

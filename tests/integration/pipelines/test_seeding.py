@@ -20,6 +20,7 @@ from forgeflow.pipelines.seeds import (
     seed_template,
 )
 from forgeflow.store import Store
+from forgeflow.store import pipeline_templates as tpl
 from forgeflow.store import pipelines as q
 from tests.integration.pipelines.harness import run_async
 
@@ -27,12 +28,12 @@ Row = dict[str, Any]
 
 
 def _triggers(store: Store, key: str) -> dict[tuple[str, str], Row]:
-    rows = store.db.read_sync(lambda c: q.list_triggers(c, key))
+    rows = store.db.read_sync(lambda c: tpl.list_triggers(c, key))
     return {(r["trigger_type"], r["event_type"]): r for r in rows}
 
 
 def _definition(store: Store, key: str) -> Row:
-    row = store.db.read_sync(lambda c: q.get_definition(c, key))
+    row = store.db.read_sync(lambda c: tpl.get_definition(c, key))
     assert row is not None
     return row
 
@@ -44,11 +45,11 @@ def _shipped(key: str) -> Loaded:
 def test_first_start_seeds_thirteen_with_their_switches(store: Store) -> None:
     outcomes = run_async(lambda: seed_builtins(store))
     assert set(outcomes.values()) == {"created"} and len(outcomes) == 13
-    rows = {r["key"]: r for r in store.db.read_sync(q.list_definitions)}
+    rows = {r["key"]: r for r in store.db.read_sync(tpl.list_definitions)}
     assert {k for k, r in rows.items() if not r["is_enabled"]} == SHIPPED_DISABLED
     assert {k for k, r in rows.items() if r["is_enabled"]} == SHIPPED_ENABLED
     assert all(r["built_in"] and r["version"] == 1 for r in rows.values())
-    every = store.db.read_sync(q.list_triggers)
+    every = store.db.read_sync(tpl.list_triggers)
     schedules = {
         r["template_key"]: r["is_enabled"] for r in every if r["trigger_type"] == "schedule"
     }
@@ -73,12 +74,12 @@ def test_a_reseed_keeps_the_users_switches_and_triggers(store: Store) -> None:
     def choose(conn: Connection) -> None:
         templates.set_enabled(conn, "pr_review", False, actor="admin")
         templates.set_enabled(conn, "pr_triage", True, actor="admin")
-        q.update_trigger(
+        tpl.update_trigger(
             conn, triage[("event", "PullRequestPublished")]["trigger_id"], is_enabled=False
         )
-        q.delete_trigger(conn, triage[("manual", "")]["trigger_id"])
-        q.update_trigger(conn, digest_schedule["trigger_id"], is_enabled=True)
-        q.update_trigger(conn, cleanup_schedule["trigger_id"], is_enabled=False)
+        tpl.delete_trigger(conn, triage[("manual", "")]["trigger_id"])
+        tpl.update_trigger(conn, digest_schedule["trigger_id"], is_enabled=True)
+        tpl.update_trigger(conn, cleanup_schedule["trigger_id"], is_enabled=False)
 
     store.db.write_sync(choose)
     outcomes = run_async(lambda: seed_builtins(store))
@@ -92,7 +93,7 @@ def test_a_reseed_keeps_the_users_switches_and_triggers(store: Store) -> None:
     # Garbage collection is not a user's choice: forced back on, same row.
     forced = _triggers(store, "pr_merged_cleanup")[("schedule", "")]
     assert forced["is_enabled"] is True and forced["trigger_id"] == cleanup_schedule["trigger_id"]
-    store.db.write_sync(lambda c: q.delete_trigger(c, forced["trigger_id"]))
+    store.db.write_sync(lambda c: tpl.delete_trigger(c, forced["trigger_id"]))
     run_async(lambda: seed_builtins(store))
     assert _triggers(store, "pr_merged_cleanup")[("schedule", "")]["is_enabled"] is True
 
@@ -159,9 +160,9 @@ def test_two_processes_seeding_at_once_on_postgresql(pg_url: str) -> None:
         for key in results[0]:
             outcomes = sorted(r[key] for r in results)
             assert outcomes == ["created", "unchanged", "unchanged"], (key, outcomes)
-        rows = stores[0].db.read_sync(q.list_definitions)
+        rows = stores[0].db.read_sync(tpl.list_definitions)
         assert len(rows) == 13 and {r["revision"] for r in rows} == {1}
-        triggers = stores[0].db.read_sync(q.list_triggers)
+        triggers = stores[0].db.read_sync(tpl.list_triggers)
         idents = [(r["template_key"], r["trigger_type"], r["event_type"]) for r in triggers]
         assert len(idents) == len(set(idents))
         assert len(idents) == sum(len(x.definition.triggers) for x in load_builtins())

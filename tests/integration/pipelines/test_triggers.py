@@ -22,6 +22,7 @@ from forgeflow.pipelines.definition import load_definition
 from forgeflow.pipelines.schedules import InvalidSchedule, next_fire
 from forgeflow.pipelines.triggers import TriggerLoops
 from forgeflow.store import Store, audit, events
+from forgeflow.store import pipeline_templates as tpl
 from forgeflow.store import pipelines as q
 from forgeflow.store import triggers as tq
 from forgeflow.store.schema import domain_events
@@ -95,7 +96,7 @@ def test_an_event_starts_one_run_per_listening_template_with_match(store: Store)
     assert len(_runs(store, "on_fail_choice")) == 1
     assert _runs(store, "on_fail_other_repo") == [] and _runs(store, "on_created") == []
     assert _undispatched(store) == 0
-    fired_at = store.db.read_sync(lambda c: q.list_triggers(c, "on_fail"))[0]["last_fired_at"]
+    fired_at = store.db.read_sync(lambda c: tpl.list_triggers(c, "on_fail"))[0]["last_fired_at"]
     assert fired_at is not None
 
 
@@ -254,7 +255,7 @@ def _tick(store: Store, now: datetime) -> firing.Fired:
 
 def _set_next(store: Store, key: str, at: datetime | None) -> None:
     row = _schedule(store, key)
-    store.db.write_sync(lambda c: q.update_trigger(c, row["trigger_id"], next_fire_at=at))
+    store.db.write_sync(lambda c: tpl.update_trigger(c, row["trigger_id"], next_fire_at=at))
 
 
 def test_missed_fires_after_downtime_fire_once(store: Store) -> None:

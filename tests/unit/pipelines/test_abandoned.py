@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from forgeflow.pipelines.steps import abandoned
+from forgeflow.pipelines.recovery import abandoned
 from forgeflow.store.pipelines import StepKey
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)

@@ -1,0 +1,155 @@
+"""The SQL of pipeline templates (definitions) and their triggers.
+
+Each function takes the caller's ``Connection`` so a unit of work composes several of
+them into one transaction. A definition row changes by compare-and-swap on its
+``revision``, so two editors of one template cannot overwrite each other unseen.
+"""
+
+from __future__ import annotations
+
+import secrets
+import uuid
+from typing import Any
+
+from sqlalchemy import Connection, insert, select, update
+
+from forgeflow.store.pipeline_schema import pipeline_definitions as defs
+from forgeflow.store.pipeline_schema import pipeline_triggers as triggers
+from forgeflow.store.pipelines import Row
+from forgeflow.store.sql import insert_ignore
+from forgeflow.store.types import utcnow
+
+
+def get_definition(conn: Connection, key: str) -> Row | None:
+    row = conn.execute(select(defs).where(defs.c.key == key)).first()
+    return dict(row._mapping) if row else None
+
+
+def list_definitions(conn: Connection) -> list[Row]:
+    return [dict(r._mapping) for r in conn.execute(select(defs).order_by(defs.c.key))]
+
+
+def insert_definition(
+    conn: Connection,
+    *,
+    key: str,
+    name: str,
+    version: int,
+    definition: dict[str, Any],
+    is_enabled: bool,
+    built_in: bool = False,
+) -> bool:
+    """Create a template; False when the key is taken."""
+    now = utcnow()
+    return insert_ignore(
+        conn,
+        defs,
+        {
+            "key": key,
+            "name": name,
+            "version": version,
+            "definition": definition,
+            "is_enabled": is_enabled,
+            "built_in": built_in,
+            "created_at": now,
+            "updated_at": now,
+            "revision": 1,
+        },
+    )
+
+
+def update_definition(conn: Connection, key: str, expected_revision: int, **values: Any) -> bool:
+    result = conn.execute(
+        update(defs)
+        .where(defs.c.key == key)
+        .where(defs.c.revision == expected_revision)
+        .values(revision=expected_revision + 1, updated_at=utcnow(), **values)
+    )
+    return result.rowcount == 1
+
+
+def lock_definition(conn: Connection, key: str) -> Row | None:
+    """Read a template row and hold it for the rest of the transaction (``FOR UPDATE``
+    on PostgreSQL; SQLite has one writer anyway): seeders of one template serialise."""
+    row = conn.execute(select(defs).where(defs.c.key == key).with_for_update()).first()
+    return dict(row._mapping) if row else None
+
+
+def list_triggers(conn: Connection, template_key: str | None = None) -> list[Row]:
+    stmt = select(triggers).order_by(
+        triggers.c.template_key, triggers.c.trigger_type, triggers.c.event_type
+    )
+    if template_key is not None:
+        stmt = stmt.where(triggers.c.template_key == template_key)
+    return [dict(r._mapping) for r in conn.execute(stmt)]
+
+
+def sync_triggers(conn: Connection, template_key: str, wanted: list[dict[str, Any]]) -> None:
+    """Make the template's trigger rows match its definition.
+
+    A row that already exists keeps its ``is_enabled`` (the operator's choice) and its
+    webhook token; new rows take the definition's ``enabled``; rows no longer declared
+    are deleted.
+    """
+    now = utcnow()
+    existing = {(r["trigger_type"], r["event_type"]): r for r in list_triggers(conn, template_key)}
+    keep = set()
+    for t in wanted:
+        ident = (t["type"], t.get("eventType") or "")
+        keep.add(ident)
+        values = {"match": t.get("match"), "schedule": t.get("schedule"), "updated_at": now}
+        if ident in existing:
+            if existing[ident]["schedule"] != t.get("schedule"):
+                values["next_fire_at"] = None  # the trigger clock plans the new one afresh
+            update_trigger(conn, existing[ident]["trigger_id"], **values)
+            continue
+        insert_trigger(
+            conn,
+            template_key,
+            trigger_type=ident[0],
+            event_type=ident[1],
+            match=t.get("match"),
+            schedule=t.get("schedule"),
+            enabled=bool(t.get("enabled", True)),
+        )
+    for ident, row in existing.items():
+        if ident not in keep:
+            delete_trigger(conn, row["trigger_id"])
+
+
+def insert_trigger(
+    conn: Connection,
+    template_key: str,
+    *,
+    trigger_type: str,
+    event_type: str,
+    match: dict[str, Any] | None,
+    schedule: str | None,
+    enabled: bool,
+) -> None:
+    """One trigger row (``event_type`` '' when the trigger has none); a webhook trigger
+    gets its token here."""
+    now = utcnow()
+    conn.execute(
+        insert(triggers).values(
+            trigger_id=f"trg-{uuid.uuid4().hex}",
+            template_key=template_key,
+            trigger_type=trigger_type,
+            event_type=event_type,
+            match=match,
+            schedule=schedule,
+            webhook_token=secrets.token_urlsafe(24) if trigger_type == "webhook" else None,
+            is_enabled=enabled,
+            created_at=now,
+            updated_at=now,
+        )
+    )
+
+
+def update_trigger(conn: Connection, trigger_id: str, **values: Any) -> None:
+    values.setdefault("updated_at", utcnow())
+    conn.execute(update(triggers).where(triggers.c.trigger_id == trigger_id).values(**values))
+
+
+def delete_trigger(conn: Connection, trigger_id: str) -> None:
+    conn.execute(triggers.delete().where(triggers.c.trigger_id == trigger_id))
