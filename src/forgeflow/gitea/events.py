@@ -1,4 +1,4 @@
-"""Gitea webhook deliveries → domain events (pure; spec PIPELINES "Sự kiện miền").
+"""Gitea webhook deliveries → domain events (pure; docs/pipelines.md "Domain events").
 
 :func:`domain_events` reads the payloads Gitea documents in modules/structs/hook.go
 (IssuePayload, PullRequestPayload, IssueCommentPayload, ReleasePayload,

@@ -13,6 +13,7 @@ from .controls import EmulatorControls
 from .convert import Converter
 from .delivery import Deliverer, Delivery
 from .gitrepo import GitRepo, Signature, git_env
+from .legacy import LegacyDeliveries
 from .server import BackgroundServer
 from .service import Outcome, Service
 from .state import Access, Comment, Issue, Repo, State, User
@@ -20,7 +21,7 @@ from .state import Access, Comment, Issue, Repo, State, User
 _VERSIONS = {"gitea": "1.22.6", "forgejo": "9.0.3+gitea-1.22.0"}
 
 
-class GiteaEmulator(EmulatorControls):
+class GiteaEmulator(EmulatorControls, LegacyDeliveries):
     """An HTTP server speaking Gitea's /api/v1, webhooks and git smart HTTP, backed by
     in-memory state and real bare repositories under `git_root`.
 
