@@ -124,26 +124,7 @@ class GiteaEmulator(EmulatorControls, LegacyDeliveries):
                 parent_id=parent.id if parent else None,
                 description=description,
             )
-            if parent is None:
-                git = GitRepo.init_bare(path, default_branch)
-                content: dict[str, str | None] = dict(files or {"README.md": f"# {name}\n"})
-                git.commit_files(
-                    default_branch,
-                    content,
-                    message="Initial commit\n",
-                    when=now,
-                    parent=None,
-                    author=Signature(owner_user.full_name or owner_user.login, owner_user.email),
-                )
-            elif files:
-                GitRepo(path).commit_files(
-                    default_branch,
-                    dict(files),
-                    message="change\n",
-                    when=now,
-                    parent=GitRepo(path).branch_sha(default_branch),
-                    author=Signature(owner_user.full_name or owner_user.login, owner_user.email),
-                )
+            _first_commits(repo, owner_user, fork=parent is not None, files=files)
             self._state.repos[repo.id] = repo
             return self._convert.repo(repo, owner_user)
 
@@ -392,3 +373,26 @@ class GiteaEmulator(EmulatorControls, LegacyDeliveries):
             return self._service.payloads.issue_comment_payload(
                 action, issue, comment, self._state.user_by_login(sender), changes_from
             )
+
+
+def _first_commits(repo: Repo, owner: User, *, fork: bool, files: dict[str, str] | None) -> None:
+    """A new repository's first commit (`files`, or a README), or `files` committed on
+    top of what a fork was cloned with."""
+    author = Signature(owner.full_name or owner.login, owner.email)
+    branch, now = repo.default_branch, repo.created
+    if not fork:
+        git = GitRepo.init_bare(repo.path, branch)
+        content: dict[str, str | None] = dict(files or {"README.md": f"# {repo.name}\n"})
+        git.commit_files(
+            branch, content, message="Initial commit\n", when=now, parent=None, author=author
+        )
+    elif files:
+        git = GitRepo(repo.path)
+        git.commit_files(
+            branch,
+            dict(files),
+            message="change\n",
+            when=now,
+            parent=git.branch_sha(branch),
+            author=author,
+        )
