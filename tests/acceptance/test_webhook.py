@@ -1,4 +1,5 @@
-"""AC-01, AC-02 and the §8 rows the webhook owns, through Gitea's own delivery path."""
+"""The webhook through Gitea's own delivery path: a mention becomes one queued task, other
+comments none; a delivery is verified, deduplicated and answered with a stable code."""
 
 from __future__ import annotations
 
@@ -27,7 +28,7 @@ def _last(world: World) -> Any:
     return world.gitea.deliveries[-1]
 
 
-def test_mention_on_issue_creates_a_queued_task(world: World) -> None:  # AC-01
+def test_mention_on_issue_creates_a_queued_task(world: World) -> None:
     world.gitea.post_comment(
         "acme", "widget", world.issue, author="alice", body="@ccweb-bot please fix the flaky test"
     )
@@ -65,7 +66,7 @@ def test_mention_on_pull_request_is_a_pull_request_task(world: World) -> None:
     assert task.refs is None
 
 
-def test_comments_that_must_not_trigger(world: World) -> None:  # AC-01
+def test_comments_that_must_not_trigger(world: World) -> None:
     g = world.gitea
     g.post_comment("acme", "widget", world.issue, author="alice", body="no mention at all")
     g.post_comment(
@@ -90,7 +91,7 @@ def test_comments_that_must_not_trigger(world: World) -> None:  # AC-01
     assert _count(world, tasks) == 0
 
 
-def test_bad_signature_is_401_with_no_business_row(world: World) -> None:  # AC-02, §8
+def test_bad_signature_is_401_with_no_business_row(world: World) -> None:
     comment = world.gitea.post_comment("acme", "widget", world.issue, author="alice", body="hi")
     payload = world.gitea.comment_payload("acme", "widget", world.issue, comment, sender="alice")
     payload["comment"]["body"] = "@ccweb-bot forged"
@@ -140,7 +141,7 @@ def test_each_signature_header_is_accepted(world: World) -> None:
         assert r.status_code == 202, (flavour, r.text)
 
 
-def test_same_delivery_twice_returns_the_original(world: World) -> None:  # AC-02, §8
+def test_same_delivery_twice_returns_the_original(world: World) -> None:
     world.gitea.post_comment("acme", "widget", world.issue, author="alice", body="@ccweb-bot go")
     first = _last(world)
     again = httpx.post(world.ff.webhook_url, content=first.body, headers=first.headers)
@@ -163,7 +164,7 @@ def test_replay_with_a_new_delivery_id_creates_nothing(world: World) -> None:
     assert _count(world, webhook_deliveries, webhook_deliveries.c.status == "duplicate") == 1
 
 
-def test_incomplete_payload_is_400(world: World) -> None:  # §8
+def test_incomplete_payload_is_400(world: World) -> None:
     comment = world.gitea.post_comment("acme", "widget", world.issue, author="alice", body="x")
     payload = world.gitea.comment_payload("acme", "widget", world.issue, comment, sender="alice")
     del payload["issue"]
@@ -209,7 +210,7 @@ def test_first_mention_registers_the_repository_once(world: World) -> None:
     assert _count(world, tasks, tasks.c.state == "queued") == 3
 
 
-def test_disabled_repository_is_409(world: World) -> None:  # §8, AC-10
+def test_disabled_repository_is_409(world: World) -> None:
     world.gitea.post_comment("acme", "widget", world.issue, author="alice", body="@ccweb-bot one")
     with world.ff.admin() as admin:
         r = admin.post(
@@ -268,3 +269,78 @@ def test_nul_in_a_signed_comment_is_400_not_500(world: World) -> None:
     r = httpx.post(world.ff.webhook_url, content=body, headers=headers)
     assert r.status_code == 400
     assert r.json()["message"] == "field comment.body contains a NUL character"
+
+
+def test_pull_request_comment_from_gitea_1_9_is_a_pull_request_task(world: World) -> None:
+    """Gitea 1.9 sent no is_pull and no X-Gitea-Event-Type: only the issue's non-null
+    pull_request says the comment is on a pull request."""
+    g = world.gitea
+    found = {}
+    for index, kind in ((world.pull, "pull_request"), (world.issue, "issue")):
+        comment = g.post_comment("acme", "widget", index, author="alice", body="no mention")
+        mention = {**comment, "id": comment["id"] * 1000, "body": "@ccweb-bot look at this"}
+        headers, body = g.gitea_1_9_comment_delivery(
+            "acme", "widget", index, mention, sender="alice", secret=WEBHOOK_SECRET
+        )
+        payload = json.loads(body)
+        assert "is_pull" not in payload and "pull_request" not in payload
+        assert "X-Gitea-Event-Type" not in headers and headers["X-Gitea-Event"] == "issue_comment"
+        meta = payload["issue"]["pull_request"]
+        assert meta == ({"merged": False, "merged_at": None} if kind == "pull_request" else None)
+        r = httpx.post(world.ff.webhook_url, content=body, headers=headers)
+        assert r.status_code == 202, r.text
+        found[kind] = r.json()["taskId"]
+    for kind, task_id in found.items():
+        task = world.ff.services.store.db.read_sync(
+            lambda c, t=task_id: c.execute(select(tasks).where(tasks.c.task_id == t)).one()
+        )
+        number = world.pull if kind == "pull_request" else world.issue
+        assert task.resource_key == f"default:acme/widget:{kind}:{number}"
+        assert task.instruction == "look at this"
+    # Gitea 1.9 put the hook's secret in every body: forgeflow keeps it nowhere.
+    rows = world.ff.services.store.db.read_sync(
+        lambda c: [
+            *c.execute(select(tasks)).all(),
+            *c.execute(select(webhook_deliveries)).all(),
+            *c.execute(select(audit_events)).all(),
+        ]
+    )
+    assert WEBHOOK_SECRET not in repr(rows)
+
+
+def test_review_comment_from_gitea_1_10_to_1_19_0_is_not_handled(world: World) -> None:
+    """Gitea 1.10 to 1.19.0 sent a review submitted as "Comment" under the comment event
+    types with a pull-request payload and no comment: answered as any event forgeflow
+    does not handle, so Gitea does not mark the delivery failed."""
+    g = world.gitea
+    headers, body = g.build_delivery(
+        "acme", "widget", "push", {"ref": "refs/heads/main"}, secret=WEBHOOK_SECRET
+    )
+    other = httpx.post(world.ff.webhook_url, content=body, headers=headers)
+    assert other.status_code == 200 and other.json()["reason"] == "event_not_handled"
+    for with_type in (True, False):
+        headers, body = g.review_comment_delivery(
+            "acme",
+            "widget",
+            world.pull,
+            reviewer="alice",
+            content="@ccweb-bot is this right?",
+            secret=WEBHOOK_SECRET,
+            event_type_header=with_type,
+        )
+        payload = json.loads(body)
+        assert payload["action"] == "reviewed" and "comment" not in payload
+        event = "issue_comment" if with_type else "pull_request_comment"
+        assert headers["X-Gitea-Event"] == event
+        r = httpx.post(world.ff.webhook_url, content=body, headers=headers)
+        assert r.status_code == 200, r.text
+        assert r.json() == {**other.json(), "deliveryId": headers["X-Gitea-Delivery"]}
+    assert _count(world, tasks) == 0
+    assert (
+        _count(
+            world,
+            webhook_deliveries,
+            webhook_deliveries.c.event_type == "pull_request_review_comment",
+        )
+        == 2
+    )

@@ -1,5 +1,6 @@
 """Workspace Manager against the real git client and the Gitea emulator's smart HTTP
-(Basic auth with a token), as DESIGN "Workspaces" and PRD FR-03 ask."""
+(Basic auth with a token): one clone per repository, one worktree per session, nothing
+reset or cleaned, and the token never where git or a person could read it back."""
 
 from __future__ import annotations
 

@@ -90,3 +90,21 @@ def test_match_filters() -> None:
     assert not matches({"count": False}, payload)
     assert not matches({"missing": 1}, payload)
     assert len(EVENT_TYPES) == 16
+
+
+def test_a_gitea_1_9_comment_on_a_pull_request_is_a_pull_request_comment() -> None:
+    # Gitea 1.9 sent no is_pull: the issue's non-null pull_request is the only mark.
+    comment = {"id": 9, "body": "hi", "user": {"login": "alice"}}
+    pull_meta = {"merged": False, "merged_at": None}
+    payload = {
+        "action": "created",
+        "comment": comment,
+        "issue": {"number": 2, "pull_request": pull_meta},
+        "repository": REPOSITORY,
+    }
+    (event,) = _map("issue_comment", payload)
+    assert event.payload["isPull"] is True
+    assert event.payload["resourceKey"] == "default:acme/widget:pull_request:2"
+    payload["issue"] = {"number": 2, "pull_request": None}
+    (event,) = _map("issue_comment", payload)
+    assert event.payload["isPull"] is False

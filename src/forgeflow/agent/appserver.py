@@ -3,7 +3,7 @@ inside its jail, and stopped when idle.
 
 Each app-server runs in its own process group, whose id is kept in the data folder: a
 crashed forgeflow leaves its app-servers behind, still holding their threads' writer
-locks, and the next start ends them first (DESIGN, observed with 0.171.0).
+locks, and the next start ends them first (observed with codex 0.171.0).
 """
 
 from __future__ import annotations

@@ -4,7 +4,8 @@ One ``codex app-server`` per active repository (``appserver.py``), jailed
 (``jail.py``) unless ``FORGEFLOW_SANDBOX=none``, started with the repository's first
 turn and stopped after ``FORGEFLOW_AGENT_IDLE_SECONDS`` without one; a later mention
 resumes the same thread in a fresh app-server. Each issue or pull request has its own
-thread, started with the session's worktree as ``cwd`` and ``approvalPolicy: never``.
+thread (``threads.py``), started with the session's worktree as ``cwd`` and
+``approvalPolicy: never``.
 Inside the jail every turn runs with ``externalSandbox`` (the jail is the sandbox);
 unjailed with ``dangerFullAccess``; a pipeline draft space (review/plan mode) with
 ``readOnly`` and no Gitea tools (docs/codex-app-server.md).
@@ -49,6 +50,7 @@ from forgeflow.agent.port import (
     TurnSpec,
     TurnStatus,
 )
+from forgeflow.agent.threads import mcp_ready, open_thread, thread_params
 from forgeflow.agent.tools import GiteaTools, Publish, mcp_env
 from forgeflow.config import Settings
 from forgeflow.domain.ids import RepoRef
@@ -56,8 +58,6 @@ from forgeflow.domain.paths import agent_home, repo_sessions, repo_workspace
 from forgeflow.redaction import redact
 
 log = structlog.get_logger("forgeflow.codex")
-
-RESUME_UNKNOWN = -32600
 
 
 class CodexRuntime:
@@ -200,83 +200,19 @@ class CodexRuntime:
             self._tool = await self.tools.comment_tool()
         return self._tool
 
-    def _thread_params(self, server: AppServer, spec: SessionSpec) -> Json:
-        params: Json = {
-            "cwd": spec.cwd,
-            "approvalPolicy": "never",
-            "sandbox": "read-only" if spec.read_only else "danger-full-access",
-            "developerInstructions": spec.developer_instructions,
-        }
-        if spec.read_only:
-            # A draft thread gets no Gitea tools at all: MCP servers are set per thread
-            # (turn/start cannot remove one).
-            return params
-        grant = Grant(server.key, spec.owner, spec.repo, session_key=spec.session_key)
-        capability = self.broker.grant(grant)
-        params["config"] = {
-            "mcp_servers": {
-                "gitea": {
-                    "url": self.broker.mcp_url,
-                    "http_headers": {"Authorization": f"Bearer {capability}"},
-                }
-            }
-        }
-        return params
-
     async def ensure_session(self, spec: SessionSpec) -> str:
         server = await self._server(spec.owner, spec.repo, spec.read_only)
         self._arm_idle(server)
         if spec.thread_id and spec.thread_id in server.loaded:
             return spec.thread_id
-        params = self._thread_params(server, spec)
-        thread_id = None
-        if spec.thread_id and not spec.read_only:
-            server.mcp[spec.thread_id] = asyncio.get_running_loop().create_future()
-            try:
-                result = await self._call(
-                    server, "thread/resume", {"threadId": spec.thread_id, **params}
-                )
-                thread_id = str(result["thread"]["id"])
-            except RpcError as exc:
-                if exc.code != RESUME_UNKNOWN:
-                    raise AgentError("thread_resume_failed", str(exc), retryable=True) from None
-                server.notices.append(
-                    Notice(
-                        0,
-                        "session.resume_failed",
-                        {"threadId": spec.thread_id, "error": exc.rpc_message[:500]},
-                    )
-                )
-                server.mcp.pop(spec.thread_id, None)
-        if thread_id is None:
-            try:
-                result = await self._call(server, "thread/start", params)
-            except RpcError as exc:
-                raise AgentError("thread_start_failed", str(exc), retryable=True) from None
-            thread_id = str(result["thread"]["id"])
+        params = thread_params(self.broker, server, spec)
+        thread_id = await open_thread(self._call, server, spec, params)
         if not spec.read_only:
-            await self._mcp_ready(server, thread_id)
+            await mcp_ready(server, thread_id, self.cfg.mcp_ready_timeout)
         server.loaded.add(thread_id)
         self._threads[thread_id] = server
         server.notices.append(Notice(0, "session.thread_params", audit_params(params)))
         return thread_id
-
-    async def _mcp_ready(self, server: AppServer, thread_id: str) -> None:
-        """Codex does not wait for a thread's MCP servers before calling the model."""
-        fut = server.mcp.setdefault(thread_id, asyncio.get_running_loop().create_future())
-        try:
-            async with asyncio.timeout(self.cfg.mcp_ready_timeout):
-                status = await fut
-        except TimeoutError:
-            raise AgentError(
-                "mcp_initialize_timeout",
-                "the thread's Gitea tools did not become ready",
-                retryable=False,
-            ) from None
-        if status != "ready":
-            raise AgentError(
-                "mcp_start_failed", f"the thread's Gitea tools are {status}", retryable=False
-            )
 
     # -- turns --------------------------------------------------------------------------
 

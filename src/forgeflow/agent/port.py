@@ -12,7 +12,8 @@ from typing import Any, Protocol
 
 
 class AgentError(Exception):
-    """A runtime failure with a stable code (§8), e.g. ``app_server_timeout``."""
+    """A runtime failure with a stable code, kept in the task's audit and error, e.g.
+    ``app_server_timeout``; ``retryable`` says whether the task may be tried again."""
 
     def __init__(self, code: str, message: str, *, retryable: bool) -> None:
         super().__init__(message)

@@ -21,6 +21,7 @@ import asyncio
 import os
 import shutil
 from collections.abc import Awaitable, Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -220,14 +221,11 @@ class GiteaTools:
         elicitation: str = "decline",
         publish: Publish | None = None,
     ) -> None:
-        self._elicitation = elicitation
-        self._publish = publish
-        self._argv = argv
-        self._env = env
-        self._timeout = timeout
-        self._call_timeout = call_timeout
-        self._stderr_path = stderr_path
+        # Only ever used together: how the upstream server is started (again, if it died).
+        self._spawn = partial(spawn_server, argv, env, stderr_path, elicitation=elicitation)
+        self._timeout, self._call_timeout = timeout, call_timeout
         self._on_refused = on_refused
+        self._publish = publish
         self._proc: RpcProcess | None = None
         self._tools: list[Json] = []
         self._lock = asyncio.Lock()
@@ -238,9 +236,7 @@ class GiteaTools:
                 return self._proc
             if self._proc is not None:
                 await self._proc.close()
-            proc = await spawn_server(
-                self._argv, self._env, self._stderr_path, elicitation=self._elicitation
-            )
+            proc = await self._spawn()
             try:
                 self._tools = await handshake(proc, self._timeout)
             except AgentError:

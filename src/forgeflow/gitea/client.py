@@ -47,7 +47,7 @@ _PERMISSIONS = {
 }
 
 
-# aiohttp, not httpx (DESIGN's pick for HTTP clients), for this one client: on the way from
+# aiohttp, not httpx (the project's usual HTTP client), for this one client: on the way from
 # a burst of mentions to their turns this client made ≈ 40 % of the event loop's CPU, and
 # a request costs ≈ 0.15–0.2 ms of client CPU with aiohttp against 0.8–1.15 ms with httpx
 # (httpcore's pool walks every connection and polls every idle socket on each request;

@@ -1,4 +1,4 @@
-"""Gitea webhook deliveries → domain events (pure; spec PIPELINES "Sự kiện miền").
+"""Gitea webhook deliveries → domain events (pure; docs/pipelines.md "Domain events").
 
 :func:`domain_events` reads the payloads Gitea documents in modules/structs/hook.go
 (IssuePayload, PullRequestPayload, IssueCommentPayload, ReleasePayload,
@@ -210,10 +210,6 @@ def _pulls(d: _Delivery) -> list[DomainEvent]:
     number = _int(d.payload, "pull_request.number")
     resource = resource_key(d.repo.key, ResourceKind.PULL_REQUEST, number)
     p = d.payload
-    head_repo_id, base_repo_id = (
-        _opt(p, "pull_request.head.repo_id"),
-        _opt(p, "pull_request.base.repo_id"),
-    )
     common = {
         **d.base(),
         "number": number,
@@ -223,21 +219,34 @@ def _pulls(d: _Delivery) -> list[DomainEvent]:
         "url": _opt(p, "pull_request.html_url"),
     }
     if d.action == "opened":
-        payload = {
-            **common,
-            "body": _opt(p, "pull_request.body"),
-            "draft": _opt(p, "pull_request.draft") is True,
-            "base": _opt(p, "pull_request.base.ref"),
-            "head": _opt(p, "pull_request.head.ref"),
-            "headSha": _opt(p, "pull_request.head.sha"),
-            "headRepo": _opt(p, "pull_request.head.repo.full_name"),
-            "baseRepo": _opt(p, "pull_request.base.repo.full_name"),
-            "fork": head_repo_id is not None and head_repo_id != base_repo_id,
-        }
-        found = [d.event("PullRequestPublished", resource, payload)]
-        if payload["fork"]:
-            found.append(d.event("ExternalPrDetected", resource, payload))
-        return found
+        return _pull_published(d, resource, common)
+    return _pull_status_changed(d, resource, common)
+
+
+def _pull_published(d: _Delivery, resource: str, common: dict[str, Any]) -> list[DomainEvent]:
+    """PullRequestPublished, and ExternalPrDetected when the head lives in a fork."""
+    p = d.payload
+    head_repo_id = _opt(p, "pull_request.head.repo_id")
+    payload = {
+        **common,
+        "body": _opt(p, "pull_request.body"),
+        "draft": _opt(p, "pull_request.draft") is True,
+        "base": _opt(p, "pull_request.base.ref"),
+        "head": _opt(p, "pull_request.head.ref"),
+        "headSha": _opt(p, "pull_request.head.sha"),
+        "headRepo": _opt(p, "pull_request.head.repo.full_name"),
+        "baseRepo": _opt(p, "pull_request.base.repo.full_name"),
+        "fork": head_repo_id is not None and head_repo_id != _opt(p, "pull_request.base.repo_id"),
+    }
+    found = [d.event("PullRequestPublished", resource, payload)]
+    if payload["fork"]:
+        found.append(d.event("ExternalPrDetected", resource, payload))
+    return found
+
+
+def _pull_status_changed(d: _Delivery, resource: str, common: dict[str, Any]) -> list[DomainEvent]:
+    """PullRequestStatusChanged on reopen, push and close; PrMerged too on a merge."""
+    p = d.payload
     merged = d.action == "closed" and _opt(p, "pull_request.merged") is True
     head_sha = _opt(p, "pull_request.head.sha")
     status = "merged" if merged else ("closed" if d.action == "closed" else "open")

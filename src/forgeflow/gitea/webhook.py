@@ -1,4 +1,4 @@
-"""Verify and normalise Gitea/Forgejo webhook deliveries (ARCHITECTURE §5.1, §6.1).
+"""Verify and normalise Gitea/Forgejo webhook deliveries.
 
 Pure functions over headers and the raw body: the HTTP route calls them, the store
 records the result. Header names follow Gitea services/webhook/deliver.go (Gitea sends
@@ -17,6 +17,8 @@ from typing import Any
 from forgeflow.domain.ids import InvalidName, RepoRef, ResourceKind, ResourceRef
 
 COMMENT_EVENTS = frozenset({"issue_comment", "pull_request_comment"})
+# A review submitted as "Comment" (Gitea's own name for the hook event since 1.19.1).
+REVIEW_COMMENT = "pull_request_review_comment"
 
 
 class InvalidPayload(ValueError):
@@ -64,20 +66,41 @@ def event_type_of(headers: Mapping[str, str], payload: Mapping[str, Any] | None 
     """The normalised event name.
 
     Gitea sends ``X-Gitea-Event: issue_comment`` for comments on both issues and pull
-    requests and tells them apart in ``X-Gitea-Event-Type`` (``pull_request_comment``);
-    older versions only set ``is_pull`` in the payload.
+    requests and tells them apart in ``X-Gitea-Event-Type`` (``pull_request_comment``)
+    and the payload's ``is_pull``. Two older shapes are read as well:
+
+    - Gitea 1.9 and older had neither: a pull request's comment arrived as
+      ``issue_comment``, and only its non-null ``issue.pull_request`` said so;
+    - Gitea 1.10 to 1.19.0 sent a review submitted as "Comment" under the comment event
+      types, with a pull-request payload (``action: "reviewed"``, a ``review``, no
+      ``comment``). It is a review, not a comment: it gets the name later Gitea gives it,
+      :data:`REVIEW_COMMENT`, an event forgeflow does not handle.
     """
     specific = _first(headers, "x-gitea-event-type", "x-forgejo-event-type", "x-gogs-event-type")
     generic = _first(headers, "x-gitea-event", "x-forgejo-event", "x-gogs-event", "x-github-event")
     event = specific or generic or ""
-    if event == "issue_comment" and payload is not None and payload.get("is_pull") is True:
-        return "pull_request_comment"
+    if event in COMMENT_EVENTS and payload is not None:
+        if not isinstance(payload.get("comment"), Mapping):
+            return REVIEW_COMMENT
+        if event == "issue_comment" and on_pull_request(payload):
+            return "pull_request_comment"
     return event
+
+
+def on_pull_request(payload: Mapping[str, Any]) -> bool:
+    """Whether a comment payload is about a pull request: ``is_pull`` (Gitea 1.10 and
+    later) or, as every version sends it, an issue whose ``pull_request`` is not null."""
+    issue = payload.get("issue")
+    return payload.get("is_pull") is True or (
+        isinstance(issue, Mapping) and issue.get("pull_request") is not None
+    )
 
 
 @dataclass(frozen=True, slots=True)
 class CommentEvent:
-    """The normalised structure of ARCHITECTURE §6.1."""
+    """A comment delivery as forgeflow reads it, whichever Gitea or Forgejo version
+    sent it: the issue or pull request, the comment and its author, and the pull
+    request's refs when the payload names them."""
 
     delivery_id: str
     event_type: str
@@ -147,7 +170,7 @@ def normalise_comment(
         repo = RepoRef(owner, name)
     except InvalidName as exc:
         raise InvalidPayload(str(exc)) from None
-    is_pull = event_type == "pull_request_comment" or bool(payload.get("is_pull"))
+    is_pull = event_type == "pull_request_comment" or on_pull_request(payload)
     kind = ResourceKind.PULL_REQUEST if is_pull else ResourceKind.ISSUE
     repository = payload["repository"]
     refs = None
@@ -186,7 +209,8 @@ def _nested(node: Any, *path: str) -> Any:
 
 
 def payload_delivery_fallback(event_type: str, payload: Mapping[str, Any]) -> str | None:
-    """A reliable id when no delivery header came (§3): the comment id and action."""
+    """An id for deduplication when no delivery header came (every delivery must be
+    recorded once): the comment id and the action."""
     try:
         comment_id = _get(payload, "comment.id", int)
         action = _get(payload, "action", str)

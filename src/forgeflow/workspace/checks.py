@@ -1,4 +1,4 @@
-"""Is it ours, and untouched? The checks behind ``workspace_dirty`` (DESIGN "Workspaces").
+"""Is it ours, and untouched? The checks behind ``workspace_dirty``.
 
 "Dirty" means: the main clone was edited, a worktree has unmerged paths, a stale
 ``index.lock``, or a worktree path is taken by something that is not our worktree. A

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from hashlib import md5
 from typing import Any
 from urllib.parse import quote, urlsplit
 
 from .gitrepo import GitRepo
 from .gojson import EPOCH_TIME, ZERO_TIME, opt_rfc3339, rfc3339
-from .state import Access, Comment, Hook, Issue, Label, Release, Repo, State, User
+from .state import Access, Comment, Hook, Issue, Label, Pull, Release, Repo, State, User
 
 JSON = dict[str, Any]
 
@@ -124,40 +125,9 @@ class Converter:
                     "push": mode >= Access.WRITE,
                     "pull": mode >= Access.READ,
                 },
-                "has_issues": True,
-                "internal_tracker": {
-                    "enable_time_tracker": True,
-                    "allow_only_contributors_to_track_time": True,
-                    "enable_issue_dependencies": True,
-                },
-                "has_wiki": True,
-                "has_pull_requests": True,
-                "has_projects": True,
-                "projects_mode": "all",
-                "has_releases": True,
-                "has_packages": True,
-                "has_actions": True,
-                "ignore_whitespace_conflicts": False,
-                "allow_merge_commits": True,
-                "allow_rebase": True,
-                "allow_rebase_explicit": True,
-                "allow_squash_merge": True,
-                "allow_fast_forward_only_merge": True,
-                "allow_rebase_update": True,
-                "allow_manual_merge": False,
-                "autodetect_manual_merge": False,
-                "default_delete_branch_after_merge": False,
-                "default_merge_style": "merge",
-                "default_allow_maintainer_edit": False,
-                "avatar_url": "",
-                "internal": False,
-                "mirror_interval": "",
-                "object_format_name": "sha1",
-                "mirror_updated": ZERO_TIME,
-                "topics": [],
-                "licenses": [],
             }
         )
+        data.update(_repo_settings())
         return data
 
     # -- issues, labels, comments -----------------------------------------------------
@@ -251,18 +221,7 @@ class Converter:
         data = self.issue(issue)
         base_repo = self.state.repos[issue.repo_id]
         head_repo = self.state.repos[pr.head_repo_id]
-        base_git, head_git = GitRepo(base_repo.path), GitRepo(head_repo.path)
-        base_sha = base_git.branch_sha(pr.base_branch) or ""
-        head_sha = head_git.branch_sha(pr.head_branch)
-        head_ref = pr.head_branch
-        if head_sha is None:  # branch gone: Gitea falls back to refs/pull/N/head
-            head_ref = f"refs/pull/{issue.index}/head"
-            head_sha = base_git.rev_parse(head_ref) or ""
-        merge_base = base_git.merge_base(base_sha, head_sha) if base_sha and head_sha else None
-        mergeable = bool(base_sha and head_sha and base_git.merge_tree(base_sha, head_sha))
-        additions = deletions = changed = 0
-        if merge_base and head_sha:
-            additions, deletions, changed = base_git.diff_stat(merge_base, head_sha)
+        git = _pull_git(GitRepo(base_repo.path), GitRepo(head_repo.path), issue.index, pr)
         merger = self.state.users.get(pr.merged_by_id or 0)
         return {
             "id": pr.id,
@@ -282,38 +241,36 @@ class Converter:
             "is_locked": issue.is_locked,
             "comments": data["comments"],
             "review_comments": 0,
-            "additions": additions,
-            "deletions": deletions,
-            "changed_files": changed,
+            "additions": git.additions,
+            "deletions": git.deletions,
+            "changed_files": git.changed,
             "html_url": self.issue_url(issue),
             "diff_url": f"{self.issue_url(issue)}.diff",
             "patch_url": f"{self.issue_url(issue)}.patch",
-            "mergeable": mergeable and not pr.merged,
+            "mergeable": git.mergeable and not pr.merged,
             "merged": pr.merged,
             "merged_at": opt_rfc3339(pr.merged_at),
             "merge_commit_sha": pr.merge_commit_sha,
             "merged_by": self.user_for(merger, doer) if merger else None,
             "allow_maintainer_edit": False,
-            "base": {
-                "label": pr.base_branch,
-                "ref": pr.base_branch,
-                "sha": base_sha,
-                "repo_id": base_repo.id,
-                "repo": self.repo(base_repo, doer),
-            },
-            "head": {
-                "label": pr.head_branch,
-                "ref": head_ref,
-                "sha": head_sha,
-                "repo_id": head_repo.id,
-                "repo": self.repo(head_repo, doer),
-            },
-            "merge_base": merge_base or "",
+            "base": self._branch(pr.base_branch, pr.base_branch, git.base_sha, base_repo, doer),
+            "head": self._branch(pr.head_branch, git.head_ref, git.head_sha, head_repo, doer),
+            "merge_base": git.merge_base,
             "due_date": None,
             "created_at": rfc3339(issue.created),
             "updated_at": rfc3339(issue.updated),
             "closed_at": opt_rfc3339(issue.closed_at),
             "pin_order": 0,
+        }
+
+    def _branch(self, label: str, ref: str, sha: str, repo: Repo, doer: User | None) -> JSON:
+        """PRBranchInfo: one side of a pull request."""
+        return {
+            "label": label,
+            "ref": ref,
+            "sha": sha,
+            "repo_id": repo.id,
+            "repo": self.repo(repo, doer),
         }
 
     def release(self, release: Release) -> JSON:
@@ -351,3 +308,71 @@ class Converter:
             "updated_at": rfc3339(hook.updated),
             "created_at": rfc3339(hook.created),
         }
+
+
+def _repo_settings() -> JSON:
+    """The settings every emulated repository has, Gitea's defaults for a new one (a
+    fresh dict each time: callers may change what they are given)."""
+    return {
+        "has_issues": True,
+        "internal_tracker": {
+            "enable_time_tracker": True,
+            "allow_only_contributors_to_track_time": True,
+            "enable_issue_dependencies": True,
+        },
+        "has_wiki": True,
+        "has_pull_requests": True,
+        "has_projects": True,
+        "projects_mode": "all",
+        "has_releases": True,
+        "has_packages": True,
+        "has_actions": True,
+        "ignore_whitespace_conflicts": False,
+        "allow_merge_commits": True,
+        "allow_rebase": True,
+        "allow_rebase_explicit": True,
+        "allow_squash_merge": True,
+        "allow_fast_forward_only_merge": True,
+        "allow_rebase_update": True,
+        "allow_manual_merge": False,
+        "autodetect_manual_merge": False,
+        "default_delete_branch_after_merge": False,
+        "default_merge_style": "merge",
+        "default_allow_maintainer_edit": False,
+        "avatar_url": "",
+        "internal": False,
+        "mirror_interval": "",
+        "object_format_name": "sha1",
+        "mirror_updated": ZERO_TIME,
+        "topics": [],
+        "licenses": [],
+    }
+
+
+@dataclass(frozen=True)
+class _PullGit:
+    """What git says about a pull request, as ToAPIPullRequest reads it."""
+
+    base_sha: str
+    head_ref: str
+    head_sha: str
+    merge_base: str
+    mergeable: bool
+    additions: int = 0
+    deletions: int = 0
+    changed: int = 0
+
+
+def _pull_git(base_git: GitRepo, head_git: GitRepo, index: int, pr: Pull) -> _PullGit:
+    base_sha = base_git.branch_sha(pr.base_branch) or ""
+    head_sha = head_git.branch_sha(pr.head_branch)
+    head_ref = pr.head_branch
+    if head_sha is None:  # branch gone: Gitea falls back to refs/pull/N/head
+        head_ref = f"refs/pull/{index}/head"
+        head_sha = base_git.rev_parse(head_ref) or ""
+    merge_base = base_git.merge_base(base_sha, head_sha) if base_sha and head_sha else None
+    mergeable = bool(base_sha and head_sha and base_git.merge_tree(base_sha, head_sha))
+    stats = (0, 0, 0)
+    if merge_base and head_sha:
+        stats = base_git.diff_stat(merge_base, head_sha)
+    return _PullGit(base_sha, head_ref, head_sha, merge_base or "", mergeable, *stats)

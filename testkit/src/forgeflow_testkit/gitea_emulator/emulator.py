@@ -13,6 +13,7 @@ from .controls import EmulatorControls
 from .convert import Converter
 from .delivery import Deliverer, Delivery
 from .gitrepo import GitRepo, Signature, git_env
+from .legacy import LegacyDeliveries
 from .server import BackgroundServer
 from .service import Outcome, Service
 from .state import Access, Comment, Issue, Repo, State, User
@@ -20,7 +21,7 @@ from .state import Access, Comment, Issue, Repo, State, User
 _VERSIONS = {"gitea": "1.22.6", "forgejo": "9.0.3+gitea-1.22.0"}
 
 
-class GiteaEmulator(EmulatorControls):
+class GiteaEmulator(EmulatorControls, LegacyDeliveries):
     """An HTTP server speaking Gitea's /api/v1, webhooks and git smart HTTP, backed by
     in-memory state and real bare repositories under `git_root`.
 
@@ -123,26 +124,7 @@ class GiteaEmulator(EmulatorControls):
                 parent_id=parent.id if parent else None,
                 description=description,
             )
-            if parent is None:
-                git = GitRepo.init_bare(path, default_branch)
-                content: dict[str, str | None] = dict(files or {"README.md": f"# {name}\n"})
-                git.commit_files(
-                    default_branch,
-                    content,
-                    message="Initial commit\n",
-                    when=now,
-                    parent=None,
-                    author=Signature(owner_user.full_name or owner_user.login, owner_user.email),
-                )
-            elif files:
-                GitRepo(path).commit_files(
-                    default_branch,
-                    dict(files),
-                    message="change\n",
-                    when=now,
-                    parent=GitRepo(path).branch_sha(default_branch),
-                    author=Signature(owner_user.full_name or owner_user.login, owner_user.email),
-                )
+            _first_commits(repo, owner_user, fork=parent is not None, files=files)
             self._state.repos[repo.id] = repo
             return self._convert.repo(repo, owner_user)
 
@@ -391,3 +373,26 @@ class GiteaEmulator(EmulatorControls):
             return self._service.payloads.issue_comment_payload(
                 action, issue, comment, self._state.user_by_login(sender), changes_from
             )
+
+
+def _first_commits(repo: Repo, owner: User, *, fork: bool, files: dict[str, str] | None) -> None:
+    """A new repository's first commit (`files`, or a README), or `files` committed on
+    top of what a fork was cloned with."""
+    author = Signature(owner.full_name or owner.login, owner.email)
+    branch, now = repo.default_branch, repo.created
+    if not fork:
+        git = GitRepo.init_bare(repo.path, branch)
+        content: dict[str, str | None] = dict(files or {"README.md": f"# {repo.name}\n"})
+        git.commit_files(
+            branch, content, message="Initial commit\n", when=now, parent=None, author=author
+        )
+    elif files:
+        git = GitRepo(repo.path)
+        git.commit_files(
+            branch,
+            dict(files),
+            message="change\n",
+            when=now,
+            parent=git.branch_sha(branch),
+            author=author,
+        )

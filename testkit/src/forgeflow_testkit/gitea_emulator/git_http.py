@@ -80,22 +80,7 @@ async def serve(core: Core, request: Request) -> Response:
         relative = repo.path.relative_to(core.state.git_root).as_posix()
         before = GitRepo(repo.path).refs() if write and rest != "info/refs" else None
     body = await _spool(request)
-    env = git_env(
-        {
-            "GIT_PROJECT_ROOT": str(core.state.git_root),
-            "GIT_HTTP_EXPORT_ALL": "1",
-            "PATH_INFO": f"/{relative}/{rest}",
-            "REQUEST_METHOD": request.method,
-            "QUERY_STRING": request.url.query,
-            "CONTENT_TYPE": request.headers.get("content-type", ""),
-            "CONTENT_LENGTH": str(_size(body)),
-            "REMOTE_ADDR": request.client.host if request.client else "127.0.0.1",
-            "HTTP_CONTENT_ENCODING": request.headers.get("content-encoding", ""),
-            "HTTP_GIT_PROTOCOL": request.headers.get("git-protocol", ""),
-        }
-    )
-    if user is not None:
-        env["REMOTE_USER"] = user.login
+    env = _cgi_env(core, request, f"/{relative}/{rest}", _size(body), user)
     proc = await asyncio.create_subprocess_exec(
         "git",
         "http-backend",
@@ -117,6 +102,29 @@ async def serve(core: Core, request: Request) -> Response:
             await run_in_threadpool(_after_push, core, repo, user, before)
 
     return StreamingResponse(stream(), status, headers)
+
+
+def _cgi_env(
+    core: Core, request: Request, path_info: str, length: int, user: User | None
+) -> dict[str, str]:
+    """The CGI environment ``git http-backend`` reads for this request."""
+    env = git_env(
+        {
+            "GIT_PROJECT_ROOT": str(core.state.git_root),
+            "GIT_HTTP_EXPORT_ALL": "1",
+            "PATH_INFO": path_info,
+            "REQUEST_METHOD": request.method,
+            "QUERY_STRING": request.url.query,
+            "CONTENT_TYPE": request.headers.get("content-type", ""),
+            "CONTENT_LENGTH": str(length),
+            "REMOTE_ADDR": request.client.host if request.client else "127.0.0.1",
+            "HTTP_CONTENT_ENCODING": request.headers.get("content-encoding", ""),
+            "HTTP_GIT_PROTOCOL": request.headers.get("git-protocol", ""),
+        }
+    )
+    if user is not None:
+        env["REMOTE_USER"] = user.login
+    return env
 
 
 async def _spool(request: Request) -> IO[bytes]:
