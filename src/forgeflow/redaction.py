@@ -19,6 +19,12 @@ def register_secrets(values: list[str]) -> None:
     _SECRETS.update(v for v in values if v and len(v) >= 6)
 
 
+def forget_secrets(values: list[str]) -> None:
+    """Stop masking values that no longer open anything (a revoked capability), so the
+    set stays as small as the secrets that are live."""
+    _SECRETS.difference_update(values)
+
+
 def redact_text(text: str) -> str:
     for secret in _SECRETS:
         if secret in text:

@@ -29,6 +29,7 @@ import structlog
 from aiohttp import web
 
 from forgeflow.agent.provider import ModelProvider
+from forgeflow.redaction import forget_secrets, register_secrets
 
 log = structlog.get_logger("forgeflow.broker")
 
@@ -140,12 +141,17 @@ class Broker:
     def grant(self, grant: Grant) -> str:
         token = secrets.token_urlsafe(32)
         self._grants[token] = grant
+        # The agent can read its own capability (it sits in the jail's Codex config):
+        # whatever it echoes is masked in logs, audit rows and transcripts.
+        register_secrets([token])
         return token
 
     def revoke(self, server: str) -> None:
         """End every capability of one repository's app-server."""
-        for token in [t for t, g in self._grants.items() if g.server == server]:
+        revoked = [t for t, g in self._grants.items() if g.server == server]
+        for token in revoked:
             del self._grants[token]
+        forget_secrets(revoked)
 
     def _granted(self, request: web.Request, *, session: bool) -> Grant:
         header = request.headers.get("Authorization", "")

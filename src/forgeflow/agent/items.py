@@ -16,10 +16,12 @@ from forgeflow.agent.port import (
     Notice,
     TokenUsage,
     ToolCall,
+    Transcribed,
     TurnCompleted,
     TurnHandle,
     TurnStatus,
 )
+from forgeflow.domain import transcript
 from forgeflow.redaction import redact
 
 if TYPE_CHECKING:
@@ -92,6 +94,9 @@ def on_notification(turn: TurnState, method: str, params: Json) -> TurnEnd | Non
 
 def on_item(turn: TurnState, item: Json) -> None:
     kind = item.get("type")
+    entry = transcript.from_item(item, redact)
+    if entry is not None:
+        turn.put(Transcribed(turn.next_seq(), str(item.get("id") or turn.seq), entry))
     if kind == "agentMessage":
         turn.last_message = str(item.get("text") or "") or turn.last_message
     elif kind == "mcpToolCall":

@@ -10,6 +10,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Protocol
 
+from forgeflow.domain.transcript import Entry
+
 
 class AgentError(Exception):
     """A runtime failure with a stable code, kept in the task's audit and error, e.g.
@@ -117,7 +119,16 @@ class Notice:
     metadata: dict[str, Any] = field(default_factory=dict)
 
 
-AgentEvent = ToolCall | TokenUsage | NeedsUser | TurnCompleted | Notice
+@dataclass(frozen=True, slots=True)
+class Transcribed:
+    """One finished item of the turn for its transcript (already bounded and redacted)."""
+
+    seq: int
+    item_id: str
+    entry: Entry
+
+
+AgentEvent = ToolCall | TokenUsage | NeedsUser | TurnCompleted | Notice | Transcribed
 
 
 class AgentRuntime(Protocol):
