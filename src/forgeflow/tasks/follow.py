@@ -1,4 +1,4 @@
-"""A running turn's events (§5.3): each recorded once, in order, and an operator's abort.
+"""A running turn's events: each recorded once, in order, and an operator's abort.
 
 :class:`TurnFollower` reads the runtime's events of one turn until ``turn/completed``;
 every event advances the turn's ``eventSeq`` in the transaction that records it, so a
@@ -62,7 +62,7 @@ class TurnFollower:
             async with asyncio.timeout(None) as scope:
                 async for event in self.runtime.events(handle):
                     if isinstance(event, TurnCompleted):
-                        # Its eventSeq goes with the turn's end (one commit, in _turn).
+                        # Its eventSeq goes with the turn's end (one commit, in turn.py).
                         completed = event
                         break
                     if not await self.store.write(self.recorder(task, handle, key, event)):

@@ -1,6 +1,7 @@
 """The ``preparing`` step of a task: workspace, receipt, prompt context.
 
-The persistent clone and the session's worktree are made ready (DESIGN "Workspaces");
+The repository's persistent clone is fetched when Gitea's branch moved, and the
+session's worktree (one per issue or pull request, on its own branch) is made ready;
 meanwhile the receipt is posted and the issue's discussion read from Gitea for the
 prompt, so a warm task waits for the slowest of the three, not for their sum. A failure
 to make the workspace ready retries the task later (or fails it when its retries are

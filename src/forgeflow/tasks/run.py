@@ -181,6 +181,11 @@ class Execution:
                 error_code="reply_unknown",
                 fields={"reply_error": result.detail, "claimed_by": None},
             )
+        return await self._missing(task, turn)
+
+    async def _missing(self, task: dict[str, Any], turn: dict[str, Any]) -> dict[str, Any]:
+        """No answer on Gitea: one more turn asks the agent to post it, after that the
+        bot posts the turn's last message itself."""
         if int(task["reply_attempt"]) == 0:
             return await self.moves.move(
                 task,
