@@ -134,7 +134,7 @@ class Services:
         from forgeflow.tasks.outbox import Outbox
         from forgeflow.tasks.prepare import Preparer
         from forgeflow.tasks.replies import Replies
-        from forgeflow.tasks.run import Execution, ExecutionConfig
+        from forgeflow.tasks.run import Execution
         from forgeflow.tasks.scheduler import Scheduler
         from forgeflow.tasks.turn import TurnRunner
 
@@ -154,17 +154,8 @@ class Services:
         turns = TurnRunner(
             self.store, runtime, replies, moves, preparer, follower, workspace_root=root
         )
-        config = ExecutionConfig(
-            owner=self.owner,
-            workspace_root=root,
-            bot_login=s.bot_login,
-            lease_ttl=ttl,
-            retry=self.retry,
-            abort_timeout=s.abort_timeout_seconds,
-            budgets=s.budgets(),
-        )
         execution = Execution(
-            config, self.store, replies, moves, preparer, turns, preparing, publisher
+            self.store, replies, moves, preparer, turns, preparing, publisher, lease_ttl=ttl
         )
         return Scheduler(
             self.store,

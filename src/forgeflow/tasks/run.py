@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
-from dataclasses import dataclass
 from datetime import timedelta
 from functools import partial
 from typing import Any
@@ -19,14 +17,12 @@ from typing import Any
 import structlog
 
 from forgeflow.domain.markers import MarkerKind, parse_marker
-from forgeflow.domain.retry import RetryPolicy
 from forgeflow.domain.states import TaskState
 from forgeflow.gitea.client import GiteaError
 from forgeflow.store import Store, leases
 from forgeflow.store import comments as comment_q
 from forgeflow.store import turns as turn_q
 from forgeflow.store.types import utcnow
-from forgeflow.store.usage import Budgets
 from forgeflow.tasks import drafts
 from forgeflow.tasks.dispatch import Preparing
 from forgeflow.tasks.moves import TaskMoves
@@ -43,21 +39,9 @@ _HOLDS_LEASE = frozenset({S.PREPARING, S.RUNNING, S.ABORTING})
 _VERIFY_DEFER_SECONDS = 1.0
 
 
-@dataclass(frozen=True, slots=True)
-class ExecutionConfig:
-    owner: str
-    workspace_root: str
-    bot_login: str
-    lease_ttl: timedelta
-    retry: RetryPolicy
-    abort_timeout: float = 30.0
-    budgets: Budgets = dataclasses.field(default_factory=Budgets)
-
-
 class Execution:
     def __init__(
         self,
-        cfg: ExecutionConfig,
         store: Store,
         replies: Replies,
         moves: TaskMoves,
@@ -65,8 +49,10 @@ class Execution:
         turns: TurnRunner,
         preparing: Preparing,
         publisher: Publisher | None = None,
+        *,
+        lease_ttl: timedelta,
     ) -> None:
-        self.cfg = cfg
+        self.lease_ttl = lease_ttl
         self.store = store
         self.replies = replies
         self.moves = moves
@@ -76,7 +62,9 @@ class Execution:
         self.publisher = publisher
 
     async def _heartbeat(self, repo_key: str, lease_id: str) -> None:
-        ttl = self.cfg.lease_ttl
+        """Renew the repository's lease while the run holds it: an expired lease lets
+        another worker's recovery take the task over."""
+        ttl = self.lease_ttl
         while True:
             await asyncio.sleep(ttl.total_seconds() / 3)
             if not await self.store.write(lambda c: leases.renew(c, repo_key, lease_id, ttl)):
