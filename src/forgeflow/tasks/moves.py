@@ -127,8 +127,8 @@ class TaskMoves:
         events: Sequence[AuditEvent] = (),
         before: Callable[[Connection], object] | None = None,
     ) -> dict[str, Any]:
-        attempt = int(task["attempt"]) + 1
-        if attempt > self.retry.max_retries:
+        retry = self.retry.next_try(int(task["attempt"]), utcnow())
+        if retry is None:
             return await self.move(
                 task,
                 S.FAILED,
@@ -144,13 +144,13 @@ class TaskMoves:
             action="task.retry",
             error_code=code,
             fields={
-                "attempt": attempt,
+                "attempt": retry.attempt,
                 "retry_step": step.value,
                 "claimed_by": None,
-                "next_retry_at": utcnow() + self.retry.delay(attempt),
+                "next_retry_at": retry.at,
                 "execution_error": detail,
             },
-            metadata={"attempt": attempt},
+            metadata={"attempt": retry.attempt},
             events=events,
             before=before,
         )
