@@ -128,6 +128,7 @@ class Services:
         self, workspace: WorkspaceManager, publisher: Publisher, runtime: AgentRuntime
     ) -> Scheduler:
         """The objects that run tasks, each given its collaborators as it is built."""
+        from forgeflow.tasks.abort_watch import AbortWatch
         from forgeflow.tasks.dispatch import Preparing, Runs
         from forgeflow.tasks.follow import TurnFollower
         from forgeflow.tasks.moves import TaskMoves
@@ -149,7 +150,13 @@ class Services:
         preparer = Preparer(
             self.store, workspace, gitea, outbox, moves, preparing, bot_login=s.bot_login
         )
-        follower = TurnFollower(self.store, runtime, s.abort_timeout_seconds, s.budgets())
+        follower = TurnFollower(
+            self.store,
+            runtime,
+            AbortWatch(self.store),
+            abort_timeout=s.abort_timeout_seconds,
+            budgets=s.budgets(),
+        )
         root = str(s.resolved_workspace_root)
         turns = TurnRunner(
             self.store, runtime, replies, moves, preparer, follower, workspace_root=root

@@ -17,6 +17,7 @@ from datetime import timedelta
 import structlog
 from sqlalchemy import Connection
 
+from forgeflow.domain.states import TaskState
 from forgeflow.store import scheduling
 from forgeflow.store.scheduling import Claim
 
@@ -150,7 +151,7 @@ class Runs:
             self.ids.add(task["task_id"])
             if claim.lease_id is not None:
                 self.busy_repos[task["repo_key"]] = task["task_id"]
-            if task["state"] == "preparing":
+            if task["state"] == TaskState.PREPARING:
                 self.preparing.expect(task["task_id"])
             self._claims.put_nowait(claim)
 

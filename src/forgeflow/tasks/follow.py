@@ -43,13 +43,20 @@ def _asks_user(call: ToolCall, task_id: str) -> bool:
 
 class TurnFollower:
     def __init__(
-        self, store: Store, runtime: AgentRuntime, abort_timeout: float, budgets: Budgets
+        self,
+        store: Store,
+        runtime: AgentRuntime,
+        aborts: AbortWatch,
+        *,
+        abort_timeout: float,
+        budgets: Budgets,
     ) -> None:
         self.store = store
         self.runtime = runtime
+        self.aborts = aborts
+        # How long an aborted turn may take to stop before the task fails.
         self.abort_timeout = abort_timeout
         self.budgets = budgets
-        self.aborts = AbortWatch(store)
 
     async def follow(
         self, task: dict[str, Any], key: str, handle: TurnHandle

@@ -16,6 +16,7 @@ from typing import Any
 import structlog
 
 from forgeflow.domain import modes
+from forgeflow.domain.states import TaskState
 from forgeflow.gitea.client import GiteaError
 from forgeflow.store import Store, outbox, scheduling
 from forgeflow.store.audit import AuditEvent
@@ -114,7 +115,7 @@ class Outbox:
 
     async def _result(self, task: dict[str, Any]) -> None:
         try:
-            if task["state"] == "failed" and await self.replies.answered(task):
+            if task["state"] == TaskState.FAILED and await self.replies.answered(task):
                 # The task failed after its answer landed (a crash between the agent's
                 # post and our record): the user has an answer; no failure notice.
                 await self.store.write(partial(outbox.skip_result, task=task))

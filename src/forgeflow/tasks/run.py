@@ -182,7 +182,7 @@ class Execution:
                 error_code="mcp_reply_missing",
                 fields={
                     "reply_attempt": 1,
-                    "retry_step": "running",
+                    "retry_step": S.RUNNING.value,
                     "next_retry_at": utcnow(),
                     "claimed_by": None,
                     "reply_error": "mcp_reply_missing",
