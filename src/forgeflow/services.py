@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from functools import partial
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import structlog
 from pydantic import SecretStr
@@ -28,7 +29,13 @@ from forgeflow.pipelines.triggers import TriggerLoops
 from forgeflow.pipelines.wiring import build_engine
 from forgeflow.redaction import register_secrets
 from forgeflow.store import Store
+from forgeflow.tasks.dispatch import Wakeup
 from forgeflow.tasks.intake import WebhookIngress
+
+if TYPE_CHECKING:
+    from forgeflow.tasks.publish import Publisher
+    from forgeflow.tasks.scheduler import Scheduler
+    from forgeflow.workspace.manager import WorkspaceManager
 
 ADMIN_TOKEN_FILE = "admin_token"  # noqa: S105 - a file name, not a secret
 log = structlog.get_logger("forgeflow.services")
@@ -46,7 +53,10 @@ class Services:
     worker_id: str = ""
     owner: str = ""
     runtime: AgentRuntime | None = None
-    scheduler: object | None = field(default=None)
+    # Set by ingress when it accepts a task; the scheduler (if this process runs one)
+    # claims at once instead of at its next poll.
+    wakeup: Wakeup = field(default_factory=Wakeup)
+    scheduler: Scheduler | None = field(default=None)
     pipelines: PipelineEngine | None = field(default=None)
     triggers: TriggerLoops | None = field(default=None)
 
@@ -85,9 +95,7 @@ class Services:
 
     async def first_claims(self, timeout: float = 2.0) -> None:
         """Wait (at most ``timeout``) until the scheduler made its first claim round."""
-        from forgeflow.tasks.scheduler import Scheduler
-
-        if isinstance(self.scheduler, Scheduler):
+        if self.scheduler is not None:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.scheduler.first_round_done.wait(), timeout)
 
@@ -96,13 +104,10 @@ class Services:
             return
         from forgeflow.agent.factory import RuntimeUnavailable, create_runtime
         from forgeflow.tasks.publish import Publisher
-        from forgeflow.tasks.replies import Replies
-        from forgeflow.tasks.run import Execution, ExecutionConfig
-        from forgeflow.tasks.scheduler import Scheduler
         from forgeflow.workspace.manager import WorkspaceManager
 
         s = self.settings
-        assert self.gitea is not None and s.gitea_token is not None
+        assert s.gitea_token is not None
         workspace = WorkspaceManager(
             s.resolved_workspace_root,
             token=s.gitea_token.get_secret_value(),
@@ -114,40 +119,61 @@ class Services:
         except RuntimeUnavailable as exc:
             log.warning("worker.unavailable", reason=str(exc))
             return
-        replies = Replies(self.store, self.gitea, s.bot_login)
-        ttl = timedelta(seconds=s.lease_ttl_seconds)
-        execution = Execution(
-            ExecutionConfig(
-                owner=self.owner,
-                workspace_root=str(s.resolved_workspace_root),
-                bot_login=s.bot_login,
-                lease_ttl=ttl,
-                retry=self.retry,
-                abort_timeout=s.abort_timeout_seconds,
-                budgets=s.budgets(),
-            ),
-            self.store,
-            workspace,
-            self.gitea,
-            replies,
-            self.runtime,
-            publisher,
-        )
-        scheduler = Scheduler(
-            self.store,
-            execution,
-            replies,
-            owner=self.owner,
-            node_prefix=f"{self.worker_id}/",
-            lease_ttl=ttl,
-            retry=self.retry,
-            poll_seconds=s.poll_seconds,
-            worker_id=self.worker_id,
-        )
+        scheduler = self._build_scheduler(workspace, publisher, self.runtime)
         await self._register_worker()
-        self.ingress.on_accept = scheduler.wake
         self.scheduler = scheduler
         await scheduler.start()
+
+    def _build_scheduler(
+        self, workspace: WorkspaceManager, publisher: Publisher, runtime: AgentRuntime
+    ) -> Scheduler:
+        """The objects that run tasks, each given its collaborators as it is built."""
+        from forgeflow.tasks.abort_watch import AbortWatch
+        from forgeflow.tasks.dispatch import Preparing, Runs
+        from forgeflow.tasks.follow import TurnFollower
+        from forgeflow.tasks.moves import TaskMoves
+        from forgeflow.tasks.outbox import Outbox
+        from forgeflow.tasks.prepare import Preparer
+        from forgeflow.tasks.replies import Replies
+        from forgeflow.tasks.run import Execution
+        from forgeflow.tasks.scheduler import Scheduler
+        from forgeflow.tasks.turn import TurnRunner
+
+        s, gitea = self.settings, self.gitea
+        assert gitea is not None
+        ttl = timedelta(seconds=s.lease_ttl_seconds)
+        preparing = Preparing()
+        runs = Runs(owner=self.owner, lease_ttl=ttl, worker_id=self.worker_id, preparing=preparing)
+        replies = Replies(self.store, gitea, s.bot_login, workers_ttl=ttl)
+        outbox = Outbox(self.store, replies, preparing)
+        moves = TaskMoves(self.store, self.retry, runs)
+        preparer = Preparer(
+            self.store, workspace, gitea, outbox, moves, preparing, bot_login=s.bot_login
+        )
+        follower = TurnFollower(
+            self.store,
+            runtime,
+            AbortWatch(self.store),
+            abort_timeout=s.abort_timeout_seconds,
+            budgets=s.budgets(),
+        )
+        root = str(s.resolved_workspace_root)
+        turns = TurnRunner(
+            self.store, runtime, replies, moves, preparer, follower, workspace_root=root
+        )
+        execution = Execution(
+            self.store, replies, moves, preparer, turns, preparing, publisher, lease_ttl=ttl
+        )
+        return Scheduler(
+            self.store,
+            execution,
+            runs,
+            outbox,
+            self.wakeup,
+            node_prefix=f"{self.worker_id}/",
+            retry=self.retry,
+            poll_seconds=s.poll_seconds,
+        )
 
     async def _register_worker(self) -> None:
         """Refuse to run beside a live process with the same worker id: both would take
@@ -173,13 +199,11 @@ class Services:
             )
 
     async def aclose(self) -> None:
-        from forgeflow.tasks.scheduler import Scheduler
-
         if self.triggers is not None:
             await self.triggers.stop()
         if self.pipelines is not None:
             await self.pipelines.stop()
-        if isinstance(self.scheduler, Scheduler):
+        if self.scheduler is not None:
             await self.scheduler.stop()
         if self.runtime is not None:
             await self.runtime.aclose()
@@ -243,11 +267,13 @@ def build_services(settings: Settings, *, migrate: bool = True, role: Role = Rol
         gitea = GiteaClient(settings.gitea_url, token)
         permissions = PermissionCache(gitea, settings.permission_cache_seconds)
     worker_id = default_worker_id(settings)
+    wakeup = Wakeup()
     services = Services(
         settings=settings,
         store=store,
         metrics=Metrics(),
-        ingress=WebhookIngress(settings, store, permissions),
+        ingress=WebhookIngress(settings, store, permissions, on_accept=wakeup.set),
+        wakeup=wakeup,
         gitea=gitea,
         admin_token=admin_token,
         role=role,
@@ -255,18 +281,13 @@ def build_services(settings: Settings, *, migrate: bool = True, role: Role = Rol
         owner=f"{worker_id}/{uuid.uuid4().hex[:12]}",
     )
 
-    def _wake_tasks() -> None:  # a pipeline queued an agent task: claim it now
-        wake = getattr(services.scheduler, "wake", None)
-        if wake is not None:
-            wake()
-
     services.pipelines = build_engine(
         settings,
         store,
         gitea=gitea,
         owner=services.owner,
         node_prefix=f"{worker_id}/",
-        wake_tasks=_wake_tasks,
+        wake_tasks=wakeup.set,  # a pipeline queued an agent task: claim it now
     )
     services.triggers = TriggerLoops(store, services.pipelines, poll_seconds=settings.poll_seconds)
     return services

@@ -13,6 +13,7 @@ Invariants, checked while it runs (samplers) and at the end:
 
 - no accepted delivery lost: every delivery answered 202 has its task, for its comment;
 - no duplicate task: exactly one task per mentioning comment;
+- no lost receipt: every task that got to its turn has its receipt;
 - no duplicate bot comment: at most one receipt, final, fallback and result per task
   (counted by the hidden marker in the emulator), and each ended task answered exactly
   once (a final or fallback when it succeeded, a result comment otherwise);
@@ -503,6 +504,15 @@ class ChaosRun:
                 self._violation(
                     f"task {r['task_id']} ({r['state']}, attempt {r['attempt']}) answered "
                     f"{answers} times: {kinds}; audit: {self._evidence(r['task_id'])}"
+                )
+            # A task that got to its turn had its receipt posted before it (no fault of
+            # Gitea's is injected here): a kill must not lose it.
+            if r["state"] in ("succeeded", "succeeded_with_rest_fallback", "waiting_user") and (
+                comments.get((r["task_id"], "receipt")) != 1
+            ):
+                self._violation(
+                    f"task {r['task_id']} ({r['state']}) has no receipt; "
+                    f"audit: {self._evidence(r['task_id'])}"
                 )
             # A task that failed after its answer landed owes no failure notice: the one
             # answer it has is that answer (checked above).

@@ -13,7 +13,7 @@ from sqlalchemy import update
 
 from forgeflow.domain.ids import RepoRef, ResourceKind, ResourceRef
 from forgeflow.gitea.client import GiteaClient, GiteaError
-from forgeflow.store import Store, deliveries, tasks
+from forgeflow.store import Store, deliveries, tasks, workers
 from forgeflow.store import comments as comment_q
 from forgeflow.store.schema import comments
 from forgeflow.store.types import utcnow
@@ -178,3 +178,92 @@ def test_verifier_ambiguity_is_unknown(
     assert asyncio.run(verify()) is Found.FOUND
     gitea.post_comment("acme", "widget", number, author=BOT, body=f"again\n\n{marker}")
     assert asyncio.run(verify()) is Found.UNKNOWN
+
+
+TTL = timedelta(seconds=30)
+
+
+def _intent_of_a_process_then_killed(store: Store, task: dict[str, Any]) -> None:
+    """What kill -9 leaves when it lands between a receipt's intent and its POST."""
+    store.db.write_sync(
+        lambda c: comment_q.record_intent(
+            c,
+            comment_key=f"{task['task_id']}:receipt",
+            task_id=task["task_id"],
+            kind="receipt",
+            resource_key=task["resource_key"],
+            turn_key=f"{task['task_id']}:0",
+            body_hash="sha256:x",
+        )
+    )
+
+
+def _worker_starts(store: Store, worker_id: str = "w1") -> None:
+    store.db.write_sync(
+        lambda c: workers.register(
+            c, worker_id=worker_id, owner=f"{worker_id}/{utcnow().timestamp()}", host="h", pid=1
+        )
+    )
+
+
+def _receipt_after_restart(
+    gitea: GiteaEmulator, token: str, store: Store, task: dict[str, Any], *, wait: bool
+) -> tuple[int | None, float]:
+    async def scenario() -> tuple[int | None, float]:
+        client = GiteaClient(gitea.url, token)
+        replies = Replies(store, client, BOT, workers_ttl=TTL)
+        started = asyncio.get_running_loop().time()
+        try:
+            posted = await replies.receipt(task, wait_in_flight=wait)
+            return posted, asyncio.get_running_loop().time() - started
+        finally:
+            await client.aclose()
+
+    return asyncio.run(scenario())
+
+
+def test_a_receipt_whose_poster_was_killed_before_the_post_is_posted_by_the_restart(
+    setup: tuple[GiteaEmulator, str, dict[str, Any]], store: Store
+) -> None:
+    """The lost receipt of a kill -9: the intent was fresh, the restarted worker left it
+    to its (dead) poster for IN_FLIGHT, and a task that ended sooner had no receipt."""
+    gitea, token, task = setup
+    _intent_of_a_process_then_killed(store, task)
+    _worker_starts(store)  # the restart: no live worker existed when the intent was written
+    for wait in (False, True):  # the outbox does not wait, a preparation does
+        posted, took = _receipt_after_restart(gitea, token, store, task, wait=wait)
+        assert posted is not None and took < 5.0
+    assert [c["id"] for c in _bot_comments(gitea, task)] == [posted]
+    row = store.db.read_sync(lambda c: comment_q.get(c, f"{task['task_id']}:receipt"))
+    assert row is not None and row["status"] == "sent" and row["comment_id"] == posted
+
+
+def test_a_receipt_posted_just_before_a_kill_is_found_not_posted_again(
+    setup: tuple[GiteaEmulator, str, dict[str, Any]], store: Store
+) -> None:
+    gitea, token, task = setup
+
+    async def post_then_die() -> int | None:
+        client = GiteaClient(gitea.url, token)
+        try:  # the record was to go with the next commit, which the kill prevented
+            return await Replies(store, client, BOT).receipt(task, defer_record=[])
+        finally:
+            await client.aclose()
+
+    first = asyncio.run(post_then_die())
+    _worker_starts(store)
+    again, took = _receipt_after_restart(gitea, token, store, task, wait=True)
+    assert first is not None and again == first and took < 5.0
+    assert len(_bot_comments(gitea, task)) == 1
+
+
+def test_a_fresh_intent_of_a_live_worker_is_not_taken_over(
+    setup: tuple[GiteaEmulator, str, dict[str, Any]], store: Store
+) -> None:
+    """A worker that was already running when the intent was written may be posting it
+    right now: it is left to it (until IN_FLIGHT), nothing is posted a second time."""
+    gitea, token, task = setup
+    _worker_starts(store, "w-old")
+    _intent_of_a_process_then_killed(store, task)
+    posted, _took = _receipt_after_restart(gitea, token, store, task, wait=False)
+    assert posted is None and _bot_comments(gitea, task) == []

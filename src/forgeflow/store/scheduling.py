@@ -380,8 +380,8 @@ def interrupt(
                 **base,
             ),
         )
-    attempt = int(task["attempt"]) + 1
-    if attempt > retry.max_retries:
+    again = retry.next_try(int(task["attempt"]), utcnow())
+    if again is None:
         return task_q.transition(
             conn,
             Transition(
@@ -390,7 +390,7 @@ def interrupt(
                 fields={
                     "lease_id": None,
                     "claimed_by": None,
-                    "execution_error": f"{error_code} after {attempt - 1} retries",
+                    "execution_error": f"{error_code} after {task['attempt']} retries",
                 },
                 **base,
             ),
@@ -401,13 +401,13 @@ def interrupt(
             to_state=TaskState.RETRY_WAIT,
             action="task.recover",
             fields={
-                "attempt": attempt,
+                "attempt": again.attempt,
                 "retry_step": TaskState.PREPARING.value,
-                "next_retry_at": utcnow() + retry.delay(attempt),
+                "next_retry_at": again.at,
                 "lease_id": None,
                 "claimed_by": None,
             },
-            metadata={"attempt": attempt},
+            metadata={"attempt": again.attempt},
             **base,
         ),
     )

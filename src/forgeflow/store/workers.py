@@ -87,3 +87,14 @@ def claim_repository(conn: Connection, repo_key: str, *, worker_id: str, ttl: ti
         ),
     )
     return True
+
+
+def oldest_live_start(conn: Connection, ttl: timedelta) -> Any:
+    """When the longest-running live worker started (heartbeat within ``ttl``); None
+    when no worker is live. Whatever was written before it was written by a process
+    that is gone now."""
+    from sqlalchemy import func
+
+    return conn.execute(
+        select(func.min(workers.c.started_at)).where(workers.c.heartbeat_at > utcnow() - ttl)
+    ).scalar_one_or_none()

@@ -1,4 +1,5 @@
-"""Operator controls of FR-08 / §6.2 as units of work.
+"""Operator controls as units of work: pause and resume the system, enable or disable
+a repository, set its budget, and cancel, abort or release a task.
 
 Each control runs in one transaction together with its ``requestId`` record, so a
 repeated request returns the first answer and does nothing again.

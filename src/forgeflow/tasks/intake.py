@@ -1,6 +1,9 @@
-"""The Webhook Adapter of ARCHITECTURE §2/§5.1: verify, dedupe, normalise, enqueue.
+"""Webhook intake: verify the signature, drop duplicates, normalise, enqueue.
 
-It answers from what the store says and never waits on clone, agent or comment work.
+It answers from what the store says and never waits on clone, agent or comment work:
+Gitea gives up on a delivery after a few seconds, and a delivery it gave up on is sent
+again. A comment that mentions the bot becomes a task (or a command) in one transaction
+with its delivery's record, so a redelivery finds it and creates nothing twice.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ from forgeflow.config import Permission, Settings
 from forgeflow.domain.events import DomainEvent
 from forgeflow.domain.ids import delivery_key, sha256_ref
 from forgeflow.domain.markers import parse_marker
-from forgeflow.domain.mentions import find_mention
+from forgeflow.domain.mentions import Mention, find_mention
 from forgeflow.domain.paths import repo_workspace
 from forgeflow.gitea import events as gitea_events
 from forgeflow.gitea import webhook
@@ -113,74 +116,26 @@ class WebhookIngress:
         )
 
     async def _comment(self, key: str, event: webhook.CommentEvent, body: bytes) -> Reply:
-        s = self._settings
-        reason = None
-        if event.action != "created":
-            reason = f"action_{event.action}"
-        elif event.actor_login.lower() == s.bot_login.lower() or parse_marker(event.comment_body):
-            reason = "bot_comment"
-        mention = None if reason else find_mention(event.comment_body, s.bot_login)
-        if reason is None and mention is None:
-            reason = "no_mention"
+        reason = self._not_a_mention(event)
+        mention = None if reason else find_mention(event.comment_body, self._bot)
         if reason is not None or mention is None:
+            reason = reason or "no_mention"
             return await self._ignore(
                 key,
                 event.delivery_id,
                 event.event_type,
                 body,
-                reason or "no_mention",
+                reason,
                 normalized=True,
                 repo_key=event.repo.key,
                 found=[gitea_events.comment_created(event, mentions_bot=False)]
                 if reason == "no_mention"
                 else (),
             )
-        repo_key = event.repo.key
-        permission = self._known_permission(event)
-        if permission is None:
-            # Gitea must be asked. One read first answers a redelivery and a disabled
-            # repository without that lookup; the acceptance transaction decides both
-            # again, so the read only saves work (and is skipped when nothing is asked).
-            seen, repo_status = await self._store.read(
-                lambda c: (deliveries.get(c, key), deliveries.repo_status(c, repo_key))
-            )
-            if seen is not None:
-                return self._answer(seen)
-            looked_up = (
-                Permission.NONE if repo_status == "disabled" else await self._permission(event)
-            )
-            if isinstance(looked_up, Reply):
-                return looked_up
-            permission = looked_up
-        permitted = permission.rank >= s.trigger_permission.rank
-        command = mention.command if permitted else None
-        unit: _Unit = (
-            deliveries.accept if command is None else partial(commands.run, command=command)
-        )
-        unit = _with_events(unit, [gitea_events.comment_created(event, mentions_bot=True)])
-        record = await self._store.write(
-            lambda c: unit(
-                c,
-                deliveries.Accept(
-                    delivery_key=key,
-                    delivery_id=event.delivery_id,
-                    event_type=event.event_type,
-                    payload_hash=sha256_ref(body),
-                    retention=self._retention,
-                    resource=event.resource,
-                    clone_url=event.clone_url,
-                    default_branch=event.default_branch,
-                    workspace_path=repo_workspace(self._root, event.repo),
-                    comment_id=event.comment_id,
-                    author=event.actor_login,
-                    instruction=mention.instruction,
-                    refs=event.refs,
-                    permitted=permitted,
-                    permission=permission.value,
-                    budgets=self._budgets,
-                ),
-            )
-        )
+        permission = await self._permission_for(key, event)
+        if not isinstance(permission, Permission):
+            return permission  # a redelivery's answer, or Gitea could not say
+        record = await self._accept(key, event, body, mention, permission)
         if record.status == "accepted" and not record.duplicate and self.on_accept is not None:
             # A new task, or a command's answer waiting in the outbox.
             self.on_accept()
@@ -189,10 +144,71 @@ class WebhookIngress:
             delivery_id=event.delivery_id,
             status=record.status,
             task_id=record.task_id,
-            repo_key=repo_key,
+            repo_key=event.repo.key,
             reason=record.reason,
         )
         return self._answer(record)
+
+    def _not_a_mention(self, event: webhook.CommentEvent) -> str | None:
+        """Why a comment cannot start a task (an edit, the bot's own), else None."""
+        if event.action != "created":
+            return f"action_{event.action}"
+        if event.actor_login.lower() == self._bot.lower() or parse_marker(event.comment_body):
+            return "bot_comment"
+        return None
+
+    async def _permission_for(self, key: str, event: webhook.CommentEvent) -> Permission | Reply:
+        """The commenter's permission on the repository, asked of Gitea when not known."""
+        permission = self._known_permission(event)
+        if permission is not None:
+            return permission
+        # Gitea must be asked. One read first answers a redelivery and a disabled
+        # repository without that lookup; the acceptance transaction decides both
+        # again, so the read only saves work (and is skipped when nothing is asked).
+        repo_key = event.repo.key
+        seen, repo_status = await self._store.read(
+            lambda c: (deliveries.get(c, key), deliveries.repo_status(c, repo_key))
+        )
+        if seen is not None:
+            return self._answer(seen)
+        if repo_status == "disabled":
+            return Permission.NONE
+        return await self._permission(event)
+
+    async def _accept(
+        self,
+        key: str,
+        event: webhook.CommentEvent,
+        body: bytes,
+        mention: Mention,
+        permission: Permission,
+    ) -> DeliveryRecord:
+        """One transaction: the delivery, and its task or command (or its rejection)."""
+        permitted = permission.rank >= self._settings.trigger_permission.rank
+        command = mention.command if permitted else None
+        unit: _Unit = (
+            deliveries.accept if command is None else partial(commands.run, command=command)
+        )
+        unit = _with_events(unit, [gitea_events.comment_created(event, mentions_bot=True)])
+        accept = deliveries.Accept(
+            delivery_key=key,
+            delivery_id=event.delivery_id,
+            event_type=event.event_type,
+            payload_hash=sha256_ref(body),
+            retention=self._retention,
+            resource=event.resource,
+            clone_url=event.clone_url,
+            default_branch=event.default_branch,
+            workspace_path=repo_workspace(self._root, event.repo),
+            comment_id=event.comment_id,
+            author=event.actor_login,
+            instruction=mention.instruction,
+            refs=event.refs,
+            permitted=permitted,
+            permission=permission.value,
+            budgets=self._budgets,
+        )
+        return await self._store.write(lambda c: unit(c, accept))
 
     def _known_permission(self, event: webhook.CommentEvent) -> Permission | None:
         if self._settings.trigger_permission is Permission.NONE:

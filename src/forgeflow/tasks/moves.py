@@ -1,7 +1,8 @@
-"""How a running task's steps write: state moves, audit rows, retry-or-fail (§5.3).
+"""How a running task's steps write: state moves, audit rows, retry-or-fail.
 
-Shared by the preparing step (``preparing.py``) and the rest of the flow
-(``execution.py``); every state change goes through the store's transition function.
+Shared by the preparing step (``prepare.py``) and the rest of a task's run
+(``run.py``); every state change goes through the store's transition function, so a
+move is recorded (with its audit row) in the same transaction that makes it.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ def task_event(task: dict[str, Any], action: str, **kw: Any) -> AuditEvent:
 
 
 class Handoff(Protocol):
-    """Who takes a repository over when a task gives its lease back (the scheduler).
+    """Who takes a repository over when a task gives its lease back (``dispatch.Runs``).
 
     The next task is claimed in the transaction that releases the lease: the repository
     never waits for a scheduler round between two of its tasks, and the database's
@@ -56,10 +57,10 @@ class Handoff(Protocol):
 
 
 class TaskMoves:
-    def __init__(self, store: Store, retry: RetryPolicy) -> None:
+    def __init__(self, store: Store, retry: RetryPolicy, handoff: Handoff | None = None) -> None:
         self.store = store
         self.retry = retry
-        self.handoff: Handoff | None = None
+        self.handoff = handoff
 
     async def move(
         self,
@@ -126,8 +127,8 @@ class TaskMoves:
         events: Sequence[AuditEvent] = (),
         before: Callable[[Connection], object] | None = None,
     ) -> dict[str, Any]:
-        attempt = int(task["attempt"]) + 1
-        if attempt > self.retry.max_retries:
+        retry = self.retry.next_try(int(task["attempt"]), utcnow())
+        if retry is None:
             return await self.move(
                 task,
                 S.FAILED,
@@ -143,13 +144,13 @@ class TaskMoves:
             action="task.retry",
             error_code=code,
             fields={
-                "attempt": attempt,
+                "attempt": retry.attempt,
                 "retry_step": step.value,
                 "claimed_by": None,
-                "next_retry_at": utcnow() + self.retry.delay(attempt),
+                "next_retry_at": retry.at,
                 "execution_error": detail,
             },
-            metadata={"attempt": attempt},
+            metadata={"attempt": retry.attempt},
             events=events,
             before=before,
         )

@@ -1,30 +1,38 @@
-"""The ``preparing`` step of a task (§5.3): workspace, receipt, prompt context.
+"""The ``preparing`` step of a task: workspace, receipt, prompt context.
 
-The persistent clone and the session's worktree are made ready (DESIGN "Workspaces");
+The repository's persistent clone is fetched when Gitea's branch moved, and the
+session's worktree (one per issue or pull request, on its own branch) is made ready;
 meanwhile the receipt is posted and the issue's discussion read from Gitea for the
-prompt, so a warm task waits for the slowest of the three, not for their sum.
+prompt, so a warm task waits for the slowest of the three, not for their sum. A failure
+to make the workspace ready retries the task later (or fails it when its retries are
+spent); a worktree with someone else's uncommitted work blocks it for an operator.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import Connection
 
-from forgeflow.domain import modes
+from forgeflow.agent.port import CommentTool
+from forgeflow.domain import prompt
+from forgeflow.domain import publish as publish_rules
 from forgeflow.domain.ids import ResourceKind, ResourceRef, parse_resource_key
+from forgeflow.domain.paths import session_branch
 from forgeflow.domain.states import TaskState
 from forgeflow.gitea.client import GiteaClient, GiteaError
-from forgeflow.store import Store, audit, repos
+from forgeflow.store import Store, audit, pushes, repos
 from forgeflow.store.db import Unit
+from forgeflow.tasks.dispatch import Preparing
 from forgeflow.tasks.moves import TaskMoves, task_event
-from forgeflow.tasks.replies import Replies
+from forgeflow.tasks.outbox import Outbox
 from forgeflow.workspace.manager import (
-    GitAuthFailed,
     PullRequestRefs,
     RepoCheckout,
+    SessionWorktree,
     WorkspaceDirty,
     WorkspaceError,
     WorkspaceManager,
@@ -35,81 +43,67 @@ S = TaskState
 Discussion = tuple[str | None, list[tuple[str, str]]]
 
 
+@dataclass(frozen=True, slots=True)
+class Prepared:
+    """What a preparation hands to the turn that follows it in the same run.
+
+    ``status`` and ``discussion`` are None when the task did not reach ``running``;
+    ``discussion`` is still being fetched from Gitea while the turn starts up, and is
+    cancelled by the run if its turn does not take it."""
+
+    task: dict[str, Any]
+    status: WorktreeStatus | None = None
+    discussion: asyncio.Task[Discussion] | None = None
+
+
 class Preparer:
     def __init__(
         self,
         store: Store,
         workspace: WorkspaceManager,
         gitea: GiteaClient,
-        replies: Replies,
+        outbox: Outbox,
         moves: TaskMoves,
+        preparing: Preparing,
         *,
         bot_login: str,
     ) -> None:
         self.store = store
         self.workspace = workspace
         self.gitea = gitea
-        self.replies = replies
+        self.outbox = outbox
         self.moves = moves
+        self.preparing = preparing
         self.bot_login = bot_login
-        # Per task, for the turn that follows in the same run: the worktree status
-        # measured here, and the Gitea context being fetched meanwhile.
-        self._status: dict[str, WorktreeStatus] = {}
-        self._context: dict[str, asyncio.Task[Discussion]] = {}
-        # Set while no task of this process is preparing: the outbox waits for it
-        # (bounded) before it posts other tasks' receipts, which would compete with the
-        # preparation for the one event-loop thread (see Scheduler._outbox_round).
-        self.idle = asyncio.Event()
-        self.idle.set()
-        self._preparing: set[str] = set()
-
-    def take_status(self, task_id: str) -> WorktreeStatus | None:
-        return self._status.pop(task_id, None)
-
-    def take_context(self, task_id: str) -> asyncio.Task[Discussion] | None:
-        return self._context.pop(task_id, None)
-
-    def expect(self, task_id: str) -> None:
-        """A task was just claimed into ``preparing``: busy from now on, not from when
-        its run gets to :meth:`prepare` (a verification waiting for :attr:`idle` must
-        not slip in between)."""
-        self._preparing.add(task_id)
-        self.idle.clear()
-
-    def _done(self, task_id: str) -> None:
-        self._preparing.discard(task_id)
-        if not self._preparing:
-            self.idle.set()
-
-    def forget(self, task_id: str) -> None:
-        """The run of the task ended: drop what its turn did not take."""
-        self._done(task_id)
-        self._status.pop(task_id, None)
-        leftover = self._context.pop(task_id, None)
-        if leftover is not None:
-            leftover.cancel()
 
     async def prepare(
         self, task: dict[str, Any], repo_row: dict[str, Any] | None = None
-    ) -> dict[str, Any]:
+    ) -> Prepared:
         """Move a ``preparing`` task to ``running``, ``blocked_workspace``, or a retry."""
         resource = parse_resource_key(task["resource_key"])
         if repo_row is None:
             repo_row = await self.store.read(lambda c: repos.get(c, task["repo_key"]))
         assert repo_row is not None
-        self._context[task["task_id"]] = asyncio.create_task(self.discussion(task, resource))
+        discussion = asyncio.create_task(self.discussion(task, resource))
         # The receipt's record goes with the move that ends this step: a commit less.
         record: list[Unit] = []
-        receipt = asyncio.create_task(self._receipt(task, record))
-        self.expect(task["task_id"])
+        receipt = asyncio.create_task(self.outbox.receipt(task, record=record))
+        self.preparing.expect(task["task_id"])
         try:
-            return await self._prepare(task, resource, repo_row, receipt, _all(record))
+            moved, status = await self._prepare(task, resource, repo_row, receipt, _all(record))
+        except BaseException:
+            discussion.cancel()
+            raise
         finally:
-            self._done(task["task_id"])
+            self.preparing.done(task["task_id"])
             if not receipt.done():
                 receipt.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await receipt
+        if status is None:
+            discussion.cancel()
+            return Prepared(moved)
+        return Prepared(moved, status, discussion)
 
     async def _prepare(
         self,
@@ -118,46 +112,15 @@ class Preparer:
         repo_row: dict[str, Any],
         receipt: asyncio.Task[list[audit.AuditEvent]],
         record: Unit,
-    ) -> dict[str, Any]:
-        branch = repo_row["default_branch"]
-        refs = task["refs"]
+    ) -> tuple[dict[str, Any], WorktreeStatus | None]:
+        """The workspace made ready, then the move that ends the step; the move waits
+        for the receipt, so it is on Gitea (or its failure noted) before the turn."""
         # Rows of steps without an effect of their own, written with the next move.
         notes: list[audit.AuditEvent] = []
         try:
-            checkout = await self.workspace.prepare_repo(
-                resource.repo,
-                repo_row["clone_url"],
-                branch,
-                session=resource,
-                branch_head=lambda: self._branch_head(resource, branch),
-            )
-            notes += await self._record_checkout(task, checkout)
-            pull = None
-            if resource.kind is ResourceKind.PULL_REQUEST:
-                p = await self.gitea.get_pull(
-                    resource.repo.owner, resource.repo.name, resource.number
-                )
-                head_repo = p["head"].get("repo") or {}
-                pull = PullRequestRefs(
-                    number=resource.number,
-                    base_ref=p["base"]["ref"],
-                    head_ref=p["head"]["ref"],
-                    head_sha=p["head"]["sha"],
-                    head_clone_url=head_repo.get("clone_url") or repo_row["clone_url"],
-                )
-                refs = {
-                    "base": pull.base_ref,
-                    "head": pull.head_ref,
-                    "headSha": pull.head_sha,
-                    "headRepo": head_repo.get("full_name"),
-                }
-            worktree = await self.workspace.prepare_session(
-                resource, checkout, default_branch=branch, pull=pull
-            )
-            if refs is not None and pull is not None:
-                refs["upstreamMoved"] = worktree.upstream_moved
+            worktree, refs = await self._workspace(task, resource, repo_row, notes)
         except WorkspaceDirty as exc:
-            return await self.moves.move(
+            blocked = await self.moves.move(
                 task,
                 S.BLOCKED_WORKSPACE,
                 action="task.block",
@@ -167,15 +130,13 @@ class Preparer:
                 events=notes + await receipt,
                 before=record,
             )
-        except (GitAuthFailed, WorkspaceError) as exc:
-            return await self.moves.retry_or_fail(
-                task, exc.code, str(exc), events=notes + await receipt, before=record
+            return blocked, None
+        except (WorkspaceError, GiteaError) as exc:  # GitAuthFailed is a WorkspaceError
+            code = exc.code if isinstance(exc, WorkspaceError) else "gitea_unavailable"
+            retried = await self.moves.retry_or_fail(
+                task, code, str(exc), events=notes + await receipt, before=record
             )
-        except GiteaError as exc:
-            return await self.moves.retry_or_fail(
-                task, "gitea_unavailable", str(exc), events=notes + await receipt, before=record
-            )
-        self._status[task["task_id"]] = worktree.status
+            return retried, None
         notes.append(
             task_event(
                 task,
@@ -188,11 +149,135 @@ class Preparer:
                 },
             )
         )
-        # The receipt is on Gitea (or its failure noted) before the turn can answer.
         notes += await receipt
-        return await self.moves.move(
+        running = await self.moves.move(
             task, S.RUNNING, action="task.run", fields={"refs": refs}, events=notes, before=record
         )
+        return running, worktree.status
+
+    async def _workspace(
+        self,
+        task: dict[str, Any],
+        resource: ResourceRef,
+        repo_row: dict[str, Any],
+        notes: list[audit.AuditEvent],
+    ) -> tuple[SessionWorktree, dict[str, Any] | None]:
+        """The repository's clone fresh enough and the session's worktree on its
+        branch; returns the worktree and the task's refs (a pull request's, read now)."""
+        branch = repo_row["default_branch"]
+        checkout = await self.workspace.prepare_repo(
+            resource.repo,
+            repo_row["clone_url"],
+            branch,
+            session=resource,
+            branch_head=lambda: self._branch_head(resource, branch),
+        )
+        notes += await self._record_checkout(task, checkout)
+        refs = task["refs"]
+        pull = None
+        if resource.kind is ResourceKind.PULL_REQUEST:
+            pull, refs = await self._pull(resource, repo_row["clone_url"])
+        worktree = await self.workspace.prepare_session(
+            resource, checkout, default_branch=branch, pull=pull
+        )
+        if refs is not None and pull is not None:
+            refs["upstreamMoved"] = worktree.upstream_moved
+        return worktree, refs
+
+    async def _pull(
+        self, resource: ResourceRef, clone_url: str
+    ) -> tuple[PullRequestRefs, dict[str, Any]]:
+        """A pull request's branches as Gitea has them now, and the task's refs."""
+        p = await self.gitea.get_pull(resource.repo.owner, resource.repo.name, resource.number)
+        head_repo = p["head"].get("repo") or {}
+        pull = PullRequestRefs(
+            number=resource.number,
+            base_ref=p["base"]["ref"],
+            head_ref=p["head"]["ref"],
+            head_sha=p["head"]["sha"],
+            head_clone_url=head_repo.get("clone_url") or clone_url,
+        )
+        refs = {
+            "base": pull.base_ref,
+            "head": pull.head_ref,
+            "headSha": pull.head_sha,
+            "headRepo": head_repo.get("full_name"),
+        }
+        return pull, refs
+
+    async def turn_prompt(
+        self,
+        task: dict[str, Any],
+        resource: ResourceRef,
+        cwd: str,
+        markers: tuple[str, str],
+        tool: CommentTool,
+        prepared: Prepared,
+        draft: bool,
+    ) -> str:
+        """The turn's prompt: the task, its workspace, its discussion and where its work
+        goes. What the preparation measured in this same run is used, else (a retry)
+        read again."""
+        status = prepared.status or await self.workspace.worktree_status(cwd)
+        refs = task["refs"] or {}
+        title, discussion = await self._discussion(task, resource, prepared)
+        publishing, last_push = "", None
+        if not draft:
+            publishing, last_push = await self._where_work_goes(task, resource)
+        return prompt.turn_prompt(
+            prompt.TurnContext(
+                repo_full_name=resource.repo.full_name,
+                resource_key=task["resource_key"],
+                kind=resource.kind.value,
+                number=resource.number,
+                author=task["author"],
+                instruction=task["instruction"],
+                workspace=cwd,
+                branch=session_branch(resource),
+                marker=markers[0],
+                waiting_marker=markers[1],
+                tool=tool.name,
+                tool_arguments=tool.arguments,
+                base_ref=refs.get("base"),
+                head_ref=refs.get("head"),
+                upstream_moved=bool(refs.get("upstreamMoved")),
+                uncommitted=status.modified + status.untracked,
+                discussion=discussion,
+                title=title,
+                publishing=publishing,
+                last_push=last_push,
+            ),
+            draft=draft,
+        )
+
+    async def _discussion(
+        self, task: dict[str, Any], resource: ResourceRef, prepared: Prepared
+    ) -> Discussion:
+        """The discussion the preparation is fetching, else (a retry) fetched now."""
+        if prepared.discussion is not None:
+            return await prepared.discussion
+        return await self.discussion(task, resource)
+
+    async def _where_work_goes(
+        self, task: dict[str, Any], resource: ResourceRef
+    ) -> tuple[str, str | None]:
+        """The prompt's lines on publishing: where the branch goes, and whether the
+        session's last push was refused."""
+
+        def read(c: Connection) -> tuple[dict[str, Any] | None, pushes.Push | None]:
+            return repos.get(c, task["repo_key"]), pushes.last(c, task["session_key"])
+
+        repo_row, last = await self.store.read(read)
+        default = repo_row["default_branch"] if repo_row else "main"
+        where = publish_rules.where_work_goes(
+            publish_rules.target(resource, task["refs"], default),
+            default,
+            publish_rules.PUSH_TOOL,
+        )
+        refused = None
+        if last is not None and last.status == pushes.REFUSED:
+            refused = f"the last push of your branch to {last.target} was refused: {last.error}"
+        return where, refused
 
     async def _branch_head(self, resource: ResourceRef, branch: str) -> str | None:
         """Gitea's head of the default branch; None (then the clone is fetched) when
@@ -219,22 +304,6 @@ class Preparer:
             audit.append(c, event)
 
         await self.store.write(record)
-        return []
-
-    async def _receipt(self, task: dict[str, Any], record: list[Unit]) -> list[audit.AuditEvent]:
-        if modes.is_draft(task.get("mode")):
-            return []  # a review/plan (draft) task posts nothing on Gitea
-        try:
-            await self.replies.receipt(task, wait_in_flight=True, defer_record=record)
-        except GiteaError as exc:
-            return [
-                task_event(
-                    task,
-                    "comment.receipt_failed",
-                    error_code="gitea_unavailable",
-                    metadata={"error": str(exc)},
-                )
-            ]
         return []
 
     async def discussion(self, task: dict[str, Any], resource: ResourceRef) -> Discussion:

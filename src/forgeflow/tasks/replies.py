@@ -1,16 +1,18 @@
-"""Replies (ARCHITECTURE §5.4, §6.4): the one receipt, result comments, verification.
+"""The bot's comments on Gitea: the one receipt, results, fallbacks, verification.
 
 Every comment is recorded as an intent before it is posted and as a result after. A
 retry first looks in Gitea for the comment's marker, so a crash between the POST and
-its record never produces a second comment.
+its record never produces a second comment; and an intent left by a killed process is
+taken over, not waited out, so a crash never loses a comment either.
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
-from enum import StrEnum
+from enum import Enum, StrEnum
 from functools import partial
 from typing import Any
 
@@ -20,7 +22,7 @@ from sqlalchemy import Connection
 from forgeflow.domain.ids import RepoRef, parse_repo_key, sha256_ref, turn_key
 from forgeflow.domain.markers import Marker, MarkerKind, append_marker, parse_marker
 from forgeflow.gitea.client import GiteaClient, GiteaError
-from forgeflow.store import Store
+from forgeflow.store import Store, workers
 from forgeflow.store import comments as comment_q
 from forgeflow.store.db import Unit
 from forgeflow.store.types import utcnow
@@ -52,9 +54,32 @@ def _where(task: dict[str, Any]) -> tuple[RepoRef, int]:
     return repo, number
 
 
+class _How(Enum):
+    OURS = "ours"  # this call writes or took over the intent: it posts
+    POSTED = "posted"  # already posted (by whoever): nothing to do
+    BUSY = "busy"  # another poster holds the intent
+
+
+@dataclass(frozen=True, slots=True)
+class _Claim:
+    how: _How
+    comment_id: int | None = None
+    taken: bool = False  # taken over: the earlier poster may have posted; look first
+
+
 class Replies:
-    def __init__(self, store: Store, gitea: GiteaClient, bot_login: str) -> None:
+    def __init__(
+        self,
+        store: Store,
+        gitea: GiteaClient,
+        bot_login: str,
+        *,
+        workers_ttl: timedelta | None = None,
+    ) -> None:
+        """``workers_ttl``: how long a worker whose heartbeat stopped counts as live
+        (the lease period); without it an abandoned intent waits IN_FLIGHT."""
         self._store = store
+        self._workers_ttl = workers_ttl
         self._gitea = gitea
         self._bot = bot_login.lower()
         # Posts in flight in this process, by comment key: a caller that waits for
@@ -96,7 +121,8 @@ class Replies:
         """Post ``text`` with its marker exactly once per ``key``; return the comment id.
 
         ``None`` means another poster holds the intent right now; with
-        ``wait_in_flight`` this call waits (bounded) for that poster's result.
+        ``wait_in_flight`` this call waits (bounded) for that poster's result, or takes
+        the intent over once that poster cannot still be posting.
         ``defer_record``: the record of a comment just posted is appended there for the
         caller to write with its next commit instead of in one of its own (until then
         the intent stays pending; a later poster looks in Gitea before posting again).
@@ -105,47 +131,72 @@ class Replies:
             task["task_id"], turn or turn_key(task["task_id"], 0), task["resource_key"], kind
         )
         body = append_marker(text, marker)
-        inserted = looked = False
-        for _ in range(40 if wait_in_flight else 1):
-            inserted, row = await self._store.write(
-                lambda c: comment_q.record_intent(
-                    c,
-                    comment_key=key,
-                    task_id=task["task_id"],
-                    kind=kind.value,
-                    resource_key=task["resource_key"],
-                    turn_key=marker.turn_key,
-                    body_hash=sha256_ref(body.encode()),
-                )
+
+        def intent(c: Connection) -> tuple[bool, dict[str, Any]]:
+            return comment_q.record_intent(
+                c,
+                comment_key=key,
+                task_id=task["task_id"],
+                kind=kind.value,
+                resource_key=task["resource_key"],
+                turn_key=marker.turn_key,
+                body_hash=sha256_ref(body.encode()),
             )
-            if row["status"] in (comment_q.SENT, comment_q.CONFIRMED):
-                return int(row["comment_id"]) if row["comment_id"] is not None else None
-            if inserted:
-                break
-            stale = utcnow() - IN_FLIGHT
-            if await self._store.write(
-                partial(comment_q.take_over, comment_key=key, stale_before=stale)
-            ):
-                break
-            if wait_in_flight:
-                ours = self._posting.get(key)
-                if ours is not None:
-                    await asyncio.wait([ours], timeout=IN_FLIGHT.total_seconds())
-                elif looked:  # another process posts it
-                    await asyncio.sleep(0.25)
-                # else: our own poster may have finished just now; look again at once
-                looked = True
-        else:
-            return None
+
+        claim = await self._claim(key, intent, wait_in_flight)
+        if claim.how is not _How.OURS:
+            return claim.comment_id
         done = asyncio.get_running_loop().create_future()
         self._posting[key] = done
         try:
             return await self._post(
-                task, key, body, marker, kind, look_first=not inserted, defer_record=defer_record
+                task, key, body, marker, kind, look_first=claim.taken, defer_record=defer_record
             )
         finally:
             self._posting.pop(key, None)
             done.set_result(None)
+
+    async def _claim(
+        self, key: str, intent: Callable[[Connection], tuple[bool, dict[str, Any]]], wait: bool
+    ) -> _Claim:
+        """The intent to post ``key``: written now, taken over from a poster that cannot
+        still be posting, found already posted, or (after waiting, with ``wait``)
+        still held by another poster."""
+        loop = asyncio.get_running_loop()
+        # A live poster's attempt (a look and a post, each bounded by the Gitea client's
+        # timeout) settles well within IN_FLIGHT, after which its intent may be taken.
+        deadline = loop.time() + (IN_FLIGHT.total_seconds() + 1.0 if wait else 0.0)
+        looked = False
+        while True:
+            inserted, row = await self._store.write(intent)
+            if row["status"] in (comment_q.SENT, comment_q.CONFIRMED):
+                posted = int(row["comment_id"]) if row["comment_id"] is not None else None
+                return _Claim(_How.POSTED, posted)
+            if inserted:
+                return _Claim(_How.OURS)
+            if await self._store.write(partial(self._take_over, key=key)):
+                return _Claim(_How.OURS, taken=True)
+            if loop.time() >= deadline:
+                return _Claim(_How.BUSY)
+            ours = self._posting.get(key)
+            if ours is not None:
+                await asyncio.wait([ours], timeout=max(deadline - loop.time(), 0.0))
+            elif looked:  # another process posts it
+                await asyncio.sleep(0.25)
+            # else: our own poster may have finished just now; look again at once
+            looked = True
+
+    def _take_over(self, conn: Connection, key: str) -> bool:
+        """Take a pending intent over when its poster cannot still be posting: it went
+        quiet for IN_FLIGHT, or it was written before every live worker started (its
+        process was killed: a restart must not wait IN_FLIGHT, or a task that ends
+        sooner than that would never get its receipt)."""
+        stale = utcnow() - IN_FLIGHT
+        if self._workers_ttl is not None:
+            oldest = workers.oldest_live_start(conn, self._workers_ttl)
+            if oldest is not None and oldest > stale:
+                stale = oldest
+        return comment_q.take_over(conn, key, stale_before=stale)
 
     async def _post(
         self,
@@ -258,7 +309,8 @@ class Replies:
         return bool(await self._matching(task, {MarkerKind.FINAL, MarkerKind.FALLBACK}, None))
 
     async def verify(self, task: dict[str, Any], turn: str) -> Verification:
-        """Look for the final (or fallback) comment of ``turn`` (FR-06)."""
+        """Look for the final (or fallback) comment of ``turn``: exactly one must carry
+        its marker for the task to succeed."""
         try:
             found = await self._matching(task, {MarkerKind.FINAL, MarkerKind.FALLBACK}, turn)
         except GiteaError as exc:

@@ -1,16 +1,16 @@
-"""A running turn's events (§5.3): each recorded once, in order, and an operator's abort.
+"""The ``running`` step of a task: one agent turn, from its prompt to its end.
 
-:class:`TurnFollower` reads the runtime's events of one turn until ``turn/completed``;
-every event advances the turn's ``eventSeq`` in the transaction that records it, so a
-notification delivered twice is recorded once. The turn's end itself is recorded by
-the caller, with the task's next move (one commit).
+The turn's intent is recorded before ``turn/start`` and its end with the task's next
+move (one commit), so a crash at any point leaves a record the next attempt reads: a
+turn whose answer already reached Gitea is not run again.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
+import dataclasses
 from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import Connection
@@ -18,116 +18,336 @@ from sqlalchemy import Connection
 from forgeflow.agent.port import (
     AgentError,
     AgentRuntime,
+    CommentTool,
     NeedsUser,
-    Notice,
-    TokenUsage,
-    ToolCall,
+    SessionSpec,
     TurnCompleted,
     TurnHandle,
+    TurnSpec,
+    TurnStatus,
 )
-from forgeflow.domain.markers import parse_marker
-from forgeflow.redaction import redact
-from forgeflow.store import Store, audit, usage
+from forgeflow.domain import prompt
+from forgeflow.domain.ids import ResourceRef, parse_resource_key, turn_key
+from forgeflow.domain.markers import Marker, MarkerKind
+from forgeflow.domain.paths import session_worktree
+from forgeflow.domain.states import TaskState
+from forgeflow.gitea.client import GiteaError
+from forgeflow.store import Store, sessions
+from forgeflow.store import tasks as task_q
 from forgeflow.store import turns as turn_q
-from forgeflow.store.usage import Budgets
-from forgeflow.tasks.abort_watch import AbortWatch
-from forgeflow.tasks.moves import task_event
+from forgeflow.store.types import utcnow
+from forgeflow.tasks import drafts
+from forgeflow.tasks.follow import TurnFollower
+from forgeflow.tasks.moves import TaskMoves
+from forgeflow.tasks.prepare import Prepared, Preparer
+from forgeflow.tasks.replies import Found, Replies
+
+S = TaskState
 
 
-def _asks_user(call: ToolCall, task_id: str) -> bool:
-    """A comment the agent posted whose marker says it waits for the user."""
-    body = call.arguments.get("body")
-    marker = parse_marker(body) if call.ok and isinstance(body, str) else None
-    return marker is not None and marker.task_id == task_id and marker.state == "waiting_user"
+@dataclass(frozen=True, slots=True)
+class _Plan:
+    """The turn about to start: its key, kind, answer marker and prompt."""
+
+    key: str
+    kind: str  # "normal", or "reply_retry": the agent only posts the answer it gave
+    marker: str
+    prompt: str
 
 
-class TurnFollower:
+@dataclass(frozen=True, slots=True)
+class _End:
+    """How a started turn ended, as its runtime and the abort watch saw it."""
+
+    handle: TurnHandle
+    completed: TurnCompleted | None
+    needs_user: NeedsUser | None
+    aborted: bool
+
+    @property
+    def answered(self) -> bool:
+        """The turn completed with an answer to verify (no question, no abort)."""
+        return (
+            self.completed is not None
+            and self.completed.status is TurnStatus.COMPLETED
+            and not (self.needs_user or self.aborted)
+        )
+
+
+class TurnRunner:
     def __init__(
-        self, store: Store, runtime: AgentRuntime, abort_timeout: float, budgets: Budgets
+        self,
+        store: Store,
+        runtime: AgentRuntime,
+        replies: Replies,
+        moves: TaskMoves,
+        preparer: Preparer,
+        follower: TurnFollower,
+        *,
+        workspace_root: str,
     ) -> None:
         self.store = store
         self.runtime = runtime
-        self.abort_timeout = abort_timeout
-        self.budgets = budgets
-        self.aborts = AbortWatch(store)
+        self.replies = replies
+        self.moves = moves
+        self.preparer = preparer
+        self.follower = follower
+        self.workspace_root = workspace_root
 
-    async def follow(
-        self, task: dict[str, Any], key: str, handle: TurnHandle
-    ) -> tuple[TurnCompleted | None, NeedsUser | None, bool]:
-        completed: TurnCompleted | None = None
-        needs_user: NeedsUser | None = None
-        aborted = asyncio.Event()
-        watcher = asyncio.create_task(self._watch_abort(task["task_id"], handle, aborted))
+    async def run(
+        self, task: dict[str, Any], session: dict[str, Any] | None, prepared: Prepared
+    ) -> tuple[dict[str, Any], dict[str, Any] | None]:
+        """Run the task's turn; return the task's row after it, and the turn as its row
+        would say when it was a normal turn that ended for verification (the
+        verification then needs no read of it)."""
+        resource = parse_resource_key(task["resource_key"])
+        if session is None:
+            session = await self.store.read(lambda c: sessions.get(c, task["session_key"]))
+        assert session is not None
+        cwd = session_worktree(self.workspace_root, resource)
+        reply_retry = task["retry_step"] == S.RUNNING and int(task["reply_attempt"]) > 0
+        draft = drafts.is_draft(task)  # review/plan space: read-only, posts nothing
+        if not draft and not reply_retry and int(task["turn_count"]) > 0:
+            # A turn of this task ran before and was interrupted: if its answer reached
+            # Gitea before the interruption, it is the answer; no second turn.
+            answered = await self._answered_before(task)
+            if answered is not None:
+                return answered, None
         try:
-            async with asyncio.timeout(None) as scope:
-                async for event in self.runtime.events(handle):
-                    if isinstance(event, TurnCompleted):
-                        # Its eventSeq goes with the turn's end (one commit, in _turn).
-                        completed = event
-                        break
-                    if not await self.store.write(self.recorder(task, handle, key, event)):
-                        continue  # a duplicate notification: handled once already
-                    if isinstance(event, NeedsUser):
-                        needs_user = event
-                    elif isinstance(event, ToolCall) and _asks_user(event, task["task_id"]):
-                        # The agent already posted its question; nothing to post for it.
-                        needs_user = NeedsUser(event.seq, "")
-                    if aborted.is_set() and scope.when() is None:
-                        scope.reschedule(asyncio.get_running_loop().time() + self.abort_timeout)
-        except TimeoutError:
-            completed = None
-        finally:
-            watcher.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await watcher
-        return completed, needs_user, aborted.is_set()
-
-    async def _watch_abort(self, task_id: str, handle: TurnHandle, flag: asyncio.Event) -> None:
-        await self.aborts.wait(task_id)
-        flag.set()
-        with contextlib.suppress(AgentError):
-            await self.runtime.interrupt(handle)
-
-    def recorder(
-        self, task: dict[str, Any], handle: TurnHandle, key: str, event: Any
-    ) -> Callable[[Connection], bool]:
-        """The unit of work of one runtime event: advance ``eventSeq`` (False for a
-        duplicate, which records nothing) and record the event, in one transaction."""
-        row: audit.AuditEvent | None = None
-        if isinstance(event, ToolCall):
-            row = task_event(
-                task,
-                "mcp.call",
+            tool = drafts.NO_TOOL if draft else await self.runtime.comment_tool()
+            thread_id = await self._session(task, session, resource, cwd, draft=draft)
+        except AgentError as exc:
+            return await self._agent_failed(task, exc), None
+        bound_at = utcnow()
+        plan = await self._plan(task, resource, cwd, tool, prepared, reply_retry, draft)
+        await self.store.write(_begin(task, session, thread_id, plan, bound_at))
+        spec = TurnSpec(
+            task_id=task["task_id"],
+            turn_key=plan.key,
+            prompt=plan.prompt,
+            kind=plan.kind,
+            marker="" if draft else plan.marker,
+            owner=resource.repo.owner,
+            repo=resource.repo.name,
+            number=resource.number,
+            read_only=draft,
+        )
+        try:
+            handle = await self.runtime.start_turn(thread_id, spec)
+        except AgentError as exc:
+            await self.store.write(lambda c: turn_q.finish(c, plan.key, "failed", None))
+            return await self._agent_failed(task, exc), None
+        await self.store.write(
+            lambda c: turn_q.started(
+                c,
+                turn_key=plan.key,
                 turn_id=handle.turn_id,
-                comment_id=event.comment_id,
-                error_code=None if event.ok else "mcp_call_failed",
-                metadata={
-                    "tool": event.tool,
-                    "arguments": redact(event.arguments),
-                    "ok": event.ok,
-                    "error": event.error,
-                },
+                task_id=task["task_id"],
+                session_key=task["session_key"],
             )
-        elif isinstance(event, NeedsUser):
-            row = task_event(
-                task,
-                "turn.needs_user",
-                turn_id=handle.turn_id,
-                metadata={"question": event.question[:2000]},
-            )
-        elif isinstance(event, Notice):
-            row = task_event(task, event.action, turn_id=handle.turn_id, metadata=event.metadata)
+        )
+        end = _End(handle, *await self.follower.follow(task, plan.key, handle))
+        return await self._end(task, plan, end)
 
-        def unit(c: Connection) -> bool:
-            if not turn_q.event_seen(c, turn_key=key, seq=event.seq):
-                return False
-            if row is not None:
-                audit.append(c, row)
-            elif isinstance(event, TokenUsage):
-                added = turn_q.add_tokens(
-                    c, key, task["task_id"], event.input_tokens, event.output_tokens
+    async def _session(
+        self,
+        task: dict[str, Any],
+        session: dict[str, Any],
+        resource: ResourceRef,
+        cwd: str,
+        *,
+        draft: bool,
+    ) -> str:
+        """The agent's thread of the session, resumed or started; returns its id."""
+        return await self.runtime.ensure_session(
+            SessionSpec(
+                session_key=task["session_key"],
+                thread_id=session["thread_id"],
+                cwd=cwd,
+                owner=resource.repo.owner,
+                repo=resource.repo.name,
+                developer_instructions=prompt.DRAFT_DEVELOPER_INSTRUCTIONS
+                if draft
+                else prompt.DEVELOPER_INSTRUCTIONS,
+                read_only=draft,
+            )
+        )
+
+    async def _plan(
+        self,
+        task: dict[str, Any],
+        resource: ResourceRef,
+        cwd: str,
+        tool: CommentTool,
+        prepared: Prepared,
+        reply_retry: bool,
+        draft: bool,
+    ) -> _Plan:
+        key = turn_key(task["task_id"], int(task["turn_count"]) + 1)
+        verified_key = key
+        if reply_retry:
+            # The answer to post is the last normal turn's: its marker names that turn.
+            normal = await self.store.read(lambda c: turn_q.last_normal(c, task["task_id"]))
+            verified_key = normal["turn_key"] if normal else key
+        final = Marker(task["task_id"], verified_key, task["resource_key"], MarkerKind.FINAL)
+        marker = final.render()
+        if reply_retry:
+            text = prompt.reply_retry_prompt(marker, tool.name, tool.arguments)
+            return _Plan(key, "reply_retry", marker, text)
+        waiting = dataclasses.replace(final, state="waiting_user").render()
+        text = await self.preparer.turn_prompt(
+            task, resource, cwd, (marker, waiting), tool, prepared, draft
+        )
+        return _Plan(key, "normal", marker, text)
+
+    async def _end(
+        self, task: dict[str, Any], plan: _Plan, end: _End
+    ) -> tuple[dict[str, Any], dict[str, Any] | None]:
+        """Record the turn's end with the task's next move."""
+        completed = end.completed
+
+        def finish(c: Connection) -> dict[str, Any] | None:
+            if completed is not None:
+                turn_q.event_seen(c, turn_key=plan.key, seq=completed.seq)
+            turn_q.finish(
+                c,
+                plan.key,
+                completed.status.value if completed else "failed",
+                completed.last_message if completed else None,
+            )
+            return task_q.get(c, task["task_id"])  # fresh: an abort may have come meanwhile
+
+        if not end.answered:
+            fresh = await self.store.write(finish)
+            assert fresh is not None
+            return await self._after_turn(fresh, end), None
+        assert completed is not None
+        # The common end: the turn's record, the move to verifying_reply, the lease
+        # given back and the repository's next task claimed, in one transaction;
+        # unless an abort moved the task meanwhile (then only the turn's record).
+        moved = await self.moves.move(
+            task,
+            S.VERIFYING_REPLY,
+            action="task.verify",
+            fields={"turn_id": end.handle.turn_id, "retry_step": None},
+            before=finish,
+            unless_moved=True,
+        )
+        if moved["state"] != S.VERIFYING_REPLY or moved["state_version"] != (
+            task["state_version"] + 1
+        ):
+            return await self._after_turn(moved, end), None
+        if plan.kind != "normal":
+            return moved, None
+        ended = {
+            "turn_key": plan.key,
+            "turn_id": end.handle.turn_id,
+            "last_message": completed.last_message,
+        }
+        return moved, ended
+
+    async def _answered_before(self, task: dict[str, Any]) -> dict[str, Any] | None:
+        last = await self.store.read(lambda c: turn_q.last_normal(c, task["task_id"]))
+        if last is None:
+            return None
+        found = await self.replies.verify(task, last["turn_key"])
+        if found.result is not Found.FOUND:
+            return None
+        await self.moves.audit(
+            task,
+            "turn.skipped_answer_exists",
+            comment_id=found.comment_id,
+            metadata={"turnKey": last["turn_key"]},
+        )
+        return await self.moves.move(
+            task,
+            S.VERIFYING_REPLY,
+            action="task.verify",
+            fields={"turn_id": last["turn_id"], "retry_step": None},
+        )
+
+    async def _after_turn(self, task: dict[str, Any], end: _End) -> dict[str, Any]:
+        """The task's move after a turn that did not simply end with an answer."""
+        completed = end.completed
+        if task["state"] == S.ABORTING:
+            if completed is None:
+                return await self.moves.move(
+                    task,
+                    S.FAILED,
+                    action="task.abort_timeout",
+                    error_code="abort_timeout",
+                    fields={"claimed_by": None, "execution_error": "turn did not stop in time"},
                 )
-                usage.note_tokens(c, task["repo_key"], added, self.budgets)
-            return True
+            return await self.moves.move(
+                task, S.ABORTED, action="task.aborted", fields={"claimed_by": None}
+            )
+        if completed is None:
+            return await self.moves.retry_or_fail(
+                task, "app_server_timeout", "the turn ended without turn/completed"
+            )
+        if completed.status is TurnStatus.COMPLETED:
+            if end.needs_user is not None and not drafts.is_draft(task):
+                # (A draft posts no question: its final message is its answer.)
+                return await self._ask_user(task, end.needs_user)
+            return await self.moves.move(
+                task,
+                S.VERIFYING_REPLY,
+                action="task.verify",
+                fields={"turn_id": end.handle.turn_id, "retry_step": None},
+            )
+        if completed.status is TurnStatus.INTERRUPTED:
+            return await self.moves.retry_or_fail(
+                task, "interrupted_by_restart", completed.error or "turn interrupted"
+            )
+        code = completed.error_code or "turn_failed"
+        return await self.moves.retry_or_fail(task, code, completed.error or code)
 
-        return unit
+    async def _ask_user(self, task: dict[str, Any], needs_user: NeedsUser) -> dict[str, Any]:
+        """Post the agent's question (unless it posted it itself) and wait for the user."""
+        try:
+            if needs_user.question:
+                await self.replies.question(task, needs_user.question)
+        except GiteaError as exc:
+            await self.moves.audit(task, "comment.question_failed", metadata={"error": str(exc)})
+        return await self.moves.move(
+            task,
+            S.WAITING_USER,
+            action="task.wait_user",
+            fields={"claimed_by": None, "retry_step": None},
+        )
+
+    async def _agent_failed(self, task: dict[str, Any], exc: AgentError) -> dict[str, Any]:
+        if exc.retryable:
+            return await self.moves.retry_or_fail(task, exc.code, str(exc))
+        return await self.moves.move(
+            task,
+            S.FAILED,
+            action="task.fail",
+            error_code=exc.code,
+            fields={"execution_error": str(exc), "claimed_by": None},
+        )
+
+
+def _begin(
+    task: dict[str, Any],
+    session: dict[str, Any],
+    thread_id: str,
+    plan: _Plan,
+    bound_at: datetime,
+) -> Callable[[Connection], None]:
+    """The thread binding and the turn's intent, one commit before ``turn/start``."""
+
+    def begin(c: Connection) -> None:
+        turn_q.bind_thread(
+            c,
+            task["session_key"],
+            thread_id,
+            task_id=task["task_id"],
+            resumed=session["thread_id"] == thread_id,
+            at=bound_at,
+        )
+        turn_q.begin(
+            c, turn_key=plan.key, task_id=task["task_id"], thread_id=thread_id, kind=plan.kind
+        )
+
+    return begin

@@ -1,0 +1,85 @@
+"""What the scheduler, the runs and the outbox share: claims, busy repositories, the
+tasks being prepared, the wake-up."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import timedelta
+from typing import Any
+
+from forgeflow.store.scheduling import Claim
+from forgeflow.tasks.dispatch import Preparing, Runs, Wakeup
+
+
+def _claim(task_id: str, repo: str, state: str, lease: str | None = "l") -> Claim:
+    task: dict[str, Any] = {"task_id": task_id, "repo_key": repo, "state": state}
+    return Claim(task, lease)
+
+
+def _runs() -> tuple[Runs, Preparing]:
+    preparing = Preparing()
+    runs = Runs(owner="w/1", lease_ttl=timedelta(seconds=30), worker_id="w", preparing=preparing)
+    return runs, preparing
+
+
+def test_preparing_is_idle_only_when_nothing_is_prepared() -> None:
+    preparing = Preparing()
+    assert preparing.idle.is_set()
+    preparing.expect("a")
+    preparing.expect("b")
+    preparing.done("a")
+    assert "b" in preparing and "a" not in preparing and not preparing.idle.is_set()
+    preparing.done("b")
+    assert preparing.idle.is_set()
+
+
+def test_claims_are_registered_at_once_and_started_in_order() -> None:
+    async def scenario() -> list[str]:
+        runs, preparing = _runs()
+        runs.started([_claim("t1", "r1", "preparing"), _claim("t2", "r2", "running")])
+        # Registered before any run started: a claim round must not claim them again.
+        assert runs.ids == {"t1", "t2"} and runs.busy_repos == {"r1": "t1", "r2": "t2"}
+        assert "t1" in preparing and "t2" not in preparing
+        return [(await runs.next_claim()).task["task_id"] for _ in range(2)]
+
+    assert asyncio.run(scenario()) == ["t1", "t2"]
+
+
+def test_a_run_frees_only_the_repository_it_holds() -> None:
+    async def scenario() -> None:
+        runs, preparing = _runs()
+        runs.started([_claim("t1", "r1", "preparing")])
+        # t1 gave its lease back and t2 was claimed in the same transaction.
+        runs.started([_claim("t2", "r1", "preparing")])
+        runs.ended("t1", "r1")  # t1's verification ended after the handoff
+        assert runs.busy_repos == {"r1": "t2"} and runs.ids == {"t2"}
+        assert not preparing.idle.is_set()
+        runs.ended("t2", "r1")
+        assert runs.busy_repos == {} and preparing.idle.is_set()
+
+    asyncio.run(scenario())
+
+
+def test_the_handoff_claims_only_for_repositories_with_waiting_tasks() -> None:
+    runs, _ = _runs()
+    assert runs.claimer("r1", "t1") is None  # nobody was seen waiting: no query
+    runs.waiting_repos = {"r1"}
+    assert runs.claimer("r1", "t1") is not None
+    runs.stopping = True
+    assert runs.claimer("r1", "t1") is None
+
+
+def test_a_wakeup_ends_the_sleep_early_and_is_then_forgotten() -> None:
+    async def scenario() -> tuple[float, float]:
+        wakeup = Wakeup()
+        loop = asyncio.get_running_loop()
+        wakeup.set()
+        start = loop.time()
+        await wakeup.sleep(5.0)
+        woken = loop.time() - start
+        start = loop.time()
+        await wakeup.sleep(0.05)  # the nudge was used up: this one sleeps its time
+        return woken, loop.time() - start
+
+    woken, slept = asyncio.run(scenario())
+    assert woken < 1.0 and slept >= 0.04
