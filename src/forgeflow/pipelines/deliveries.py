@@ -188,6 +188,13 @@ def delivery_json(row: Row, *, body: bool = False) -> dict[str, Any]:
     return redact(out)  # type: ignore[no-any-return]
 
 
+def _trigger_summary(trigger: Row) -> dict[str, Any]:
+    """The trigger a log belongs to, without its URL: the token is its secret."""
+    out = {**views.trigger_json(trigger), "templateKey": trigger["template_key"]}
+    out.pop("webhookPath", None)
+    return out
+
+
 def page_json(
     conn: Connection, trigger_id: str, status: str | None, limit: int, offset: int
 ) -> dict[str, Any]:
@@ -195,7 +202,7 @@ def page_json(
     trigger = webhook_trigger(conn, trigger_id)
     rows, total = dq.page(conn, trigger_id, status, limit, offset)
     return {
-        "trigger": {**views.trigger_json(trigger), "templateKey": trigger["template_key"]},
+        "trigger": _trigger_summary(trigger),
         "items": [delivery_json(r) for r in rows],
         "total": total,
         "limit": limit,
