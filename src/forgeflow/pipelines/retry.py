@@ -193,3 +193,11 @@ def answer(conn: Connection, run_id: str, *, actor: str, confirm: bool) -> tuple
     run, chosen = retry_run(conn, run_id, actor=actor, confirm_interrupted=confirm)
     steps = chosen.labels() + chosen.items()
     return 200, {"run": views.run_json(run, state=False), "steps": steps}
+
+
+def interrupted(run: Row, rows: list[Row]) -> list[str]:
+    """The steps a retry of this run would need a confirmation for (none unless the run
+    is failed or cancelled): what the run page asks about next to its Retry button."""
+    if RunStatus(run["status"]) not in RETRYABLE_RUNS:
+        return []
+    return select(snapshots.definition_of(run), run["start_step_id"], rows).interrupted
