@@ -17,6 +17,7 @@ import pytest
 
 from forgeflow.config import Role
 from tests.support.forgeflow import Running, run_forgeflow
+from tests.support.pipelines import fails_once
 
 
 @pytest.fixture
@@ -49,28 +50,13 @@ def _steps(run: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return {s["stepId"]: s for s in run["steps"] if s["itemIndex"] is None}
 
 
-# A step that fails the first time it runs in a run and succeeds after (its marker file
-# lives in the run's own folder), after a step that counts its executions.
 FLAKY: dict[str, Any] = {
     "key": "flaky_once",
     "name": "Fails once",
     "enabled": True,
     "nodes": [
         {"id": "t", "kind": "trigger"},
-        {
-            "id": "count",
-            "kind": "listen",
-            "bodyKey": "pipeline.bashScript",
-            "outputKey": "counted",
-            "extras": {"script": "echo x >> runs; wc -l < runs"},
-        },
-        {
-            "id": "shaky",
-            "kind": "listen",
-            "bodyKey": "pipeline.bashScript",
-            "outputKey": "shaky",
-            "extras": {"script": "if [ -f seen ]; then echo fine; else touch seen; exit 3; fi"},
-        },
+        *fails_once(),
         {"id": "end", "kind": "terminal"},
     ],
     "edges": [
