@@ -167,31 +167,31 @@ def _sign(token: str, body: bytes) -> dict[str, str]:
     return {"X-Hub-Signature-256": f"sha256={digest}", "Content-Type": "application/json"}
 
 
-def test_the_delivery_log_and_replay_over_http(ff: Running) -> None:
+def _five_calls(ff: Running, admin: httpx.Client) -> tuple[str, str, dict[str, Any]]:
+    """Accepted, duplicate, then refused three ways: the log's URL, the token and the
+    first call's answer."""
+    created = admin.post("/api/pipelines/templates", json=HOOKED).json()["template"]
+    hook = created["triggers"][0]
+    token = hook["webhookPath"].removeprefix("/webhooks/")
+    url = ff.url + hook["webhookPath"]
+    good = json.dumps({"ticket": 42, "note": "from ci"}).encode()
+    secret_body = json.dumps({"ticket": 1, "canary": "refused-body-canary"}).encode()
+    headers = {**_sign(token, good), "X-Gitea-Delivery": "d1"}
+    first = httpx.post(url, content=good, headers=headers)
+    assert first.status_code == 202
+    assert httpx.post(url, content=good, headers=headers).status_code == 200
+    bad = httpx.post(url, content=secret_body, headers={**_sign("wrong", secret_body)})
+    assert bad.status_code == 401
+    wrong = json.dumps({"ticket": "many", "canary": "refused-body-canary"}).encode()
+    assert httpx.post(url, content=wrong, headers=_sign(token, wrong)).status_code == 400
+    huge = b"{" + b" " * (1024 * 1024) + b"}"
+    assert httpx.post(url, content=huge, headers=_sign(token, huge)).status_code == 413
+    return f"/api/pipelines/triggers/{hook['triggerId']}/deliveries", token, first.json()
+
+
+def test_every_call_is_logged_without_its_secrets(ff: Running) -> None:
     with ff.admin() as admin:
-        created = admin.post("/api/pipelines/templates", json=HOOKED).json()["template"]
-        hook = created["triggers"][0]
-        token = hook["webhookPath"].removeprefix("/webhooks/")
-        url = ff.url + hook["webhookPath"]
-        base = f"/api/pipelines/triggers/{hook['triggerId']}/deliveries"
-        good = json.dumps({"ticket": 42, "note": "from ci"}).encode()
-        secret_body = json.dumps({"ticket": 1, "canary": "refused-body-canary"}).encode()
-
-        first = httpx.post(
-            url, content=good, headers={**_sign(token, good), "X-Gitea-Delivery": "d1"}
-        )
-        assert first.status_code == 202
-        dup = httpx.post(
-            url, content=good, headers={**_sign(token, good), "X-Gitea-Delivery": "d1"}
-        )
-        assert dup.status_code == 200
-        bad = httpx.post(url, content=secret_body, headers={**_sign("wrong", secret_body)})
-        assert bad.status_code == 401
-        wrong = json.dumps({"ticket": "many", "canary": "refused-body-canary"}).encode()
-        assert httpx.post(url, content=wrong, headers=_sign(token, wrong)).status_code == 400
-        huge = b"{" + b" " * (1024 * 1024) + b"}"
-        assert httpx.post(url, content=huge, headers=_sign(token, huge)).status_code == 413
-
+        base, token, first = _five_calls(ff, admin)
         page = admin.get(base).json()
         assert page["total"] == 5 and page["trigger"]["templateKey"] == "hooked_log"
         got = [(d["status"], d["reason"], d["responseCode"]) for d in page["items"]]
@@ -203,8 +203,8 @@ def test_the_delivery_log_and_replay_over_http(ff: Running) -> None:
             ("accepted", None, 202),
         ]
         accepted = page["items"][-1]
-        assert accepted["runId"] == first.json()["runId"] == page["items"][-2]["runId"]
-        assert accepted["deliveryId"] == first.json()["deliveryId"]
+        assert accepted["runId"] == first["runId"] == page["items"][-2]["runId"]
+        assert accepted["deliveryId"] == first["deliveryId"]
         assert accepted["callKey"] == "x-gitea-delivery:d1" and accepted["replayable"]
         text = json.dumps(page)
         for leaked in (token, "sha256=", "refused-body-canary"):
@@ -219,26 +219,31 @@ def test_the_delivery_log_and_replay_over_http(ff: Running) -> None:
         paged = admin.get(base, params={"limit": 2, "offset": 2, "status": "refused"}).json()
         assert (paged["total"], len(paged["items"]), paged["nextOffset"]) == (3, 1, None)
         assert admin.get(base, params={"limit": 2}).json()["nextOffset"] == 2
+        r = admin.get("/api/pipelines/triggers/nope/deliveries")
+        assert (r.status_code, r.json()["error"]) == (404, "trigger_not_found")
 
-        replay = f"{base}/{accepted['deliveryId']}/replay"
+
+def test_an_accepted_delivery_is_replayed_once_per_request_id(ff: Running) -> None:
+    with ff.admin() as admin:
+        base, _, first = _five_calls(ff, admin)
+        items = admin.get(base).json()["items"]
+        replay = f"{base}/{first['deliveryId']}/replay"
         r = admin.post(replay, json={"requestId": "p1", "operator": "bob"})
         assert r.status_code == 201, r.text
         new_run = r.json()["run"]["runId"]
-        assert new_run != accepted["runId"]
+        assert new_run != first["runId"]
         again = admin.post(replay, json={"requestId": "p1", "operator": "bob"})
         assert again.json()["run"]["runId"] == new_run and again.json()["replayed"] is True
         other = admin.post(replay, json={"requestId": "p2"}).json()["run"]["runId"]
-        assert other not in (new_run, accepted["runId"])
+        assert other not in (new_run, first["runId"])
         run = _finished(admin, new_run)
         assert run["inputs"] == {"ticket": 42} and run["state"]["event"]["note"] == "from ci"
         assert run["createdBy"] == "admin:bob"
 
-        r = admin.post(f"{base}/{page['items'][0]['deliveryId']}/replay", json={"requestId": "p3"})
+        r = admin.post(f"{base}/{items[0]['deliveryId']}/replay", json={"requestId": "p3"})
         assert (r.status_code, r.json()["error"]) == (409, "delivery_not_replayable")
         r = admin.post(f"{base}/dlv-nope/replay", json={"requestId": "p4"})
         assert (r.status_code, r.json()["error"]) == (404, "delivery_not_found")
-        r = admin.get("/api/pipelines/triggers/nope/deliveries")
-        assert (r.status_code, r.json()["error"]) == (404, "trigger_not_found")
         audit = admin.get(
             "/api/gitea-workflow/audit", params={"action": "pipeline.webhook.replay"}
         ).json()["items"]
