@@ -208,7 +208,12 @@ def test_webhook_trigger_over_http(ff: Running) -> None:
         r = httpx.post(url, content=body, headers={**_sign(token, body), "Idempotency-Key": "a"})
         assert r.status_code == 202, r.text
         run_id = r.json()["runId"]
-        assert r.json() == {"runId": run_id, "templateKey": "hooked", "status": "started"}
+        assert r.json() == {
+            "runId": run_id,
+            "templateKey": "hooked",
+            "status": "started",
+            "deliveryId": r.json()["deliveryId"],
+        }
         run = admin.get(f"/api/pipelines/runs/{run_id}").json()["run"]
         assert run["triggerType"] == "webhook" and run["inputs"] == {"ticket": 42}
         assert run["state"]["event"]["source"] == "ci"

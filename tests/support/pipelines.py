@@ -56,3 +56,25 @@ def dag_doc(edges: str, key: str = "p", **nodes: Any) -> dict[str, Any]:
 
 def dag(edges: str, **nodes: Any) -> PipelineDefinition:
     return load_definition(dag_doc(edges, **nodes)).definition
+
+
+def fails_once() -> list[dict[str, Any]]:
+    """Two ``pipeline.bashScript`` nodes: ``count`` writes how often it ran in the run
+    (under ``counted``), then ``shaky`` fails the first time it runs in the run and
+    succeeds after (its marker file lives in the run's own folder)."""
+    return [
+        {
+            "id": "count",
+            "kind": "listen",
+            "bodyKey": "pipeline.bashScript",
+            "outputKey": "counted",
+            "extras": {"script": "echo x >> runs; wc -l < runs"},
+        },
+        {
+            "id": "shaky",
+            "kind": "listen",
+            "bodyKey": "pipeline.bashScript",
+            "outputKey": "shaky",
+            "extras": {"script": "if [ -f seen ]; then echo fine; else touch seen; exit 3; fi"},
+        },
+    ]

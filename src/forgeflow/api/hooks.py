@@ -6,7 +6,8 @@ The token names one webhook trigger row and is also the HMAC key: the request ca
 is 404; a missing or wrong signature 401, logged and audited by trigger id (never the
 token) and not recorded anywhere it could be replayed from. A call is identified by
 ``X-Gitea-Delivery``, ``X-GitHub-Delivery`` or ``Idempotency-Key`` (else by the hash of
-its body): a repeat answers 200 with the run the first call started. The JSON object
+its body): a repeat answers 200 with the run the first call started. Every call that
+names a trigger is logged (:mod:`forgeflow.pipelines.deliveries`). The JSON object
 body is the run's ``event``; its ``inputs`` object (or its top-level values named like
 the template's inputs) are the run's inputs.
 """
@@ -16,15 +17,18 @@ from __future__ import annotations
 import hashlib
 import hmac
 import re
+from dataclasses import replace
+from datetime import timedelta
 from typing import Annotated, Any, Literal
 
 import structlog
 from fastapi import APIRouter, Header, Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel
+from sqlalchemy import Connection
 
 from forgeflow.gitea.webhook import InvalidPayload, parse_json
-from forgeflow.pipelines import firing
+from forgeflow.pipelines import deliveries, firing
 from forgeflow.pipelines.runs import PipelineError
 from forgeflow.services import Services
 from forgeflow.store import triggers as tq
@@ -42,6 +46,7 @@ class WebhookRun(BaseModel):
     runId: str
     templateKey: str
     status: Literal["started", "duplicate"]
+    deliveryId: str
 
 
 class WebhookError(BaseModel):
@@ -61,12 +66,14 @@ def signature_valid(token: str, body: bytes, header: str | None) -> bool:
     return hmac.compare_digest(header.removeprefix("sha256=").strip().lower(), expected)
 
 
-def _delivery(request: Request, body: bytes) -> str:
+def _delivery(request: Request, body: bytes | None) -> str | None:
+    """The identity of a call: its delivery header, else (``body`` given: a verified
+    call) the hash of its body."""
     for name in ("x-gitea-delivery", "x-github-delivery", "idempotency-key"):
         value = request.headers.get(name, "").strip()
         if value:
             return f"{name}:{value}"
-    return f"body:{hashlib.sha256(body).hexdigest()}"
+    return None if body is None else f"body:{hashlib.sha256(body).hexdigest()}"
 
 
 _ERR = {"model": WebhookError}
@@ -111,43 +118,72 @@ async def pipeline_webhook(
     if trigger is None:
         return _error(404, "trigger_not_found", "no webhook trigger has this token")
     body = await request.body()
+    retention = timedelta(days=services.settings.delivery_retention_days)
+    # A refused call is logged by the caller's delivery header only, never its body.
+    call = deliveries.Call(trigger, retention, len(body), _delivery(request, None))
     if len(body) > MAX_BODY:
-        return _error(413, "payload_too_large", "a webhook body is at most 1 MiB")
+        return await _refuse(
+            services, call, 413, "payload_too_large", "a webhook body is at most 1 MiB"
+        )
     if not signature_valid(token, body, x_hub_signature_256):
         log.warning("pipeline.webhook.invalid_signature", trigger_id=trigger["trigger_id"])
-        try:
-            reason = "missing" if not x_hub_signature_256 else "mismatch"
-            await services.store.write(lambda c: firing.reject_webhook(c, trigger, reason))
-        except Exception:  # the 401 must not depend on the audit write
-            log.exception("pipeline.webhook.audit_failed")
-        return _error(401, "invalid_signature", "X-Hub-Signature-256 missing or invalid")
+        reason = "missing" if not x_hub_signature_256 else "mismatch"
+        message = "X-Hub-Signature-256 missing or invalid"
+        return await _refuse(services, call, 401, "invalid_signature", message, reason)
     try:
         payload: dict[str, Any] = parse_json(body) if body.strip() else {}
     except InvalidPayload as exc:
-        return _error(400, "invalid_payload", str(exc))
-    delivery = _delivery(request, body)
-    trigger_id = trigger["trigger_id"]
+        return await _refuse(services, call, 400, "invalid_payload", str(exc))
+    return await _fire(services, call, _delivery(request, body), payload)
+
+
+async def _refuse(
+    services: Services,
+    call: deliveries.Call,
+    status: int,
+    code: str,
+    message: str,
+    signature: str | None = None,
+    extra: dict[str, Any] | None = None,
+) -> JSONResponse:
+    """Answer a refused call and log it; the answer does not depend on the log's write."""
+
+    def _log(conn: Connection) -> None:
+        if signature is not None:
+            firing.reject_webhook(conn, call.trigger, signature)
+        deliveries.record(conn, call, "refused", status, reason=code)
+
     try:
-        started = await services.store.write(
-            lambda c: firing.fire_webhook(c, trigger_id, payload, delivery)
+        await services.store.write(_log)
+    except Exception:
+        log.exception("pipeline.webhook.log_failed", trigger_id=call.trigger["trigger_id"])
+    return JSONResponse({"error": code, "message": message, **(extra or {})}, status_code=status)
+
+
+async def _fire(
+    services: Services, call: deliveries.Call, key: str | None, payload: dict[str, Any]
+) -> JSONResponse:
+    """Start the run of a verified call; ``key`` identifies it (a refusal is still
+    logged by ``call``'s header-only key)."""
+    trigger_id = call.trigger["trigger_id"]
+    verified = replace(call, call_key=key)
+    try:
+        started, delivery_id = await services.store.write(
+            lambda c: deliveries.fire(c, verified, payload)
         )
     except PipelineError as exc:
         log.info("pipeline.webhook.refused", trigger_id=trigger_id, code=exc.code)
-        return JSONResponse(
-            {"error": exc.code, "message": exc.message, **exc.extra}, status_code=exc.status
-        )
+        return await _refuse(services, call, exc.status, exc.code, exc.message, extra=exc.extra)
     if started.created and services.pipelines is not None:
         services.pipelines.wake()
     run = started.run
     log.info(
-        "pipeline.webhook",
-        trigger_id=trigger_id,
-        run_id=run["run_id"],
-        created=started.created,
+        "pipeline.webhook", trigger_id=trigger_id, run_id=run["run_id"], created=started.created
     )
     answer = WebhookRun(
         runId=run["run_id"],
         templateKey=run["template_key"],
         status="started" if started.created else "duplicate",
+        deliveryId=delivery_id,
     )
     return JSONResponse(answer.model_dump(), status_code=202 if started.created else 200)

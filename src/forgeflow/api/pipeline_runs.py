@@ -17,7 +17,7 @@ from forgeflow.api.control import ControlBody
 from forgeflow.api.errors import ApiError
 from forgeflow.api.inputs import MAX_INT64
 from forgeflow.api.pipeline_common import CONFLICT, Change, control, missing, services
-from forgeflow.pipelines import runs, steps, views
+from forgeflow.pipelines import retry, runs, steps, views
 from forgeflow.pipelines.kinds import NODE_ROW, RunStatus
 from forgeflow.store import pipelines as q
 from forgeflow.tasks import controls
@@ -89,6 +89,39 @@ async def cancel_run(request: Request, runId: str, body: ControlBody) -> JSONRes
         return 200, {"run": views.run_json(row, state=False)}
 
     return await control(request, body, "pipeline.run.cancel", runId, _cancel)
+
+
+class RetryBody(ControlBody):
+    confirmInterrupted: bool = Field(
+        default=False,
+        description="run again the interrupted steps declared idempotent: false",
+    )
+
+
+class RunRetried(m.ControlEcho):
+    run: m.RunSummary
+    steps: list[str] = Field(description="the steps taken back (forEach items as step#i)")
+
+
+@router.post(
+    "/runs/{runId}/retry",
+    responses={
+        200: m.answer(RunRetried, "the run runs again from its failed steps"),
+        404: missing("run_not_found"),
+        409: m.error(
+            "run_not_retryable (not failed or cancelled), interrupted_needs_confirmation "
+            "(steps names them), nothing_to_retry or request_id_conflict"
+        ),
+    },
+)
+async def retry_run(request: Request, runId: str, body: RetryBody) -> JSONResponse:
+    """Run a failed or cancelled run's failed, cancelled and skipped-by-failure steps
+    again; succeeded steps keep their outputs and their state-bag writes."""
+
+    def _retry(conn: Connection, req: controls.ControlRequest) -> controls.Outcome:
+        return retry.answer(conn, runId, actor=req.actor, confirm=body.confirmInterrupted)
+
+    return await control(request, body, "pipeline.run.retry", runId, _retry)
 
 
 def _decision(run_id: str, step_id: str, body: DecisionBody, approve: bool) -> Change:

@@ -16,7 +16,7 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 from sqlalchemy import Connection
 
-from forgeflow.api import pipeline_runs
+from forgeflow.api import pipeline_hooks, pipeline_runs
 from forgeflow.api import schemas as m
 from forgeflow.api.auth import require_admin
 from forgeflow.api.control import ControlBody
@@ -282,3 +282,4 @@ async def start_run(request: Request, key: str, body: RunBody) -> JSONResponse:
 
 # Last, so the runs' routes follow the templates' in the OpenAPI document as before.
 router.include_router(pipeline_runs.router)
+router.include_router(pipeline_hooks.router)

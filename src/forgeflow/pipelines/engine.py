@@ -341,8 +341,10 @@ class PipelineEngine:
         self, step: Row, node: NodeSpec, failed: execution.Failed, *, inputs: Any = None
     ) -> None:
         retry_at = None
-        if failed.retryable and node.retry is not None and step["attempt"] < node.attempts:
-            retry_at = utcnow() + timedelta(seconds=node.retry.delay(step["attempt"]))
+        # Counted from the run's last retry (pipelines.retry), which keeps attempt numbers.
+        tried = step["attempt"] - step["retry_base"]
+        if failed.retryable and node.retry is not None and tried < node.attempts:
+            retry_at = utcnow() + timedelta(seconds=node.retry.delay(tried))
         log.info(
             "pipeline.step_failed",
             run_id=step["run_id"],

@@ -64,7 +64,7 @@ def recover(conn: Connection, seen: Row) -> Row | None:
             row,
             Code.INTERRUPTED_NON_IDEMPOTENT,
             "interrupted while running and declared idempotent: false; "
-            "not run again (start a new run to retry it deliberately)",
+            "not run again (retry the run with confirmInterrupted to run it deliberately)",
         )
     polled = row["suspended_at"] is not None and row["suspend"] is not None
     q.update_step(

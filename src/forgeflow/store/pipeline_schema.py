@@ -67,6 +67,8 @@ pipeline_steps = Table(
     Column("body_key", String(200)),
     Column("status", String(16), nullable=False),
     Column("attempt", Integer, nullable=False),
+    # The attempt a retry of the run started from: ``retry.attempts`` count from it.
+    Column("retry_base", Integer, nullable=False, server_default="0"),
     Column("next_attempt_at", UTCDateTime()),
     Column("item", JSONText),
     Column("input", JSONText),
@@ -109,4 +111,27 @@ pipeline_triggers = Table(
         "event_type",
         unique=True,
     ),
+)
+
+# Every call of a pipeline webhook trigger (``POST /webhooks/{token}``): accepted,
+# duplicate or refused. An accepted call keeps its (redacted) body to be replayed; a
+# refused one keeps none. Rows go after ``expires_at`` (delivery_retention_days).
+pipeline_hook_deliveries = Table(
+    "pipeline_hook_deliveries",
+    metadata,
+    Column("delivery_id", String(64), primary_key=True),
+    Column("trigger_id", String(64), nullable=False),
+    Column("template_key", String(100), nullable=False),
+    Column("received_at", UTCDateTime(), nullable=False),
+    Column("status", String(16), nullable=False),
+    Column("reason", String(64)),
+    Column("response_code", Integer, nullable=False),
+    # The caller's identity of the call (``x-gitea-delivery:<id>``, …, ``body:<sha256>``).
+    Column("call_key", String(300)),
+    Column("run_id", String(64)),
+    Column("body", JSONText),
+    Column("body_bytes", Integer, nullable=False),
+    Column("expires_at", UTCDateTime(), nullable=False),
+    Index("ix_pipeline_hook_deliveries_trigger", "trigger_id", "received_at"),
+    Index("ix_pipeline_hook_deliveries_expires", "expires_at"),
 )

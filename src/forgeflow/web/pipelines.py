@@ -14,7 +14,7 @@ from fastapi import APIRouter, Depends, Request
 from fastapi.responses import Response
 from sqlalchemy import Connection
 
-from forgeflow.pipelines import runs, steps, templates, views
+from forgeflow.pipelines import retry, runs, steps, templates, views
 from forgeflow.pipelines.definition import DefinitionError, load_definition
 from forgeflow.pipelines.kinds import NODE_ROW, RunStatus
 from forgeflow.pipelines.runs import PipelineError
@@ -161,11 +161,13 @@ async def run_page(request: Request, session: Session, run_id: str) -> Response:
         if row is None:
             return None
         children = [views.run_json(c, state=False) for c in q.child_runs(conn, run_id)]
+        rows = q.steps_of(conn, run_id)
         return {
             "stamp": stamp,
-            "run": views.run_json(row, q.steps_of(conn, run_id)),
+            "run": views.run_json(row, rows),
             "definition": redact(row["definition"]),
             "children": children,
+            "interrupted": retry.interrupted(row, rows),
         }
 
     data = await services(request).store.read(_read)
@@ -278,6 +280,21 @@ async def cancel_run(request: Request, posted: Post, run_id: str) -> Response:
 
     fn = _guarded(_cancel)
     return await run_control(request, posted, "pipeline.run.cancel", run_id, fn, describe=_said)
+
+
+@router.post("/runs/{run_id}/retry")
+async def retry_run(request: Request, posted: Post, run_id: str) -> Response:
+    """The run page's Retry: its confirmation checkbox is ``confirmInterrupted``."""
+    confirm = posted.form.get("confirmInterrupted") == "yes"
+
+    def _retry(conn: Connection, req: controls.ControlRequest) -> controls.Outcome:
+        return retry.answer(conn, run_id, actor=req.actor, confirm=confirm)
+
+    def _said(body: dict[str, Any]) -> str:
+        return f"Run {run_id} runs again: {', '.join(body.get('steps') or [])}."
+
+    fn = _guarded(_retry)
+    return await run_control(request, posted, "pipeline.run.retry", run_id, fn, describe=_said)
 
 
 async def _decide(

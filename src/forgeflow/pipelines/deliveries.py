@@ -1,0 +1,211 @@
+"""The delivery log of pipeline webhook triggers, as units of work: every call of
+``POST /webhooks/{token}`` that names a trigger is recorded as ``accepted`` (it
+started a run), ``duplicate`` (a repeated call: the first call's run) or ``refused``
+(with the reason code), and an accepted one can be replayed as a new run.
+
+What a row never holds: the signature, the token, or any part of a refused call's body
+(not even its hash). An accepted call's body is kept, redacted, when it is at most
+:data:`BODY_KEPT` bytes, so it can be replayed; a larger one is logged without it.
+Rows expire after ``delivery_retention_days`` (the setting of Gitea's deliveries) and
+are pruned, a batch at a time, by the calls that follow.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any, Literal
+
+from sqlalchemy import Connection
+
+from forgeflow.pipelines import firing, templates, views
+from forgeflow.pipelines.runs import PipelineError, Started
+from forgeflow.redaction import redact
+from forgeflow.store import audit
+from forgeflow.store import hook_deliveries as dq
+from forgeflow.store import triggers as tq
+from forgeflow.store.types import iso, utcnow
+
+Row = dict[str, Any]
+BODY_KEPT = 256 * 1024
+Status = Literal["accepted", "duplicate", "refused"]
+STATUSES: tuple[Status, ...] = ("accepted", "duplicate", "refused")
+
+
+@dataclass(frozen=True, slots=True)
+class Call:
+    """One call of a trigger as the endpoint saw it (never its signature or token)."""
+
+    trigger: Row
+    retention: timedelta
+    body_bytes: int
+    call_key: str | None = None
+
+
+def record(
+    conn: Connection,
+    call: Call,
+    status: Status,
+    response_code: int,
+    *,
+    reason: str | None = None,
+    run_id: str | None = None,
+    body: dict[str, Any] | None = None,
+) -> str:
+    """Log one call (pruning expired rows first); returns the delivery id."""
+    now = utcnow()
+    dq.prune(conn, now)
+    kept = body if status == "accepted" and call.body_bytes <= BODY_KEPT else None
+    return dq.insert_delivery(
+        conn,
+        {
+            "trigger_id": call.trigger["trigger_id"],
+            "template_key": call.trigger["template_key"],
+            "status": status,
+            "reason": reason,
+            "response_code": response_code,
+            "call_key": call.call_key[:300] if call.call_key else None,
+            "run_id": run_id,
+            "body": redact(kept) if kept is not None else None,
+            "body_bytes": call.body_bytes,
+        },
+        expires_at=now + call.retention,
+    )
+
+
+def fire(conn: Connection, call: Call, payload: dict[str, Any]) -> tuple[Started, str]:
+    """Start the run of a verified call and log it in the same transaction; raises
+    :class:`PipelineError` as :func:`firing.fire_webhook` does (the caller logs the
+    refusal in a transaction of its own, since this one rolls back)."""
+    assert call.call_key is not None
+    started = firing.fire_webhook(conn, call.trigger["trigger_id"], payload, call.call_key)
+    status: Status = "accepted" if started.created else "duplicate"
+    delivery_id = record(
+        conn,
+        call,
+        status,
+        202 if started.created else 200,
+        reason=None if started.created else "duplicate_delivery",
+        run_id=started.run["run_id"],
+        body=payload,
+    )
+    return started, delivery_id
+
+
+def _digest(value: str) -> str:
+    return hashlib.sha256(value.encode("utf-8")).hexdigest()[:40]
+
+
+def webhook_trigger(conn: Connection, trigger_id: str) -> Row:
+    trigger = tq.get(conn, trigger_id)
+    if trigger is None or trigger["trigger_type"] != "webhook":
+        raise PipelineError("trigger_not_found", f"no webhook trigger {trigger_id}", status=404)
+    return trigger
+
+
+def get_delivery(conn: Connection, trigger_id: str, delivery_id: str) -> Row:
+    row = dq.get(conn, trigger_id, delivery_id)
+    if row is None:
+        raise PipelineError(
+            "delivery_not_found", f"trigger {trigger_id} has no delivery {delivery_id}", status=404
+        )
+    return row
+
+
+def _replayable(conn: Connection, trigger_id: str, delivery_id: str) -> tuple[Row, Row]:
+    """The delivery and its trigger, if the delivery can be replayed now."""
+    trigger = webhook_trigger(conn, trigger_id)
+    row = get_delivery(conn, trigger_id, delivery_id)
+    if row["status"] != "accepted":
+        raise PipelineError(
+            "delivery_not_replayable",
+            f"delivery {delivery_id} was {row['status']}: only an accepted one is replayed",
+        )
+    if row["body"] is None:
+        raise PipelineError(
+            "delivery_body_not_kept",
+            f"delivery {delivery_id} was larger than {BODY_KEPT} bytes: its body was not kept",
+        )
+    if not trigger["is_enabled"]:
+        raise PipelineError(
+            "trigger_disabled", f"the webhook trigger of {trigger['template_key']} is disabled"
+        )
+    return row, trigger
+
+
+def replay(
+    conn: Connection, trigger_id: str, delivery_id: str, *, actor: str, request_id: str
+) -> Started:
+    """Start a new run from an accepted delivery's body (audited
+    ``pipeline.webhook.replay``); one run per ``request_id``."""
+    row, trigger = _replayable(conn, trigger_id, delivery_id)
+    key = trigger["template_key"]
+    body: dict[str, Any] = row["body"]
+    started = templates.start(
+        conn,
+        key,
+        trigger_type="webhook",
+        inputs=firing.inputs_from(conn, key, body),
+        event=body,
+        dedupe_key=f"replay:{delivery_id}:{_digest(request_id)}",
+        actor=actor,
+    )
+    if started.created:
+        audit.append(
+            conn,
+            audit.AuditEvent(
+                action="pipeline.webhook.replay",
+                actor=actor,
+                metadata={
+                    "templateKey": key,
+                    "triggerId": trigger_id,
+                    "deliveryId": delivery_id,
+                    "runId": started.run["run_id"],
+                },
+            ),
+        )
+    return started
+
+
+def delivery_json(row: Row, *, body: bool = False) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "deliveryId": row["delivery_id"],
+        "triggerId": row["trigger_id"],
+        "templateKey": row["template_key"],
+        "receivedAt": iso(row["received_at"]),
+        "status": row["status"],
+        "reason": row["reason"],
+        "responseCode": row["response_code"],
+        "callKey": row["call_key"],
+        "runId": row["run_id"],
+        "bodyBytes": row["body_bytes"],
+        "replayable": row["status"] == "accepted" and row["body_bytes"] <= BODY_KEPT,
+        "expiresAt": iso(row["expires_at"]),
+    }
+    if body:
+        out["body"] = row["body"]
+    return redact(out)  # type: ignore[no-any-return]
+
+
+def _trigger_summary(trigger: Row) -> dict[str, Any]:
+    """The trigger a log belongs to, without its URL: the token is its secret."""
+    out = {**views.trigger_json(trigger), "templateKey": trigger["template_key"]}
+    out.pop("webhookPath", None)
+    return out
+
+
+def page_json(
+    conn: Connection, trigger_id: str, status: str | None, limit: int, offset: int
+) -> dict[str, Any]:
+    """A page of a webhook trigger's deliveries, newest first, with the trigger."""
+    trigger = webhook_trigger(conn, trigger_id)
+    rows, total = dq.page(conn, trigger_id, status, limit, offset)
+    return {
+        "trigger": _trigger_summary(trigger),
+        "items": [delivery_json(r) for r in rows],
+        "total": total,
+        "limit": limit,
+        "offset": offset,
+        "nextOffset": offset + len(rows) if offset + len(rows) < total else None,
+    }

@@ -1,0 +1,69 @@
+"""The SQL of ``pipeline_hook_deliveries``: the log of a pipeline webhook trigger's calls.
+
+Each function takes the caller's ``Connection``, so an accepted call's row commits with
+the run it started.
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Connection, delete, func, insert, select
+
+from forgeflow.store.pipeline_schema import pipeline_hook_deliveries as log
+from forgeflow.store.types import utcnow
+
+Row = dict[str, Any]
+# Rows dropped per call at most: pruning rides on each call and stays cheap.
+PRUNE_BATCH = 500
+
+
+def insert_delivery(conn: Connection, values: Row, *, expires_at: datetime) -> str:
+    """Record one call; returns its delivery id."""
+    delivery_id = f"dlv-{uuid.uuid4().hex}"
+    conn.execute(
+        insert(log).values(
+            delivery_id=delivery_id, received_at=utcnow(), expires_at=expires_at, **values
+        )
+    )
+    return delivery_id
+
+
+def prune(conn: Connection, now: datetime) -> int:
+    """Delete up to :data:`PRUNE_BATCH` rows whose retention ran out."""
+    expired = select(log.c.delivery_id).where(log.c.expires_at <= now).limit(PRUNE_BATCH)
+    ids = [r[0] for r in conn.execute(expired)]
+    if not ids:
+        return 0
+    conn.execute(delete(log).where(log.c.delivery_id.in_(ids)))
+    return len(ids)
+
+
+_SUMMARY = [c for c in log.c if c.name != "body"]
+
+
+def page(
+    conn: Connection, trigger_id: str, status: str | None, limit: int, offset: int
+) -> tuple[list[Row], int]:
+    """A trigger's deliveries, newest first, without their bodies."""
+    conds = [log.c.trigger_id == trigger_id]
+    if status is not None:
+        conds.append(log.c.status == status)
+    total = conn.execute(select(func.count()).select_from(log).where(*conds)).scalar_one()
+    rows = conn.execute(
+        select(*_SUMMARY)
+        .where(*conds)
+        .order_by(log.c.received_at.desc(), log.c.delivery_id)
+        .limit(limit)
+        .offset(offset)
+    )
+    return [dict(r._mapping) for r in rows], int(total)
+
+
+def get(conn: Connection, trigger_id: str, delivery_id: str) -> Row | None:
+    row = conn.execute(
+        select(log).where(log.c.trigger_id == trigger_id).where(log.c.delivery_id == delivery_id)
+    ).first()
+    return dict(row._mapping) if row else None
