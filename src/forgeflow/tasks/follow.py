@@ -22,12 +22,13 @@ from forgeflow.agent.port import (
     Notice,
     TokenUsage,
     ToolCall,
+    Transcribed,
     TurnCompleted,
     TurnHandle,
 )
 from forgeflow.domain.markers import parse_marker
 from forgeflow.redaction import redact
-from forgeflow.store import Store, audit, usage
+from forgeflow.store import Store, audit, transcripts, usage
 from forgeflow.store import turns as turn_q
 from forgeflow.store.usage import Budgets
 from forgeflow.tasks.abort_watch import AbortWatch
@@ -135,6 +136,14 @@ class TurnFollower:
                     c, key, task["task_id"], event.input_tokens, event.output_tokens
                 )
                 usage.note_tokens(c, task["repo_key"], added, self.budgets)
+            elif isinstance(event, Transcribed):
+                transcripts.record(
+                    c,
+                    task_id=task["task_id"],
+                    turn_id=handle.turn_id,
+                    item_id=event.item_id,
+                    entry=event.entry,
+                )
             return True
 
         return unit
