@@ -19,11 +19,12 @@ from sqlalchemy import (
     text,
 )
 
+from forgeflow.domain.states import ACTIVE_STATES, values
 from forgeflow.store.types import JSONText, UTCDateTime
 
 metadata = MetaData()
 
-ACTIVE_STATES_SQL = "state IN ('preparing', 'running', 'aborting')"
+ACTIVE_STATES_SQL = "state IN ({})".format(", ".join(f"'{v}'" for v in values(ACTIVE_STATES)))
 
 webhook_deliveries = Table(
     "webhook_deliveries",
