@@ -39,9 +39,7 @@ def _pipeline_task(store: Store, task_id: str, *, space: bool) -> Task:
 def test_a_review_space_is_a_session_of_its_own(store: Store) -> None:
     draft = _pipeline_task(store, "pipeline-task-draft", space=True)
     chat = _pipeline_task(store, "pipeline-task-chat", space=False)
-    assert draft.mode == "review" and draft.session_key == sessions.space_key(
-        RESOURCE, "run-1"
-    )
+    assert draft.mode == "review" and draft.session_key == sessions.space_key(RESOURCE, "run-1")
     assert chat.mode == "chat" and chat.session_key == RESOURCE.session_key
     space = store.db.read_sync(lambda c: sessions.get(c, str(draft.session_key)))
     own = store.db.read_sync(lambda c: sessions.get(c, RESOURCE.session_key))
