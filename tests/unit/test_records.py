@@ -94,3 +94,13 @@ def test_records_are_frozen() -> None:
     task = _task()
     with pytest.raises(dataclasses.FrozenInstanceError):
         task.state = "running"  # type: ignore[misc]
+
+
+def test_the_one_active_task_index_names_the_active_states() -> None:
+    # The partial index's SQL is text (the migrations keep a copy); it must name
+    # exactly the states that hold a repository's lease.
+    from forgeflow.domain.states import ACTIVE_STATES, values
+    from forgeflow.store.schema import ACTIVE_STATES_SQL
+
+    named = ", ".join(f"'{v}'" for v in values(ACTIVE_STATES))
+    assert f"state IN ({named})" == ACTIVE_STATES_SQL

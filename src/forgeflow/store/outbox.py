@@ -73,13 +73,13 @@ def owed(conn: Connection) -> Owed:
 
 def result_text(task: Task) -> str:
     state = task.state
-    if state == "cancelled":
+    if state == TaskState.CANCELLED:
         return "任务已取消 / the task was cancelled by an operator."
-    if state == "aborted":
+    if state == TaskState.ABORTED:
         return "任务已中止 / the task was aborted by an operator."
-    if state == "rejected":
+    if state == TaskState.REJECTED:
         return f"任务被拒绝 / the task was not started: {task.execution_error}."
-    if state == "failed_reply":
+    if state == TaskState.FAILED_REPLY:
         return (
             "回复未能确认 / the answer could not be confirmed on Gitea "
             f"({task.error_code or 'reply_unknown'}); nothing was re-posted."

@@ -19,12 +19,11 @@ from sqlalchemy import (
     text,
 )
 
-from forgeflow.domain.states import ACTIVE_STATES, values
 from forgeflow.store.types import JSONText, UTCDateTime
 
 metadata = MetaData()
 
-ACTIVE_STATES_SQL = "state IN ({})".format(", ".join(f"'{v}'" for v in values(ACTIVE_STATES)))
+ACTIVE_STATES_SQL = "state IN ('preparing', 'running', 'aborting')"
 
 webhook_deliveries = Table(
     "webhook_deliveries",
