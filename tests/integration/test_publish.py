@@ -16,6 +16,7 @@ import pytest
 
 from forgeflow.domain.ids import RepoRef, ResourceKind, ResourceRef
 from forgeflow.domain.paths import repo_workspace, session_worktree
+from forgeflow.domain.records import Task
 from forgeflow.store import Store, audit, pushes, repos, tasks
 from forgeflow.tasks.publish import Publisher
 from forgeflow.workspace.manager import WorkspaceManager
@@ -33,7 +34,7 @@ class World:
     store: Store
     workspace: WorkspaceManager
     publisher: Publisher
-    task: dict[str, Any]
+    task: Task
 
     def commit(self, name: str) -> str:
         """A commit by "the agent" in the session's worktree."""
@@ -54,7 +55,7 @@ class World:
         return out.stdout.strip()
 
     def pushed_events(self) -> list[dict[str, Any]]:
-        query = audit.AuditQuery(task_id=self.task["task_id"], action="publish.pushed")
+        query = audit.AuditQuery(task_id=self.task.task_id, action="publish.pushed")
         rows = self.store.db.read_sync(lambda c: audit.query(c, query))
         return [dict(r["metadata"]) for r in rows]
 
@@ -121,11 +122,11 @@ def test_a_push_whose_record_a_crash_took_is_found_and_not_repeated(world: World
     assert world.emu.branch_sha("alice", "proj", BRANCH) == sha
     assert _pushes_to(world.emu, BRANCH) == 1
     # The crash: the push landed, its result was never written.
-    (row,) = world.store.db.read_sync(lambda c: pushes.of_task(c, world.task["task_id"]))
+    (row,) = world.store.db.read_sync(lambda c: pushes.of_task(c, world.task.task_id))
     world.store.db.write_sync(lambda c: pushes.finish(c, row.push_key, pushes.PENDING))
     again = asyncio.run(world.publisher.publish(world.task))
     assert again.result in ("pushed", "up_to_date")
-    (row,) = world.store.db.read_sync(lambda c: pushes.of_task(c, world.task["task_id"]))
+    (row,) = world.store.db.read_sync(lambda c: pushes.of_task(c, world.task.task_id))
     assert row.status == pushes.PUSHED
     assert _pushes_to(world.emu, BRANCH) == 1  # found on Gitea, not pushed twice
     assert [e["recovered"] for e in world.pushed_events()] == [False, True]
@@ -137,7 +138,7 @@ def test_a_push_a_crash_stopped_before_it_ran_is_made_by_the_retry(world: World)
     world.store.db.write_sync(
         lambda c: pushes.intend(
             c,
-            task_id=world.task["task_id"],
+            task_id=world.task.task_id,
             session_key=ISSUE.key,
             target=BRANCH,
             old_sha=None,
@@ -149,7 +150,7 @@ def test_a_push_a_crash_stopped_before_it_ran_is_made_by_the_retry(world: World)
     assert done.result in ("pushed", "up_to_date")
     assert world.emu.branch_sha("alice", "proj", BRANCH) == sha
     assert _pushes_to(world.emu, BRANCH) == 1
-    (row,) = world.store.db.read_sync(lambda c: pushes.of_task(c, world.task["task_id"]))
+    (row,) = world.store.db.read_sync(lambda c: pushes.of_task(c, world.task.task_id))
     assert row.status == pushes.PUSHED
 
 
@@ -158,7 +159,7 @@ def test_nothing_new_is_nothing_pushed_and_the_default_branch_never_moves(world:
     outcome = asyncio.run(world.publisher.publish(world.task))
     assert outcome.result == "nothing"
     assert world.emu.branch_sha("alice", "proj", BRANCH) is None
-    assert world.store.db.read_sync(lambda c: pushes.of_task(c, world.task["task_id"])) == []
+    assert world.store.db.read_sync(lambda c: pushes.of_task(c, world.task.task_id)) == []
     world.commit("three.txt")
     asyncio.run(world.publisher.publish(world.task))
     assert world.emu.branch_sha("alice", "proj", "main") == main

@@ -12,6 +12,7 @@ import pytest
 from sqlalchemy import update
 
 from forgeflow.domain.ids import RepoRef, ResourceKind, ResourceRef
+from forgeflow.domain.records import Task
 from forgeflow.gitea.client import GiteaClient, GiteaError
 from forgeflow.store import Store, deliveries, tasks, workers
 from forgeflow.store import comments as comment_q
@@ -24,7 +25,7 @@ BOT = "ccweb-bot"
 
 
 @pytest.fixture
-def setup(tmp_path: Path, store: Store) -> Iterator[tuple[GiteaEmulator, str, dict[str, Any]]]:
+def setup(tmp_path: Path, store: Store) -> Iterator[tuple[GiteaEmulator, str, Task]]:
     with GiteaEmulator(tmp_path / "git") as gitea:
         token = gitea.add_user(BOT)
         gitea.add_user("alice")
@@ -59,8 +60,8 @@ def setup(tmp_path: Path, store: Store) -> Iterator[tuple[GiteaEmulator, str, di
         yield gitea, token, task
 
 
-def _bot_comments(gitea: GiteaEmulator, task: dict[str, Any]) -> list[dict[str, Any]]:
-    number = int(task["resource_key"].rsplit(":", 1)[1])
+def _bot_comments(gitea: GiteaEmulator, task: Task) -> list[dict[str, Any]]:
+    number = int(task.resource_key.rsplit(":", 1)[1])
     return [c for c in gitea.comments("acme", "widget", number) if c["user"]["login"] == BOT]
 
 
@@ -76,7 +77,7 @@ def _forget_the_record(store: Store) -> None:
 
 
 def test_receipt_after_a_crash_between_post_and_record_is_not_posted_again(
-    setup: tuple[GiteaEmulator, str, dict[str, Any]], store: Store
+    setup: tuple[GiteaEmulator, str, Task], store: Store
 ) -> None:
     gitea, token, task = setup
 
@@ -97,12 +98,12 @@ def test_receipt_after_a_crash_between_post_and_record_is_not_posted_again(
 
 
 def test_a_deferred_receipt_record_is_written_by_its_caller_or_found_after_a_crash(
-    setup: tuple[GiteaEmulator, str, dict[str, Any]], store: Store
+    setup: tuple[GiteaEmulator, str, Task], store: Store
 ) -> None:
     """The preparing step writes the receipt's record with its move to running; a crash
     before that move leaves the intent pending, and the next attempt finds the comment."""
     gitea, token, task = setup
-    key = f"{task['task_id']}:receipt"
+    key = f"{task.task_id}:receipt"
 
     def row() -> dict[str, Any]:
         found = store.db.read_sync(lambda c: comment_q.get(c, key))
@@ -134,7 +135,7 @@ def test_a_deferred_receipt_record_is_written_by_its_caller_or_found_after_a_cra
 
 
 def test_a_fresh_intent_of_another_poster_is_left_alone(
-    setup: tuple[GiteaEmulator, str, dict[str, Any]], store: Store
+    setup: tuple[GiteaEmulator, str, Task], store: Store
 ) -> None:
     gitea, token, task = setup
 
@@ -155,19 +156,19 @@ def test_a_fresh_intent_of_another_poster_is_left_alone(
 
 
 def test_verifier_ambiguity_is_unknown(
-    setup: tuple[GiteaEmulator, str, dict[str, Any]], store: Store
+    setup: tuple[GiteaEmulator, str, Task], store: Store
 ) -> None:
     gitea, token, task = setup
-    number = int(task["resource_key"].rsplit(":", 1)[1])
+    number = int(task.resource_key.rsplit(":", 1)[1])
     marker = (
-        f"<!-- ccweb taskId={task['task_id']} turnKey={task['task_id']}:1 "
-        f"resourceKey={task['resource_key']} kind=final -->"
+        f"<!-- ccweb taskId={task.task_id} turnKey={task.task_id}:1 "
+        f"resourceKey={task.resource_key} kind=final -->"
     )
 
     async def verify() -> Found:
         client = GiteaClient(gitea.url, token)
         try:
-            return (await Replies(store, client, BOT).verify(task, f"{task['task_id']}:1")).result
+            return (await Replies(store, client, BOT).verify(task, f"{task.task_id}:1")).result
         finally:
             await client.aclose()
 
@@ -188,11 +189,11 @@ def _intent_of_a_process_then_killed(store: Store, task: dict[str, Any]) -> None
     store.db.write_sync(
         lambda c: comment_q.record_intent(
             c,
-            comment_key=f"{task['task_id']}:receipt",
-            task_id=task["task_id"],
+            comment_key=f"{task.task_id}:receipt",
+            task_id=task.task_id,
             kind="receipt",
-            resource_key=task["resource_key"],
-            turn_key=f"{task['task_id']}:0",
+            resource_key=task.resource_key,
+            turn_key=f"{task.task_id}:0",
             body_hash="sha256:x",
         )
     )
@@ -223,7 +224,7 @@ def _receipt_after_restart(
 
 
 def test_a_receipt_whose_poster_was_killed_before_the_post_is_posted_by_the_restart(
-    setup: tuple[GiteaEmulator, str, dict[str, Any]], store: Store
+    setup: tuple[GiteaEmulator, str, Task], store: Store
 ) -> None:
     """The lost receipt of a kill -9: the intent was fresh, the restarted worker left it
     to its (dead) poster for IN_FLIGHT, and a task that ended sooner had no receipt."""
@@ -234,12 +235,12 @@ def test_a_receipt_whose_poster_was_killed_before_the_post_is_posted_by_the_rest
         posted, took = _receipt_after_restart(gitea, token, store, task, wait=wait)
         assert posted is not None and took < 5.0
     assert [c["id"] for c in _bot_comments(gitea, task)] == [posted]
-    row = store.db.read_sync(lambda c: comment_q.get(c, f"{task['task_id']}:receipt"))
+    row = store.db.read_sync(lambda c: comment_q.get(c, f"{task.task_id}:receipt"))
     assert row is not None and row["status"] == "sent" and row["comment_id"] == posted
 
 
 def test_a_receipt_posted_just_before_a_kill_is_found_not_posted_again(
-    setup: tuple[GiteaEmulator, str, dict[str, Any]], store: Store
+    setup: tuple[GiteaEmulator, str, Task], store: Store
 ) -> None:
     gitea, token, task = setup
 
@@ -258,7 +259,7 @@ def test_a_receipt_posted_just_before_a_kill_is_found_not_posted_again(
 
 
 def test_a_fresh_intent_of_a_live_worker_is_not_taken_over(
-    setup: tuple[GiteaEmulator, str, dict[str, Any]], store: Store
+    setup: tuple[GiteaEmulator, str, Task], store: Store
 ) -> None:
     """A worker that was already running when the intent was written may be posting it
     right now: it is left to it (until IN_FLIGHT), nothing is posted a second time."""

@@ -86,8 +86,8 @@ class TransitionMachine(RuleBasedStateMachine):
     def database_agrees(self) -> None:
         row = self.store.db.read_sync(lambda c: tasks.get(c, TASK))
         assert row is not None
-        assert row["state"] == self.state.value
-        assert row["state_version"] == self.version
+        assert row.state == self.state.value
+        assert row.state_version == self.version
 
     @invariant()
     def audit_tells_the_whole_story(self) -> None:

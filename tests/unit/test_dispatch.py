@@ -4,15 +4,20 @@ tasks being prepared, the wake-up."""
 from __future__ import annotations
 
 import asyncio
-from datetime import timedelta
-from typing import Any
+import dataclasses
+from datetime import UTC, datetime, timedelta
 
+from forgeflow.domain.records import Task
 from forgeflow.store.scheduling import Claim
 from forgeflow.tasks.dispatch import Preparing, Runs, Wakeup
 
 
 def _claim(task_id: str, repo: str, state: str, lease: str | None = "l") -> Claim:
-    task: dict[str, Any] = {"task_id": task_id, "repo_key": repo, "state": state}
+    at = datetime(2026, 1, 1, tzinfo=UTC)
+    task = Task(
+        **{f.name: None for f in dataclasses.fields(Task)}
+        | {"task_id": task_id, "repo_key": repo, "state": state, "created_at": at}
+    )
     return Claim(task, lease)
 
 
@@ -40,7 +45,7 @@ def test_claims_are_registered_at_once_and_started_in_order() -> None:
         # Registered before any run started: a claim round must not claim them again.
         assert runs.ids == {"t1", "t2"} and runs.busy_repos == {"r1": "t1", "r2": "t2"}
         assert "t1" in preparing and "t2" not in preparing
-        return [(await runs.next_claim()).task["task_id"] for _ in range(2)]
+        return [(await runs.next_claim()).task.task_id for _ in range(2)]
 
     assert asyncio.run(scenario()) == ["t1", "t2"]
 

@@ -16,9 +16,16 @@ from forgeflow.api.auth import require_admin
 from forgeflow.api.errors import ApiError
 from forgeflow.api.inputs import MAX_INT32, MAX_INT64, Text, no_nul_parameters
 from forgeflow.api.schemas import ADMIN_ERRORS, UNMATCHED, Responses, answer, error
-from forgeflow.domain.states import TERMINAL_STATES, TaskState
+from forgeflow.domain.states import (
+    ACTIVE_STATES,
+    CLAIMABLE_STATES,
+    FAILED_STATES,
+    TERMINAL_STATES,
+    TaskState,
+    values,
+)
 from forgeflow.services import Services
-from forgeflow.store import audit, control, details, repos, scheduling, tasks, usage
+from forgeflow.store import audit, control, details, repos, scheduling, tasks, turns, usage
 from forgeflow.store.types import iso, utcnow
 from forgeflow.tasks import controls
 
@@ -73,35 +80,33 @@ def overview_snapshot(conn: Connection) -> dict[str, Any]:
     ctl = control.get(conn)
     counts = tasks.counts_by_state(conn)
     active = [
-        tasks.to_json(r)
-        for state in ("preparing", "running", "aborting")
+        r
+        for state in values(ACTIVE_STATES)
         for r in tasks.list_page(conn, tasks.TaskFilter(state=state, limit=500))[0]
     ]
     failures = [
-        tasks.to_json(r)
-        for state in ("failed", "failed_reply")
+        r
+        for state in values(FAILED_STATES)
         for r in tasks.list_page(conn, tasks.TaskFilter(state=state, limit=10))[0]
     ]
-    failures.sort(key=lambda t: t["updatedAt"] or "", reverse=True)
+    failures.sort(key=lambda t: t.updated_at, reverse=True)
     oldest = tasks.oldest_queued_at(conn)
     repo_rows = repos.list_all(conn)
     return {
         **control.to_json(ctl),
         "runningSlots": None,  # no global cap (PRD §2): only per-repository leases
-        "running": [
-            {"repoKey": t["repoKey"], "taskId": t["taskId"], "state": t["state"]} for t in active
-        ],
+        "running": [{"repoKey": t.repo_key, "taskId": t.task_id, "state": t.state} for t in active],
         "queue": {
-            "length": counts.get("queued", 0),
+            "length": counts.get(TaskState.QUEUED.value, 0),
             "oldestQueuedAt": iso(oldest),
             "oldestQueuedAgeSeconds": (utcnow() - oldest).total_seconds() if oldest else None,
         },
         "tasksByState": counts,
         "repositories": {
-            "active": sum(1 for r in repo_rows if r["status"] == "active"),
-            "disabled": sum(1 for r in repo_rows if r["status"] == "disabled"),
+            "active": sum(1 for r in repo_rows if r.status == repos.ACTIVE),
+            "disabled": sum(1 for r in repo_rows if r.status == repos.DISABLED),
         },
-        "recentFailures": failures[:10],
+        "recentFailures": [t.json() for t in failures[:10]],
     }
 
 
@@ -125,7 +130,7 @@ async def list_tasks(
     rows, total = await _services(request).store.read(lambda c: tasks.list_page(c, f))
     next_offset = offset + len(rows) if offset + len(rows) < total else None
     return {
-        "items": [tasks.to_json(r) for r in rows],
+        "items": [r.json() for r in rows],
         "total": total,
         "limit": limit,
         "offset": offset,
@@ -139,18 +144,18 @@ def task_detail_snapshot(conn: Connection, task_id: str) -> dict[str, Any] | Non
     if row is None:
         return None
     return {
-        "task": tasks.to_json(row),
-        "terminal": TaskState(row["state"]) in TERMINAL_STATES,
+        "task": row.json(),
+        "terminal": TaskState(row.state) in TERMINAL_STATES,
         # Tasks ahead of it on its repository (0 = next); only while it waits.
         "queuePosition": scheduling.queue_position(conn, row)
-        if row["state"] in ("queued", "retry_wait")
+        if row.state in CLAIMABLE_STATES
         else None,
-        "turns": details.turns_of(conn, task_id),
+        "turns": [t.json() for t in turns.of_task(conn, task_id)],
         "comments": details.comments_of(conn, task_id),
         "errors": {
-            "errorCode": row["error_code"],
-            "executionError": row["execution_error"],
-            "replyError": row["reply_error"],
+            "errorCode": row.error_code,
+            "executionError": row.execution_error,
+            "replyError": row.reply_error,
         },
         "audit": audit.query(conn, audit.AuditQuery(task_id=task_id, limit=1000)),
     }
@@ -188,7 +193,7 @@ async def resume(request: Request, body: ControlBody) -> JSONResponse:
 )
 async def list_repos(request: Request) -> dict[str, Any]:
     rows = await _services(request).store.read(repos.list_all)
-    return {"items": [repos.to_json(r) for r in rows]}
+    return {"items": [r.json() for r in rows]}
 
 
 @router.post(

@@ -1,17 +1,41 @@
 """Response models of the HTTP API, for ``/openapi.json`` only.
 
-The routes keep building plain dicts (the store's ``to_json`` helpers); these models are
-declared through ``responses=`` so the document tells a client (and schemathesis, which
-checks every answer against it) the real shape without FastAPI re-validating or
-filtering each answer at run time. Objects stay open (extra keys allowed): a new field
-is not a breaking change. Timestamps are ISO-8601 strings; ``None`` where not set yet.
+The routes keep building plain dicts (a record's ``json()``); these models are declared
+through ``responses=`` so the document tells a client (and schemathesis, which checks
+every answer against it) the real shape without FastAPI re-validating or filtering each
+answer at run time. Objects stay open (extra keys allowed): a new field is not a
+breaking change. Timestamps are ISO-8601 strings; ``None`` where not set yet. The models
+of the records (task, turn, repository) are derived from the records themselves.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import functools
+import operator
+import types
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, get_args, get_origin, get_type_hints
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field, create_model
+
+from forgeflow.domain import records
+from forgeflow.domain.records import camel
+
+
+def _json_type(hint: Any) -> Any:
+    """The type of a field in the record's JSON: times become ISO-8601 strings."""
+    if hint is datetime:
+        return str
+    if get_origin(hint) is types.UnionType:
+        return functools.reduce(operator.or_, (_json_type(arg) for arg in get_args(hint)))
+    return hint
+
+
+def derived(record: type[records.Record]) -> type[BaseModel]:
+    """The model of a record's JSON: every field it answers, required, camelCase."""
+    hints = get_type_hints(record)
+    fields: dict[str, Any] = {camel(n): (_json_type(hints[n]), ...) for n in record.shown()}
+    return create_model(record.__name__, __config__=ConfigDict(extra="allow"), **fields)
 
 
 class ErrorBody(BaseModel):
@@ -35,34 +59,12 @@ class ControlEcho(BaseModel):
 # -- /api/gitea-workflow ------------------------------------------------------------------
 
 
-class Task(BaseModel):
-    taskId: str
-    deliveryKey: str | None
-    repoKey: str
-    resourceKey: str
-    sessionKey: str
-    commentId: int | None
-    author: str
-    instruction: str
-    state: str
-    attempt: int
-    replyAttempt: int
-    threadId: str | None
-    turnId: str | None
-    leaseId: str | None
-    nextRetryAt: str | None
-    errorCode: str | None
-    executionError: str | None
-    replyError: str | None
-    refs: Any = None
-    retryStep: str | None
-    turnCount: int
-    claimedBy: str | None
-    inputTokens: int
-    outputTokens: int
-    createdAt: str
-    updatedAt: str
-    stateVersion: int
+if TYPE_CHECKING:  # mypy sees plain models; the real ones are built at import
+    Task = BaseModel
+    Turn = BaseModel
+    Repository = BaseModel
+else:
+    Task, Turn, Repository = map(derived, (records.Task, records.Turn, records.Repository))
 
 
 class TaskPage(BaseModel):
@@ -71,20 +73,6 @@ class TaskPage(BaseModel):
     limit: int
     offset: int
     nextOffset: int | None
-
-
-class Turn(BaseModel):
-    turnKey: str
-    turnId: str | None
-    taskId: str
-    threadId: str | None
-    kind: str
-    status: str
-    eventSeq: int
-    inputTokens: int
-    outputTokens: int
-    startedAt: str | None
-    completedAt: str | None
 
 
 class Comment(BaseModel):
@@ -178,27 +166,12 @@ class Overview(Control):
     recentFailures: list[Task]
 
 
-class Repository(BaseModel):
-    repoKey: str
-    instanceId: str
-    owner: str
-    name: str
-    cloneUrl: str
-    workspacePath: str
-    defaultBranch: str
-    status: str
-    workerId: str | None
-    registeredAt: str
-    lastFetchAt: str | None
-    version: int
-
-
 class RepositoryList(BaseModel):
     items: list[Repository]
 
 
-class RepositoryAnswer(Repository, ControlEcho):
-    """The repository after ``disable``/``enable``."""
+# The repository after ``disable``/``enable``.
+RepositoryAnswer = create_model("RepositoryAnswer", __base__=(Repository, ControlEcho))
 
 
 class BudgetAnswer(ControlEcho):

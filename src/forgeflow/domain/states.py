@@ -56,8 +56,39 @@ TRANSITIONS: dict[TaskState, frozenset[TaskState]] = {
 
 TERMINAL_STATES: frozenset[TaskState] = frozenset(s for s, nxt in TRANSITIONS.items() if not nxt)
 
-# PRD §6.2 invariant 1: only these hold the repository lock.
+# Only these hold the repository's lease: one task at a time works in a repository.
 ACTIVE_STATES: frozenset[TaskState] = frozenset({S.PREPARING, S.RUNNING, S.ABORTING})
+
+# Work a worker is doing: the active states and the reply check (which holds no lease).
+# Restart recovery moves these on when their worker is gone.
+IN_WORK_STATES: frozenset[TaskState] = ACTIVE_STATES | {S.VERIFYING_REPLY}
+
+# Waiting to be claimed: queued, or waiting for its retry time.
+CLAIMABLE_STATES: frozenset[TaskState] = frozenset({S.QUEUED, S.RETRY_WAIT})
+
+# Not started yet: an older task of the same resource in one of these goes first, so
+# the comments on one issue are answered in order.
+WAITING_STATES: frozenset[TaskState] = CLAIMABLE_STATES | {S.BLOCKED_WORKSPACE}
+
+# Tasks that count as ahead of a waiting one in its repository's line.
+IN_LINE_STATES: frozenset[TaskState] = CLAIMABLE_STATES | ACTIVE_STATES
+
+# What an operator may cancel: tasks that have not started or wait for someone.
+CANCELLABLE_STATES: frozenset[TaskState] = frozenset(
+    {S.QUEUED, S.WAITING_USER, S.BLOCKED_WORKSPACE}
+)
+
+# Accepted and not ended: the user is owed a receipt comment while a task is in these.
+LIVE_STATES: frozenset[TaskState] = frozenset(TRANSITIONS) - TERMINAL_STATES - {S.RECEIVED}
+
+# Ended without an answer from the agent: the user is owed one result comment.
+RESULT_STATES: frozenset[TaskState] = frozenset({S.FAILED, S.FAILED_REPLY, S.CANCELLED, S.ABORTED})
+
+# Never accepted (a delivery that starts nothing): ended straight from ``received``.
+NEVER_QUEUED_STATES: frozenset[TaskState] = TRANSITIONS[S.RECEIVED] - {S.QUEUED}
+
+SUCCEEDED_STATES: frozenset[TaskState] = frozenset({S.SUCCEEDED, S.SUCCEEDED_WITH_REST_FALLBACK})
+FAILED_STATES: frozenset[TaskState] = frozenset({S.FAILED, S.FAILED_REPLY})
 
 # Reached by the REST fallback path of §5.4, which the §6.1 table lists as a terminal
 # state without naming its predecessor; §5.4 says reply verification leads to it.
@@ -98,3 +129,8 @@ def check_transition(task_id: str, from_state: str, to_state: str) -> None:
 
 def is_terminal(state: str) -> bool:
     return TaskState(state) in TERMINAL_STATES
+
+
+def values(states: frozenset[TaskState]) -> tuple[str, ...]:
+    """The states as column values, in the table's order (stable SQL text)."""
+    return tuple(s.value for s in TaskState if s in states)

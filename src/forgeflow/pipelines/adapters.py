@@ -14,7 +14,8 @@ from sqlalchemy import Connection
 from forgeflow.domain import modes
 from forgeflow.domain.ids import INSTANCE_ID, InvalidName, RepoRef, ResourceKind, ResourceRef
 from forgeflow.domain.paths import SESSIONS_DIR, repo_workspace
-from forgeflow.domain.states import TERMINAL_STATES, TaskState
+from forgeflow.domain.records import Task
+from forgeflow.domain.states import SUCCEEDED_STATES, TERMINAL_STATES, TaskState
 from forgeflow.gitea.client import GiteaClient, GiteaError
 from forgeflow.pipelines.ports import AgentRequest, AgentTaskStatus
 from forgeflow.pipelines.registry import StepFailed
@@ -25,7 +26,6 @@ from forgeflow.store import turns as turn_q
 from forgeflow.workspace.manager import WorkspaceDirty, WorkspaceError, WorkspaceManager
 
 PIPELINE_TASK_PREFIX = "pipeline-task-"
-_SUCCEEDED = {TaskState.SUCCEEDED.value, TaskState.SUCCEEDED_WITH_REST_FALLBACK.value}
 
 
 def pipeline_task_id(key: str) -> str:
@@ -50,17 +50,17 @@ class StoreAgentDispatch:
         # to take a thread's MCP server (and the bot token in it) away again.
         if mode == modes.CHAT:
             row = await self.store.write(lambda c: sessions.ensure(c, resource))
-            return str(row["session_key"])
+            return row.session_key
         row = await self.store.write(
             lambda c: sessions.open_space(c, resource, mode=mode, run_id=run_id)
         )
-        if row["mode"] != mode:
+        if row.mode != mode:
             raise StepFailed(
                 "mode_mismatch",
-                f"this run opened the space of {resource.key} in {row['mode']} mode already",
+                f"this run opened the space of {resource.key} in {row.mode} mode already",
                 retryable=False,
             )
-        return str(row["session_key"])
+        return row.session_key
 
     async def _space(self, request: AgentRequest) -> tuple[str | None, str]:
         """The session and mode a step's task runs in (see ``domain.modes``)."""
@@ -77,17 +77,17 @@ class StoreAgentDispatch:
             return None, modes.CHAT
         space_id = request.space_id
         row = await self.store.read(lambda c: sessions.get(c, space_id))
-        if row is None or row["resource_key"] != request.resource.key:
+        if row is None or row.resource_key != request.resource.key:
             raise StepFailed(
                 "space_mismatch",
                 f"space {space_id} is not a conversation of {request.resource.key}",
                 retryable=False,
             )
-        space_mode = str(row["mode"] or modes.CHAT)
+        space_mode = row.mode or modes.CHAT
         refused = modes.step_mode_error(space_mode, request.mode)
         if refused is not None:
             raise StepFailed(refused[0], refused[1], retryable=False)
-        return str(row["session_key"]), space_mode
+        return row.session_key, space_mode
 
     async def _repo_facts(self, repo: RepoRef) -> dict[str, str | None]:
         known = await self.store.read(lambda c: repo_q.get(c, repo.key))
@@ -114,7 +114,7 @@ class StoreAgentDispatch:
         session_key, mode = await self._space(request)
         facts = await self._repo_facts(request.resource.repo)
 
-        def _create(conn: Connection) -> dict[str, Any]:
+        def _create(conn: Connection) -> Task:
             return task_q.create_pipeline_task(
                 conn,
                 task_id=task_id,
@@ -142,13 +142,13 @@ class StoreAgentDispatch:
             turn = turn_q.last_normal(conn, task_id)
             return AgentTaskStatus(
                 task_id=task_id,
-                state=task["state"],
-                terminal=TaskState(task["state"]) in TERMINAL_STATES,
-                succeeded=task["state"] in _SUCCEEDED,
-                reply=turn["last_message"] if turn else None,
-                error=task["execution_error"] or task["reply_error"] or task["error_code"],
-                input_tokens=int(task["input_tokens"]),
-                output_tokens=int(task["output_tokens"]),
+                state=task.state,
+                terminal=TaskState(task.state) in TERMINAL_STATES,
+                succeeded=task.state in SUCCEEDED_STATES,
+                reply=turn.last_message if turn else None,
+                error=task.execution_error or task.reply_error or task.error_code,
+                input_tokens=task.input_tokens,
+                output_tokens=task.output_tokens,
             )
 
         status = await self.store.read(_read)

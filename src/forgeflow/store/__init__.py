@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Sequence
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from sqlalchemy import Connection, text
 
+from forgeflow.domain.records import Task
 from forgeflow.domain.states import TaskState
 from forgeflow.store import (
     audit,
@@ -92,7 +93,7 @@ class Store:
         events: Sequence[audit.AuditEvent] = (),
         after: Callable[[Connection], object] | None = None,
         unless_moved: bool = False,
-    ) -> dict[str, Any]:
+    ) -> Task:
         """Apply one transition; a refused one keeps its audit alert and re-raises.
 
         ``release`` = (repoKey, leaseId) gives the lease back in the same transaction,
@@ -107,7 +108,7 @@ class Store:
         """
         refused: list[Exception] = []
 
-        def _apply(conn: Connection) -> dict[str, Any] | None:
+        def _apply(conn: Connection) -> Task | None:
             if before is not None:
                 before(conn)
             for event in events:
@@ -115,9 +116,9 @@ class Store:
             move = t
             if unless_moved:
                 current = tasks.get(conn, t.task_id)
-                if current is None or current["state_version"] != t.expected_version:
+                if current is None or current.state_version != t.expected_version:
                     return current
-                move = dataclasses.replace(t, from_state=TaskState(current["state"]))
+                move = dataclasses.replace(t, from_state=TaskState(current.state))
             try:
                 row = tasks.transition(conn, move)
             except (StaleStateVersion, tasks.IllegalTransition) as exc:

@@ -14,8 +14,9 @@ from typing import Any
 from sqlalchemy import Connection, select
 
 from forgeflow.domain.mentions import Command
-from forgeflow.domain.states import TERMINAL_STATES, TaskState
-from forgeflow.store import audit, comments, deliveries, scheduling, sessions
+from forgeflow.domain.records import Task
+from forgeflow.domain.states import NEVER_QUEUED_STATES, TERMINAL_STATES, TaskState, values
+from forgeflow.store import audit, comments, deliveries, rows, scheduling, sessions
 from forgeflow.store import tasks as task_q
 from forgeflow.store.deliveries import Accept, DeliveryRecord
 from forgeflow.store.schema import tasks
@@ -25,15 +26,15 @@ from forgeflow.store.sql import notify_tasks
 _CLAIMABLE_AGE = timedelta(minutes=5)
 
 
-def latest_task(conn: Connection, resource_key: str) -> dict[str, Any] | None:
-    row = conn.execute(
+def latest_task(conn: Connection, resource_key: str) -> Task | None:
+    stmt = (
         select(tasks)
         .where(tasks.c.resource_key == resource_key)
-        .where(tasks.c.state.not_in(("ignored", "duplicate", "rejected")))
+        .where(tasks.c.state.not_in(values(NEVER_QUEUED_STATES)))
         .order_by(tasks.c.created_at.desc())
         .limit(1)
-    ).first()
-    return dict(row._mapping) if row else None
+    )
+    return rows.first(Task, conn, stmt, {})
 
 
 def run(conn: Connection, a: Accept, command: Command) -> DeliveryRecord:
@@ -50,15 +51,13 @@ def run(conn: Connection, a: Accept, command: Command) -> DeliveryRecord:
         sessions.close(conn, a.resource.session_key, actor=actor)
         outcome = {"sessionKey": a.resource.session_key, "closed": True}
     reason = f"command_{command.value.replace(' ', '_')}"
-    deliveries.finish(
-        conn, a.delivery_key, reason=reason, task_id=task["task_id"] if task else None
-    )
+    deliveries.finish(conn, a.delivery_key, reason=reason, task_id=task.task_id if task else None)
     audit.append(
         conn,
         audit.AuditEvent(
             action=f"command.{command.value.replace(' ', '_')}",
             actor=actor,
-            task_id=task["task_id"] if task else None,
+            task_id=task.task_id if task else None,
             session_key=a.resource.session_key,
             repo_key=a.resource.repo.key,
             delivery_id=a.delivery_id,
@@ -66,16 +65,16 @@ def run(conn: Connection, a: Accept, command: Command) -> DeliveryRecord:
             metadata=outcome,
         ),
     )
-    state = outcome.get("state") or (task["state"] if task else None)
+    state = outcome.get("state") or (task.state if task else None)
     return DeliveryRecord(
-        a.delivery_id, "accepted", 200, task["task_id"] if task else None, state, reason
+        a.delivery_id, "accepted", 200, task.task_id if task else None, state, reason
     )
 
 
-def _stop(conn: Connection, task: dict[str, Any] | None, actor: str) -> dict[str, Any]:
-    if task is None or TaskState(task["state"]) in TERMINAL_STATES:
+def _stop(conn: Connection, task: Task | None, actor: str) -> dict[str, Any]:
+    if task is None or TaskState(task.state) in TERMINAL_STATES:
         return {"stopped": False, "why": "nothing is running or waiting"}
-    state = TaskState(task["state"])
+    state = TaskState(task.state)
     target = {
         TaskState.QUEUED: TaskState.CANCELLED,
         TaskState.WAITING_USER: TaskState.CANCELLED,
@@ -92,28 +91,28 @@ def _stop(conn: Connection, task: dict[str, Any] | None, actor: str) -> dict[str
     row = task_q.transition(
         conn,
         task_q.Transition(
-            task["task_id"],
+            task.task_id,
             target,
-            task["state_version"],
+            task.state_version,
             actor=actor,
             action="command.stop",
             error_code="stopped_by_user" if target is TaskState.FAILED else None,
         ),
     )
     notify_tasks(conn)
-    return {"stopped": True, "state": row["state"]}
+    return {"stopped": True, "state": row.state}
 
 
-def _status(conn: Connection, a: Accept, task: dict[str, Any] | None) -> dict[str, Any]:
+def _status(conn: Connection, a: Accept, task: Task | None) -> dict[str, Any]:
     if task is None:
         text = "giteabot: 状态 / status: no task for this issue or pull request yet."
         task_id = "gitea-cmd-" + hashlib.sha256(a.delivery_key.encode()).hexdigest()[:24]
     else:
-        task_id = task["task_id"]
+        task_id = task.task_id
         text = (
-            f"giteabot: 状态 / status: {task['state']}"
-            f"{_position(conn, task)}; tokens so far: {task['input_tokens']} in, "
-            f"{task['output_tokens']} out."
+            f"giteabot: 状态 / status: {task.state}"
+            f"{_position(conn, task)}; tokens so far: {task.input_tokens} in, "
+            f"{task.output_tokens} out."
         )
     comments.record_intent(
         conn,
@@ -129,8 +128,8 @@ def _status(conn: Connection, a: Accept, task: dict[str, Any] | None) -> dict[st
     return {"statusOf": task_id}
 
 
-def _position(conn: Connection, task: dict[str, Any]) -> str:
-    if task["state"] != TaskState.QUEUED:
+def _position(conn: Connection, task: Task) -> str:
+    if task.state != TaskState.QUEUED:
         return ""
     ahead = scheduling.queue_position(conn, task)
     return f", position {ahead + 1} in the repository's queue" if ahead else ", next in line"

@@ -7,6 +7,7 @@ from typing import Any
 
 from sqlalchemy import Connection, bindparam, select, update
 
+from forgeflow.domain.records import Task
 from forgeflow.store import audit, sql
 from forgeflow.store.schema import comments
 from forgeflow.store.sql import insert_ignore
@@ -21,7 +22,7 @@ SKIPPED = "skipped"  # a result comment that is not owed after all
 
 def record_final(
     conn: Connection,
-    task: dict[str, Any],
+    task: Task,
     *,
     turn_key: str,
     turn_id: str | None,
@@ -33,10 +34,10 @@ def record_final(
         conn,
         comments,
         {
-            "comment_key": f"{task['task_id']}:final:{turn_key}",
-            "task_id": task["task_id"],
+            "comment_key": f"{task.task_id}:final:{turn_key}",
+            "task_id": task.task_id,
             "kind": "mcp_final",
-            "resource_key": task["resource_key"],
+            "resource_key": task.resource_key,
             "turn_key": turn_key,
             "turn_id": turn_id,
             "comment_id": comment_id,
@@ -49,7 +50,7 @@ def record_final(
         conn,
         audit.AuditEvent(
             action="reply.found",
-            task_id=task["task_id"],
+            task_id=task.task_id,
             turn_id=turn_id,
             comment_id=comment_id,
             metadata={"turnKey": turn_key},

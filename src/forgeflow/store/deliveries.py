@@ -9,8 +9,9 @@ from typing import Any
 from sqlalchemy import Connection, bindparam, func, or_, select, update
 
 from forgeflow.domain.ids import ResourceRef, task_id_for
+from forgeflow.domain.records import Delivery, Repository
 from forgeflow.domain.states import TaskState
-from forgeflow.store import audit, repos, sessions, sql
+from forgeflow.store import audit, repos, rows, sessions, sql
 from forgeflow.store import tasks as task_q
 from forgeflow.store.schema import tasks, webhook_deliveries
 from forgeflow.store.sql import insert_ignore, notify_tasks
@@ -69,7 +70,7 @@ _EARLIER = (
 
 
 def get(conn: Connection, delivery_key: str) -> DeliveryRecord | None:
-    row = sql.first(conn, _GET, {"key": delivery_key})
+    row = rows.first(Delivery, conn, _GET, {"key": delivery_key})
     return _record(conn, row, duplicate=True) if row else None
 
 
@@ -78,15 +79,15 @@ def _task_state(conn: Connection, task_id: str) -> str | None:
     return state
 
 
-def _record(conn: Connection, row: dict[str, Any], *, duplicate: bool) -> DeliveryRecord:
-    state = _task_state(conn, row["task_id"]) if row["task_id"] else None
+def _record(conn: Connection, row: Delivery, *, duplicate: bool) -> DeliveryRecord:
+    state = _task_state(conn, row.task_id) if row.task_id else None
     return DeliveryRecord(
-        delivery_id=row["delivery_id"],
-        status=row["status"],
-        response_code=row["response_code"],
-        task_id=row["task_id"],
+        delivery_id=row.delivery_id,
+        status=row.status,
+        response_code=row.response_code,
+        task_id=row.task_id,
         task_state=state,
-        reason=row["reason"],
+        reason=row.reason,
         duplicate=duplicate,
     )
 
@@ -182,11 +183,11 @@ def record_ignored(
 
 def open_delivery(
     conn: Connection, a: Accept, *, response_code: int, task_id: str | None = None
-) -> DeliveryRecord | dict[str, Any]:
+) -> DeliveryRecord | Repository:
     """The common start of an accepted mention: record the delivery, register the
     repository, refuse a disabled one and recognise Gitea's replay of a comment.
 
-    Returns the answer when the delivery ends here, else the repository row and the
+    Returns the answer when the delivery ends here, else the repository and the
     caller goes on. ``task_id``: the task the caller will create in this transaction,
     recorded with the delivery up front (every way out below clears it).
     """
@@ -208,7 +209,7 @@ def open_delivery(
         existing = get(conn, a.delivery_key)
         assert existing is not None
         return existing
-    repo_row = repos.register(
+    registered = repos.register(
         conn,
         repo=repo,
         clone_url=a.clone_url,
@@ -216,59 +217,72 @@ def open_delivery(
         workspace_path=a.workspace_path,
         delivery_id=a.delivery_id,
     )
-    if repo_row["status"] == "disabled":
-        finish(
-            conn,
-            a.delivery_key,
-            status="rejected",
-            reason="repository_disabled",
-            response_code=409,
-            task_id=None,
-        )
-        audit.append(
-            conn,
-            audit.AuditEvent(
-                action="webhook.reject",
-                delivery_id=a.delivery_id,
-                repo_key=repo.key,
-                error_code="repository_disabled",
-            ),
-        )
-        return DeliveryRecord(a.delivery_id, "rejected", 409, reason="repository_disabled")
-    earlier = sql.first(
-        conn, _EARLIER, {"repo_key": repo.key, "comment_id": a.comment_id, "key": a.delivery_key}
+    if registered.status == repos.DISABLED:
+        return _reject_disabled(conn, a)
+    return _replayed(conn, a) or registered
+
+
+def _reject_disabled(conn: Connection, a: Accept) -> DeliveryRecord:
+    """A mention in a disabled repository: recorded and refused (409)."""
+    finish(
+        conn,
+        a.delivery_key,
+        status="rejected",
+        reason="repository_disabled",
+        response_code=409,
+        task_id=None,
     )
-    if earlier is not None:
-        state = _task_state(conn, earlier["task_id"]) if earlier["task_id"] else None
-        finish(
-            conn,
-            a.delivery_key,
-            status="duplicate",
-            reason="comment_already_accepted",
-            response_code=200,
-            task_id=earlier["task_id"],
-        )
-        audit.append(
-            conn,
-            audit.AuditEvent(
-                action="webhook.duplicate",
-                task_id=earlier["task_id"],
-                delivery_id=a.delivery_id,
-                repo_key=repo.key,
-                comment_id=a.comment_id,
-                error_code="duplicate_delivery",
-            ),
-        )
-        return DeliveryRecord(
-            a.delivery_id,
-            "duplicate",
-            200,
-            earlier["task_id"],
-            state,
-            "comment_already_accepted",
-            duplicate=True,
-        )
-    return repo_row
+    audit.append(
+        conn,
+        audit.AuditEvent(
+            action="webhook.reject",
+            delivery_id=a.delivery_id,
+            repo_key=a.resource.repo.key,
+            error_code="repository_disabled",
+        ),
+    )
+    return DeliveryRecord(a.delivery_id, "rejected", 409, reason="repository_disabled")
+
+
+def _replayed(conn: Connection, a: Accept) -> DeliveryRecord | None:
+    """Gitea's replay of a comment accepted before under another delivery id: answered
+    with the earlier delivery's task, or None when the comment is new."""
+    repo_key = a.resource.repo.key
+    earlier = sql.first(
+        conn, _EARLIER, {"repo_key": repo_key, "comment_id": a.comment_id, "key": a.delivery_key}
+    )
+    if earlier is None:
+        return None
+    task_id = earlier["task_id"]
+    state = _task_state(conn, task_id) if task_id else None
+    finish(
+        conn,
+        a.delivery_key,
+        status="duplicate",
+        reason="comment_already_accepted",
+        response_code=200,
+        task_id=task_id,
+    )
+    audit.append(
+        conn,
+        audit.AuditEvent(
+            action="webhook.duplicate",
+            task_id=task_id,
+            delivery_id=a.delivery_id,
+            repo_key=repo_key,
+            comment_id=a.comment_id,
+            error_code="duplicate_delivery",
+        ),
+    )
+    return DeliveryRecord(
+        a.delivery_id,
+        "duplicate",
+        200,
+        task_id,
+        state,
+        "comment_already_accepted",
+        duplicate=True,
+    )
 
 
 def accept(conn: Connection, a: Accept) -> DeliveryRecord:
@@ -334,7 +348,7 @@ def counts_by_status(conn: Connection) -> dict[str, int]:
 
 def list_page(
     conn: Connection, status: str | None, repo_key: str | None, limit: int, offset: int
-) -> tuple[list[dict[str, Any]], int]:
+) -> tuple[list[Delivery], int]:
     """Recorded deliveries, newest first, by status and repository."""
     conds = []
     if status is not None:
@@ -344,11 +358,11 @@ def list_page(
     total = conn.execute(
         select(func.count()).select_from(webhook_deliveries).where(*conds)
     ).scalar_one()
-    rows = conn.execute(
+    stmt = (
         select(webhook_deliveries)
         .where(*conds)
         .order_by(webhook_deliveries.c.received_at.desc(), webhook_deliveries.c.delivery_key)
         .limit(limit)
         .offset(offset)
     )
-    return [dict(r._mapping) for r in rows], int(total)
+    return rows.every(Delivery, conn, stmt, {}), int(total)

@@ -8,22 +8,12 @@ from typing import Any
 from sqlalchemy import Connection, Select, and_, or_, select
 
 from forgeflow.domain.modes import DRAFT_MODES
+from forgeflow.domain.records import Task
+from forgeflow.domain.states import LIVE_STATES, RESULT_STATES, TaskState, values
 from forgeflow.store import comments as comment_q
+from forgeflow.store import rows
 from forgeflow.store.comments import CONFIRMED, SENT, SKIPPED
 from forgeflow.store.schema import comments, tasks
-
-_LIVE = (
-    "queued",
-    "preparing",
-    "running",
-    "retry_wait",
-    "blocked_workspace",
-    "waiting_user",
-    "verifying_reply",
-    "aborting",
-)
-# A task that ends in one of these owes the user one result comment.
-RESULT_STATES = ("failed", "failed_reply", "cancelled", "aborted")
 
 
 def _owed_query(suffix: str, states: tuple[str, ...], limit: int) -> Select[Any]:
@@ -42,8 +32,8 @@ def _owed_query(suffix: str, states: tuple[str, ...], limit: int) -> Select[Any]
 
 # Built once: the outbox asks after every claim round, and building a join like these
 # per call cost more CPU than SQLite spent answering it.
-_RECEIPTS_OWED = _owed_query(":receipt", _LIVE, 100)
-_RESULTS_OWED = _owed_query(":result", (*RESULT_STATES, "rejected"), 100)
+_RECEIPTS_OWED = _owed_query(":receipt", values(LIVE_STATES), 100)
+_RESULTS_OWED = _owed_query(":result", values(RESULT_STATES | {TaskState.REJECTED}), 100)
 _COMMAND_REPLIES_OWED = (
     select(comments)
     .where(comments.c.kind == "status")
@@ -53,15 +43,15 @@ _COMMAND_REPLIES_OWED = (
 )
 
 
-def receipts_owed(conn: Connection) -> list[dict[str, Any]]:
-    return [dict(r._mapping) for r in conn.execute(_RECEIPTS_OWED)]
+def receipts_owed(conn: Connection) -> list[Task]:
+    return rows.every(Task, conn, _RECEIPTS_OWED, {})
 
 
-def results_owed(conn: Connection) -> list[dict[str, Any]]:
-    owed = [dict(r._mapping) for r in conn.execute(_RESULTS_OWED)]
+def results_owed(conn: Connection) -> list[Task]:
+    owed = rows.every(Task, conn, _RESULTS_OWED, {})
     # A rejected mention is answered only when a budget refused it; an unauthorised
     # commenter gets no reply from the bot.
-    return [t for t in owed if t["state"] != "rejected" or t["error_code"] == "budget_exceeded"]
+    return [t for t in owed if t.state != TaskState.REJECTED or t.error_code == "budget_exceeded"]
 
 
 def command_replies_owed(conn: Connection) -> list[dict[str, Any]]:
@@ -71,9 +61,9 @@ def command_replies_owed(conn: Connection) -> list[dict[str, Any]]:
 
 @dataclass(frozen=True, slots=True)
 class Owed:
-    receipts: list[dict[str, Any]]
+    receipts: list[Task]
     command_replies: list[dict[str, Any]]
-    results: list[dict[str, Any]]
+    results: list[Task]
 
 
 def owed(conn: Connection) -> Owed:
@@ -81,31 +71,31 @@ def owed(conn: Connection) -> Owed:
     return Owed(receipts_owed(conn), command_replies_owed(conn), results_owed(conn))
 
 
-def result_text(task: dict[str, Any]) -> str:
-    state = task["state"]
-    if state == "cancelled":
+def result_text(task: Task) -> str:
+    state = task.state
+    if state == TaskState.CANCELLED:
         return "任务已取消 / the task was cancelled by an operator."
-    if state == "aborted":
+    if state == TaskState.ABORTED:
         return "任务已中止 / the task was aborted by an operator."
-    if state == "rejected":
-        return f"任务被拒绝 / the task was not started: {task['execution_error']}."
-    if state == "failed_reply":
+    if state == TaskState.REJECTED:
+        return f"任务被拒绝 / the task was not started: {task.execution_error}."
+    if state == TaskState.FAILED_REPLY:
         return (
             "回复未能确认 / the answer could not be confirmed on Gitea "
-            f"({task['error_code'] or 'reply_unknown'}); nothing was re-posted."
+            f"({task.error_code or 'reply_unknown'}); nothing was re-posted."
         )
-    return f"任务失败 / the task failed ({task['error_code'] or 'failed'})."
+    return f"任务失败 / the task failed ({task.error_code or 'failed'})."
 
 
-def skip_result(conn: Connection, task: dict[str, Any]) -> None:
+def skip_result(conn: Connection, task: Task) -> None:
     """Record that a task's result comment is not owed (its answer is on Gitea)."""
-    key = f"{task['task_id']}:result"
+    key = f"{task.task_id}:result"
     comment_q.record_intent(
         conn,
         comment_key=key,
-        task_id=task["task_id"],
+        task_id=task.task_id,
         kind="result",
-        resource_key=task["resource_key"],
+        resource_key=task.resource_key,
         turn_key=None,
         body_hash="",
     )

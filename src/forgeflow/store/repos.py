@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from sqlalchemy import Connection, bindparam, select, update
 
 from forgeflow.domain.events import repo_added
 from forgeflow.domain.ids import INSTANCE_ID, RepoRef
-from forgeflow.store import audit, events, sql
+from forgeflow.domain.records import Repository
+from forgeflow.store import audit, events, rows, sql
 from forgeflow.store.schema import repositories
 from forgeflow.store.sql import insert_ignore
-from forgeflow.store.types import iso, utcnow
+from forgeflow.store.types import utcnow
 
 ACTIVE = "active"
 DISABLED = "disabled"
@@ -25,7 +24,7 @@ def register(
     default_branch: str,
     workspace_path: str,
     delivery_id: str | None = None,
-) -> dict[str, Any]:
+) -> Repository:
     """Create the repository row once (compare-and-swap on the key); return the row."""
     known = get(conn, repo.key)
     if known is not None:
@@ -72,8 +71,8 @@ _GET = select(repositories).where(repositories.c.repo_key == bindparam("key"))
 _STATUS = select(repositories.c.status).where(repositories.c.repo_key == bindparam("key"))
 
 
-def get(conn: Connection, repo_key: str) -> dict[str, Any] | None:
-    return sql.first(conn, _GET, {"key": repo_key})
+def get(conn: Connection, repo_key: str) -> Repository | None:
+    return rows.first(Repository, conn, _GET, {"key": repo_key})
 
 
 def status(conn: Connection, repo_key: str) -> str | None:
@@ -86,13 +85,13 @@ def set_status(conn: Connection, repo_key: str, new_status: str, actor: str, rea
     row = get(conn, repo_key)
     if row is None:
         raise KeyError(repo_key)
-    if row["status"] == new_status:
+    if row.status == new_status:
         return False
     conn.execute(
         update(repositories)
         .where(repositories.c.repo_key == repo_key)
-        .where(repositories.c.version == row["version"])
-        .values(status=new_status, version=row["version"] + 1, updated_at=utcnow())
+        .where(repositories.c.version == row.version)
+        .values(status=new_status, version=row.version + 1, updated_at=utcnow())
     )
     audit.append(
         conn,
@@ -100,7 +99,7 @@ def set_status(conn: Connection, repo_key: str, new_status: str, actor: str, rea
             action=f"repository.{'disable' if new_status == DISABLED else 'enable'}",
             actor=actor,
             repo_key=repo_key,
-            metadata={"reason": reason, "from": row["status"], "to": new_status},
+            metadata={"reason": reason, "from": row.status, "to": new_status},
         ),
     )
     return True
@@ -114,22 +113,5 @@ def mark_fetched(conn: Connection, repo_key: str) -> None:
     )
 
 
-def list_all(conn: Connection) -> list[dict[str, Any]]:
-    return [dict(r._mapping) for r in conn.execute(select(repositories).order_by("repo_key"))]
-
-
-def to_json(row: dict[str, Any]) -> dict[str, Any]:
-    return {
-        "repoKey": row["repo_key"],
-        "instanceId": row["instance_id"],
-        "owner": row["owner"],
-        "name": row["name"],
-        "cloneUrl": row["clone_url"],
-        "workspacePath": row["workspace_path"],
-        "defaultBranch": row["default_branch"],
-        "status": row["status"],
-        "workerId": row["worker_id"],
-        "registeredAt": iso(row["registered_at"]),
-        "lastFetchAt": iso(row["last_fetch_at"]),
-        "version": row["version"],
-    }
+def list_all(conn: Connection) -> list[Repository]:
+    return rows.every(Repository, conn, select(repositories).order_by("repo_key"), {})

@@ -8,10 +8,11 @@ from typing import Any
 from sqlalchemy import Connection, bindparam, func, select, update
 
 from forgeflow.domain.ids import ResourceRef
-from forgeflow.store import audit, events, sql
+from forgeflow.domain.records import Session
+from forgeflow.store import audit, events, rows
 from forgeflow.store.schema import sessions
 from forgeflow.store.sql import insert_ignore
-from forgeflow.store.types import iso, utcnow
+from forgeflow.store.types import utcnow
 
 RUNTIME = {"app": "codexapp", "mode": "yolo"}
 MCP = {"server": "gitea", "transport": "stdio", "hostRef": "gitea-main"}
@@ -27,9 +28,7 @@ def space_key(resource: ResourceRef, run_id: str) -> str:
     return f"{resource.session_key}:space-{digest}"
 
 
-def open_space(
-    conn: Connection, resource: ResourceRef, *, mode: str, run_id: str
-) -> dict[str, Any]:
+def open_space(conn: Connection, resource: ResourceRef, *, mode: str, run_id: str) -> Session:
     """The draft space (``plan``/``review``) of ``run_id`` on ``resource``, created on
     first use. Its mode is recorded once: a second opening in the same run returns the
     row as it is (the caller compares the modes)."""
@@ -42,7 +41,7 @@ def open_space(
     return row
 
 
-def ensure(conn: Connection, resource: ResourceRef, *, reopen: bool = False) -> dict[str, Any]:
+def ensure(conn: Connection, resource: ResourceRef, *, reopen: bool = False) -> Session:
     """The session of ``resource``, created on first use; the thread comes later.
 
     ``reopen``: a closed session (``@bot new session``) becomes active again, without a
@@ -53,11 +52,11 @@ def ensure(conn: Connection, resource: ResourceRef, *, reopen: bool = False) -> 
         _create(conn, resource)
         row = get(conn, resource.session_key)
         assert row is not None
-    if reopen and row["status"] == "closed":
+    if reopen and row.status == "closed":
         conn.execute(
             update(sessions)
             .where(sessions.c.session_key == resource.session_key)
-            .values(status="active", updated_at=utcnow(), version=row["version"] + 1)
+            .values(status="active", updated_at=utcnow(), version=row.version + 1)
         )
         row = get(conn, resource.session_key)
         assert row is not None
@@ -89,7 +88,7 @@ def _create(
     )
 
 
-def close(conn: Connection, session_key: str, *, actor: str) -> dict[str, Any] | None:
+def close(conn: Connection, session_key: str, *, actor: str) -> Session | None:
     """Close the session and forget its thread; the next task starts a new thread."""
     row = get(conn, session_key)
     if row is None:
@@ -97,7 +96,7 @@ def close(conn: Connection, session_key: str, *, actor: str) -> dict[str, Any] |
     conn.execute(
         update(sessions)
         .where(sessions.c.session_key == session_key)
-        .values(status="closed", thread_id=None, updated_at=utcnow(), version=row["version"] + 1)
+        .values(status="closed", thread_id=None, updated_at=utcnow(), version=row.version + 1)
     )
     audit.append(
         conn,
@@ -105,16 +104,16 @@ def close(conn: Connection, session_key: str, *, actor: str) -> dict[str, Any] |
             action="session.close",
             actor=actor,
             session_key=session_key,
-            repo_key=row["repo_key"],
-            metadata={"threadId": row["thread_id"]},
+            repo_key=row.repo_key,
+            metadata={"threadId": row.thread_id},
         ),
     )
     events.emit(
         conn,
         "SessionClosed",
-        dedupe_key=f"{session_key}:{row['version'] + 1}",
-        payload={"sessionKey": session_key, "threadId": row["thread_id"], "actor": actor},
-        repo_key=row["repo_key"],
+        dedupe_key=f"{session_key}:{row.version + 1}",
+        payload={"sessionKey": session_key, "threadId": row.thread_id, "actor": actor},
+        repo_key=row.repo_key,
     )
     return get(conn, session_key)
 
@@ -123,41 +122,21 @@ def close(conn: Connection, session_key: str, *, actor: str) -> dict[str, Any] |
 _GET = select(sessions).where(sessions.c.session_key == bindparam("key"))
 
 
-def get(conn: Connection, session_key: str) -> dict[str, Any] | None:
-    return sql.first(conn, _GET, {"key": session_key})
+def get(conn: Connection, session_key: str) -> Session | None:
+    return rows.first(Session, conn, _GET, {"key": session_key})
 
 
 def list_page(
     conn: Connection, repo_key: str | None, limit: int, offset: int
-) -> tuple[list[dict[str, Any]], int]:
+) -> tuple[list[Session], int]:
     """Sessions, most recently active first, optionally of one repository."""
     conds = [sessions.c.repo_key == repo_key] if repo_key is not None else []
     total = conn.execute(select(func.count()).select_from(sessions).where(*conds)).scalar_one()
-    rows = conn.execute(
+    stmt = (
         select(sessions)
         .where(*conds)
         .order_by(sessions.c.updated_at.desc(), sessions.c.session_key)
         .limit(limit)
         .offset(offset)
     )
-    return [dict(r._mapping) for r in rows], int(total)
-
-
-def to_json(row: dict[str, Any]) -> dict[str, Any]:
-    return {
-        "sessionKey": row["session_key"],
-        "resourceKey": row["resource_key"],
-        "repoKey": row["repo_key"],
-        "kind": row["kind"],
-        "number": row["number"],
-        "threadId": row["thread_id"],
-        "runtime": row["runtime"],
-        "mcp": row["mcp"],
-        "status": row["status"],
-        "mode": row["mode"],
-        "lastTaskId": row["last_task_id"],
-        "lastTurnId": row["last_turn_id"],
-        "createdAt": iso(row["created_at"]),
-        "updatedAt": iso(row["updated_at"]),
-        "version": row["version"],
-    }
+    return rows.every(Session, conn, stmt, {}), int(total)

@@ -44,7 +44,9 @@ def insert_rows(conn: Connection, table: Table, rows: Sequence[dict[str, Any]]) 
 
 
 # Statements the hot paths build once (module constants with ``bindparam``) run through
-# these, rows becoming plain dicts in one place.
+# these. Rows of the tables that have a record (tasks, repositories, sessions, turns,
+# deliveries) are read through ``rows.py`` instead and come back typed; these give the
+# partial reads and the other tables' rows as plain dicts.
 def rows(conn: Connection, stmt: Any, params: Mapping[str, Any]) -> list[dict[str, Any]]:
     return [dict(r._mapping) for r in conn.execute(stmt, dict(params))]
 

@@ -9,13 +9,14 @@ from typing import Any
 from sqlalchemy import Connection, bindparam, func, select, update
 
 from forgeflow.domain.ids import ResourceRef
+from forgeflow.domain.records import Repository, Task
 from forgeflow.domain.states import IllegalTransition, TaskState, is_allowed
-
-__all__ = ["IllegalTransition", "StaleStateVersion", "TaskNotFound", "Transition", "transition"]
-from forgeflow.store import audit, events, repos, sessions, sql
+from forgeflow.store import audit, events, repos, rows, sessions
 from forgeflow.store.schema import tasks
 from forgeflow.store.sql import insert_row
-from forgeflow.store.types import iso, utcnow
+from forgeflow.store.types import utcnow
+
+__all__ = ["IllegalTransition", "StaleStateVersion", "TaskNotFound", "Transition", "transition"]
 
 # Columns a transition may set beside the state; anything else is not a transition's
 # business (and the state itself can only be set through ``to_state``).
@@ -71,7 +72,7 @@ class Transition:
     from_state: TaskState | None = None
 
 
-def transition(conn: Connection, t: Transition) -> dict[str, Any]:
+def transition(conn: Connection, t: Transition) -> Task:
     """Move a task along the transition table, with compare-and-swap and audit.
 
     Illegal moves and stale versions write an alert event and raise; the alert is
@@ -92,27 +93,27 @@ def transition(conn: Connection, t: Transition) -> dict[str, Any]:
         current = get(conn, t.task_id)
         if current is None:
             raise TaskNotFound(t.task_id)
-        if not is_allowed(current["state"], t.to_state.value):
+        if not is_allowed(current.state, t.to_state.value):
             _refuse(conn, t, current, "illegal_transition", {"requestedBy": t.action})
-            raise IllegalTransition(t.task_id, current["state"], t.to_state.value)
-        from_state = current["state"]
+            raise IllegalTransition(t.task_id, current.state, t.to_state.value)
+        from_state = current.state
         updated = _swap(conn, t, from_state, fields)
         if updated is None:
             metadata = {"requestedBy": t.action, "expectedVersion": t.expected_version}
             _refuse(conn, t, current, "stale_state_version", metadata)
-            raise StaleStateVersion(t.task_id, t.expected_version, current["state_version"])
+            raise StaleStateVersion(t.task_id, t.expected_version, current.state_version)
     row_now = updated
     audit.append(
         conn,
         audit.AuditEvent(
             action=t.action,
-            state_version=row_now["state_version"],
+            state_version=row_now.state_version,
             error_code=t.error_code,
             metadata=t.metadata or {},
-            turn_id=row_now["turn_id"],
+            turn_id=row_now.turn_id,
             task_id=t.task_id,
-            session_key=row_now["session_key"],
-            repo_key=row_now["repo_key"],
+            session_key=row_now.session_key,
+            repo_key=row_now.repo_key,
             actor=t.actor,
             from_state=from_state,
             to_state=t.to_state.value,
@@ -135,9 +136,7 @@ _SWAP = (
 )
 
 
-def _swap(
-    conn: Connection, t: Transition, from_state: str, fields: dict[str, Any]
-) -> dict[str, Any] | None:
+def _swap(conn: Connection, t: Transition, from_state: str, fields: dict[str, Any]) -> Task | None:
     """The compare-and-swap itself; the row after it, or None when it did not apply."""
     values = {
         **fields,
@@ -149,24 +148,24 @@ def _swap(
         "b_version": t.expected_version,
         "b_from": from_state,
     }
-    return sql.first(conn, _SWAP, values)
+    return rows.first(Task, conn, _SWAP, values)
 
 
 def _refuse(
-    conn: Connection, t: Transition, current: Any, code: str, metadata: dict[str, Any]
+    conn: Connection, t: Transition, current: Task, code: str, metadata: dict[str, Any]
 ) -> None:
     audit.append(
         conn,
         audit.AuditEvent(
             action="task.transition_refused",
             error_code=code,
-            state_version=current["state_version"],
+            state_version=current.state_version,
             metadata=metadata,
             task_id=t.task_id,
-            session_key=current["session_key"],
-            repo_key=current["repo_key"],
+            session_key=current.session_key,
+            repo_key=current.repo_key,
             actor=t.actor,
-            from_state=current["state"],
+            from_state=current.state,
             to_state=t.to_state.value,
             delivery_id=t.delivery_id,
             comment_id=t.comment_id,
@@ -185,25 +184,25 @@ _EVENT_OF_STATE = {
 }
 
 
-def _emit_events(conn: Connection, row: dict[str, Any], from_state: str) -> None:
+def _emit_events(conn: Connection, task: Task, from_state: str) -> None:
     """Domain events of a state change, in the same transaction as the change."""
     payload = {
-        "taskId": row["task_id"],
-        "repoKey": row["repo_key"],
-        "resourceKey": row["resource_key"],
+        "taskId": task.task_id,
+        "repoKey": task.repo_key,
+        "resourceKey": task.resource_key,
         "fromState": from_state,
-        "toState": row["state"],
-        "errorCode": row["error_code"],
-        "author": row["author"],
+        "toState": task.state,
+        "errorCode": task.error_code,
+        "author": task.author,
     }
-    key = f"{row['task_id']}:{row['state_version']}"
+    key = f"{task.task_id}:{task.state_version}"
     items = [("TaskStatusChanged", key)]
-    specific = _EVENT_OF_STATE.get(TaskState(row["state"]))
+    specific = _EVENT_OF_STATE.get(TaskState(task.state))
     if specific == "TaskCreated" and from_state != TaskState.RECEIVED:
         specific = None  # back in the queue (released, retried), not a new task
     if specific is not None:
         items.append((specific, key))
-    events.record_unique(conn, items, payload=payload, repo_key=row["repo_key"])
+    events.record_unique(conn, items, payload=payload, repo_key=task.repo_key)
 
 
 def insert_received(conn: Connection, values: dict[str, Any]) -> None:
@@ -240,7 +239,7 @@ def create_pipeline_task(
     workspace_path: str | None = None,
     session_key: str | None = None,
     mode: str | None = None,
-) -> dict[str, Any]:
+) -> Task:
     """An agent task asked for by a pipeline step, queued in the caller's transaction.
 
     It has no delivery and no comment (``delivery_key`` and ``comment_id`` NULL); its
@@ -252,21 +251,11 @@ def create_pipeline_task(
     existing = get(conn, task_id)
     if existing is not None:
         return existing
-    repo_row = repos.get(conn, resource.repo.key)
-    if repo_row is None:
-        if clone_url is None or default_branch is None or workspace_path is None:
-            raise ValueError(f"repository {resource.repo.key} is not registered")
-        repo_row = repos.register(
-            conn,
-            repo=resource.repo,
-            clone_url=clone_url,
-            default_branch=default_branch,
-            workspace_path=workspace_path,
-        )
-    if repo_row["status"] == repos.DISABLED:
+    repo = _registered(conn, resource, clone_url, default_branch, workspace_path)
+    if repo.status == repos.DISABLED:
         raise RepositoryDisabled(f"repository {resource.repo.key} is disabled")
     if session_key is None:
-        session_key = sessions.ensure(conn, resource)["session_key"]
+        session_key = sessions.ensure(conn, resource).session_key
     actor = f"pipeline:{run_id}"
     insert_received(
         conn,
@@ -296,6 +285,28 @@ def create_pipeline_task(
     )
 
 
+def _registered(
+    conn: Connection,
+    resource: ResourceRef,
+    clone_url: str | None,
+    default_branch: str | None,
+    workspace_path: str | None,
+) -> Repository:
+    """The repository of a pipeline's task, registered now when it is not yet."""
+    known = repos.get(conn, resource.repo.key)
+    if known is not None:
+        return known
+    if clone_url is None or default_branch is None or workspace_path is None:
+        raise ValueError(f"repository {resource.repo.key} is not registered")
+    return repos.register(
+        conn,
+        repo=resource.repo,
+        clone_url=clone_url,
+        default_branch=default_branch,
+        workspace_path=workspace_path,
+    )
+
+
 def set_fields(conn: Connection, task_id: str, **values: Any) -> None:
     """Update bookkeeping columns that are not the state (turn id, token counts)."""
     if "state" in values or "state_version" in values:
@@ -306,13 +317,14 @@ def set_fields(conn: Connection, task_id: str, **values: Any) -> None:
 _GET = select(tasks).where(tasks.c.task_id == bindparam("task_id"))
 
 
-def get(conn: Connection, task_id: str) -> dict[str, Any] | None:
-    return sql.first(conn, _GET, {"task_id": task_id})
+def get(conn: Connection, task_id: str) -> Task | None:
+    return rows.first(Task, conn, _GET, {"task_id": task_id})
 
 
-def running_in_session(conn: Connection, session_key: str) -> dict[str, Any] | None:
+def running_in_session(conn: Connection, session_key: str) -> Task | None:
     """The task whose turn runs in a session now, if any."""
-    return sql.first(
+    return rows.first(
+        Task,
         conn,
         select(tasks).where(
             tasks.c.session_key == session_key, tasks.c.state == TaskState.RUNNING.value
@@ -323,12 +335,12 @@ def running_in_session(conn: Connection, session_key: str) -> dict[str, Any] | N
 
 def aborting_among(conn: Connection, task_ids: list[str]) -> set[str]:
     """Which of ``task_ids`` are in ``aborting`` (one poll for all running turns)."""
-    rows = conn.execute(
+    found = conn.execute(
         select(tasks.c.task_id)
         .where(tasks.c.task_id.in_(task_ids))
         .where(tasks.c.state == TaskState.ABORTING.value)
     )
-    return {r[0] for r in rows}
+    return {r[0] for r in found}
 
 
 @dataclass(frozen=True, slots=True)
@@ -340,7 +352,7 @@ class TaskFilter:
     offset: int = 0
 
 
-def list_page(conn: Connection, f: TaskFilter) -> tuple[list[dict[str, Any]], int]:
+def list_page(conn: Connection, f: TaskFilter) -> tuple[list[Task], int]:
     conds = []
     if f.repo_key is not None:
         conds.append(tasks.c.repo_key == f.repo_key)
@@ -349,14 +361,14 @@ def list_page(conn: Connection, f: TaskFilter) -> tuple[list[dict[str, Any]], in
     if f.state is not None:
         conds.append(tasks.c.state == f.state)
     total = conn.execute(select(func.count()).select_from(tasks).where(*conds)).scalar_one()
-    rows = conn.execute(
+    stmt = (
         select(tasks)
         .where(*conds)
         .order_by(tasks.c.created_at.desc(), tasks.c.task_id)
         .limit(f.limit)
         .offset(f.offset)
     )
-    return [dict(r._mapping) for r in rows], int(total)
+    return rows.every(Task, conn, stmt, {}), int(total)
 
 
 def counts_by_state(conn: Connection) -> dict[str, int]:
@@ -379,36 +391,3 @@ def tokens_since(conn: Connection, since: datetime) -> int:
         )
     ).scalar_one()
     return int(value)
-
-
-def to_json(row: dict[str, Any]) -> dict[str, Any]:
-    return {
-        "taskId": row["task_id"],
-        "deliveryKey": row["delivery_key"],
-        "repoKey": row["repo_key"],
-        "resourceKey": row["resource_key"],
-        "sessionKey": row["session_key"],
-        "commentId": row["comment_id"],
-        "author": row["author"],
-        "instruction": row["instruction"],
-        "state": row["state"],
-        "attempt": row["attempt"],
-        "replyAttempt": row["reply_attempt"],
-        "threadId": row["thread_id"],
-        "turnId": row["turn_id"],
-        "leaseId": row["lease_id"],
-        "nextRetryAt": iso(row["next_retry_at"]),
-        "errorCode": row["error_code"],
-        "executionError": row["execution_error"],
-        "replyError": row["reply_error"],
-        "refs": row["refs"],
-        "retryStep": row["retry_step"],
-        "turnCount": row["turn_count"],
-        "claimedBy": row["claimed_by"],
-        "inputTokens": row["input_tokens"],
-        "outputTokens": row["output_tokens"],
-        "createdAt": iso(row["created_at"]),
-        "updatedAt": iso(row["updated_at"]),
-        "stateVersion": row["state_version"],
-        "mode": row["mode"],
-    }

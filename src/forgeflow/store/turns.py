@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
 
 from sqlalchemy import Connection, bindparam, func, select, update
 
-from forgeflow.store import audit, sql
+from forgeflow.domain.records import Turn
+from forgeflow.store import audit, rows, sql
 from forgeflow.store.schema import sessions, tasks, turns
 from forgeflow.store.sql import insert_row
 from forgeflow.store.types import utcnow
@@ -144,14 +144,20 @@ def finish(conn: Connection, turn_key: str, status: str, last_message: str | Non
     )
 
 
-def last_normal(conn: Connection, task_id: str) -> dict[str, Any] | None:
-    row = conn.execute(
+def last_normal(conn: Connection, task_id: str) -> Turn | None:
+    stmt = (
         select(turns)
         .where(turns.c.task_id == task_id)
         .where(turns.c.kind == "normal")
         .order_by(turns.c.turn_key.desc())
-    ).first()
-    return dict(row._mapping) if row else None
+    )
+    return rows.first(Turn, conn, stmt, {})
+
+
+def of_task(conn: Connection, task_id: str) -> list[Turn]:
+    """The turns of a task, in the order they started."""
+    stmt = select(turns).where(turns.c.task_id == task_id).order_by(turns.c.turn_key)
+    return rows.every(Turn, conn, stmt, {})
 
 
 def bind_thread(

@@ -9,6 +9,10 @@ from typing import Any
 from sqlalchemy import DateTime, Dialect, Text
 from sqlalchemy.types import TypeDecorator
 
+from forgeflow.domain.records import iso
+
+__all__ = ["JSONText", "UTCDateTime", "iso", "utcnow"]
+
 
 class UTCDateTime(TypeDecorator[datetime]):
     """Timezone-aware UTC datetimes on both drivers (SQLite has no time zones)."""
@@ -47,10 +51,3 @@ class JSONText(TypeDecorator[Any]):
 
 def utcnow() -> datetime:
     return datetime.now(UTC)
-
-
-def iso(value: datetime | None) -> str | None:
-    """ISO-8601 UTC with a trailing Z, as ARCHITECTURE §4 asks."""
-    if value is None:
-        return None
-    return value.astimezone(UTC).isoformat().replace("+00:00", "Z")

@@ -6,13 +6,13 @@ budget backwards. Budgets come from the repository row, else from the configurat
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from sqlalchemy import Connection, func, select, update
 
+from forgeflow.domain.records import Repository
 from forgeflow.store import audit, events
 from forgeflow.store.schema import repositories, sessions, tasks
 from forgeflow.store.types import utcnow
@@ -56,19 +56,18 @@ def used(conn: Connection, repo_key: str, since: datetime) -> int:
 
 
 def limits(
-    conn: Connection, repo_key: str, defaults: Budgets, repo_row: Mapping[str, Any] | None = None
+    conn: Connection, repo_key: str, defaults: Budgets, repo: Repository | None = None
 ) -> dict[str, int | None]:
-    """The budgets of a repository; ``repo_row``, when the caller has read it, spares a query."""
-    row: Mapping[str, Any] | None = repo_row
-    if row is None:
+    """The budgets of a repository; ``repo``, when the caller has read it, spares a query."""
+    if repo is not None:
+        daily, monthly = repo.daily_token_budget, repo.monthly_token_budget
+    else:
         found = conn.execute(
             select(repositories.c.daily_token_budget, repositories.c.monthly_token_budget).where(
                 repositories.c.repo_key == repo_key
             )
         ).first()
-        row = dict(found._mapping) if found is not None else None
-    daily = row["daily_token_budget"] if row is not None else None
-    monthly = row["monthly_token_budget"] if row is not None else None
+        daily, monthly = (found[0], found[1]) if found is not None else (None, None)
     return {
         "day": daily if daily is not None else defaults.daily_tokens,
         "month": monthly if monthly is not None else defaults.monthly_tokens,
@@ -76,11 +75,11 @@ def limits(
 
 
 def exceeded(
-    conn: Connection, repo_key: str, defaults: Budgets, repo_row: Mapping[str, Any] | None = None
+    conn: Connection, repo_key: str, defaults: Budgets, repo: Repository | None = None
 ) -> str | None:
     """The name of a budget that is used up (``daily budget of N tokens``), or None."""
     starts = period_starts(utcnow())
-    for period, limit in limits(conn, repo_key, defaults, repo_row).items():
+    for period, limit in limits(conn, repo_key, defaults, repo).items():
         if limit is not None and used(conn, repo_key, starts[period]) >= limit:
             name = "daily" if period == "day" else "monthly"
             return f"the {name} token budget of {limit} tokens for {repo_key}"

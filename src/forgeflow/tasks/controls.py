@@ -13,7 +13,7 @@ from typing import Any
 
 from sqlalchemy import Connection
 
-from forgeflow.domain.states import TaskState
+from forgeflow.domain.states import CANCELLABLE_STATES, TaskState
 from forgeflow.store import audit, control, repos, tasks, usage
 from forgeflow.store.sql import notify_tasks
 from forgeflow.store.tasks import Transition
@@ -82,7 +82,7 @@ def set_repo_status(
         repos.set_status(conn, repo_key, new_status, req.actor, req.reason or "")
         row = repos.get(conn, repo_key)
         assert row is not None
-        return 200, repos.to_json(row)
+        return 200, row.json()
 
     return _apply
 
@@ -121,7 +121,7 @@ def _task_control(
         row = tasks.get(conn, task_id)
         if row is None:
             return 404, {"error": "task_not_found", "message": f"no task {task_id}"}
-        state = TaskState(row["state"])
+        state = TaskState(row.state)
         if state in done:
             return 200, {"taskId": task_id, "state": state.value, "changed": False}
         if state not in allowed_from:
@@ -136,7 +136,7 @@ def _task_control(
             Transition(
                 task_id=task_id,
                 to_state=to_state,
-                expected_version=row["state_version"],
+                expected_version=row.state_version,
                 actor=req.actor,
                 action=action,
                 metadata={"reason": req.reason, "requestId": req.request_id},
@@ -144,7 +144,7 @@ def _task_control(
         )
         if to_state is TaskState.QUEUED:
             notify_tasks(conn)
-        return 200, {"taskId": task_id, "state": updated["state"], "changed": True}
+        return 200, {"taskId": task_id, "state": updated.state, "changed": True}
 
     return _apply
 
@@ -153,9 +153,7 @@ def cancel(task_id: str) -> Callable[[Connection, ControlRequest], Outcome]:
     return _task_control(
         task_id,
         action="task.cancel",
-        allowed_from=frozenset(
-            {TaskState.QUEUED, TaskState.WAITING_USER, TaskState.BLOCKED_WORKSPACE}
-        ),
+        allowed_from=CANCELLABLE_STATES,
         to_state=TaskState.CANCELLED,
         done=frozenset({TaskState.CANCELLED}),
         hint="only a queued, waiting_user or blocked_workspace task can be cancelled; "

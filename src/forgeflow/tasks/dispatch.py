@@ -148,11 +148,11 @@ class Runs:
         """Take what a claim committed (on the event loop, after the commit)."""
         for claim in claims:
             task = claim.task
-            self.ids.add(task["task_id"])
+            self.ids.add(task.task_id)
             if claim.lease_id is not None:
-                self.busy_repos[task["repo_key"]] = task["task_id"]
-            if task["state"] == TaskState.PREPARING:
-                self.preparing.expect(task["task_id"])
+                self.busy_repos[task.repo_key] = task.task_id
+            if task.state == TaskState.PREPARING:
+                self.preparing.expect(task.task_id)
             self._claims.put_nowait(claim)
 
     async def next_claim(self) -> Claim:

@@ -9,10 +9,9 @@ function: ``verifying_reply`` checks that there is a message instead of a commen
 
 from __future__ import annotations
 
-from typing import Any
-
 from forgeflow.agent.port import CommentTool
 from forgeflow.domain import modes
+from forgeflow.domain.records import Task
 from forgeflow.domain.states import TaskState
 from forgeflow.store import Store
 from forgeflow.store import turns as turn_q
@@ -23,14 +22,14 @@ S = TaskState
 NO_TOOL = CommentTool("", "")
 
 
-def is_draft(task: dict[str, Any]) -> bool:
-    return modes.is_draft(task.get("mode"))
+def is_draft(task: Task) -> bool:
+    return modes.is_draft(task.mode)
 
 
-async def confirm(store: Store, moves: TaskMoves, task: dict[str, Any]) -> dict[str, Any]:
+async def confirm(store: Store, moves: TaskMoves, task: Task) -> Task:
     """``verifying_reply`` of a draft: the last turn's final message is the answer."""
-    turn = await store.read(lambda c: turn_q.last_normal(c, task["task_id"]))
-    text = (turn or {}).get("last_message") or ""
+    turn = await store.read(lambda c: turn_q.last_normal(c, task.task_id))
+    text = (turn.last_message if turn else None) or ""
     if not text.strip():
         return await moves.move(
             task,
@@ -45,5 +44,5 @@ async def confirm(store: Store, moves: TaskMoves, task: dict[str, Any]) -> dict[
         S.SUCCEEDED,
         action="draft.record",
         fields={"claimed_by": None},
-        metadata={"mode": task["mode"], "turnKey": turn["turn_key"], "chars": len(text)},
+        metadata={"mode": task.mode, "turnKey": turn.turn_key, "chars": len(text)},
     )

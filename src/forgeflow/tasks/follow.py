@@ -27,6 +27,7 @@ from forgeflow.agent.port import (
     TurnHandle,
 )
 from forgeflow.domain.markers import parse_marker
+from forgeflow.domain.records import Task
 from forgeflow.redaction import redact
 from forgeflow.store import Store, audit, transcripts, usage
 from forgeflow.store import turns as turn_q
@@ -60,12 +61,12 @@ class TurnFollower:
         self.budgets = budgets
 
     async def follow(
-        self, task: dict[str, Any], key: str, handle: TurnHandle
+        self, task: Task, key: str, handle: TurnHandle
     ) -> tuple[TurnCompleted | None, NeedsUser | None, bool]:
         completed: TurnCompleted | None = None
         needs_user: NeedsUser | None = None
         aborted = asyncio.Event()
-        watcher = asyncio.create_task(self._watch_abort(task["task_id"], handle, aborted))
+        watcher = asyncio.create_task(self._watch_abort(task.task_id, handle, aborted))
         try:
             async with asyncio.timeout(None) as scope:
                 async for event in self.runtime.events(handle):
@@ -77,7 +78,7 @@ class TurnFollower:
                         continue  # a duplicate notification: handled once already
                     if isinstance(event, NeedsUser):
                         needs_user = event
-                    elif isinstance(event, ToolCall) and _asks_user(event, task["task_id"]):
+                    elif isinstance(event, ToolCall) and _asks_user(event, task.task_id):
                         # The agent already posted its question; nothing to post for it.
                         needs_user = NeedsUser(event.seq, "")
                     if aborted.is_set() and scope.when() is None:
@@ -97,7 +98,7 @@ class TurnFollower:
             await self.runtime.interrupt(handle)
 
     def recorder(
-        self, task: dict[str, Any], handle: TurnHandle, key: str, event: Any
+        self, task: Task, handle: TurnHandle, key: str, event: Any
     ) -> Callable[[Connection], bool]:
         """The unit of work of one runtime event: advance ``eventSeq`` (False for a
         duplicate, which records nothing) and record the event, in one transaction."""
@@ -133,13 +134,13 @@ class TurnFollower:
                 audit.append(c, row)
             elif isinstance(event, TokenUsage):
                 added = turn_q.add_tokens(
-                    c, key, task["task_id"], event.input_tokens, event.output_tokens
+                    c, key, task.task_id, event.input_tokens, event.output_tokens
                 )
-                usage.note_tokens(c, task["repo_key"], added, self.budgets)
+                usage.note_tokens(c, task.repo_key, added, self.budgets)
             elif isinstance(event, Transcribed):
                 transcripts.record(
                     c,
-                    task_id=task["task_id"],
+                    task_id=task.task_id,
                     turn_id=handle.turn_id,
                     item_id=event.item_id,
                     entry=event.entry,

@@ -12,6 +12,7 @@ from typing import Any, Protocol
 
 from sqlalchemy import Connection
 
+from forgeflow.domain.records import Task
 from forgeflow.domain.retry import RetryPolicy
 from forgeflow.domain.states import ACTIVE_STATES, TaskState
 from forgeflow.store import Store, Transition
@@ -23,13 +24,13 @@ from forgeflow.store.types import utcnow
 S = TaskState
 
 
-def task_event(task: dict[str, Any], action: str, **kw: Any) -> AuditEvent:
+def task_event(task: Task, action: str, **kw: Any) -> AuditEvent:
     """An audit row about ``task``, stamped now (it may be written a little later)."""
     return AuditEvent(
         action=action,
-        task_id=task["task_id"],
-        session_key=task["session_key"],
-        repo_key=task["repo_key"],
+        task_id=task.task_id,
+        session_key=task.session_key,
+        repo_key=task.repo_key,
         at=utcnow(),
         **kw,
     )
@@ -64,7 +65,7 @@ class TaskMoves:
 
     async def move(
         self,
-        task: dict[str, Any],
+        task: Task,
         to: TaskState,
         *,
         action: str,
@@ -74,17 +75,17 @@ class TaskMoves:
         before: Callable[[Connection], object] | None = None,
         events: Sequence[AuditEvent] = (),
         unless_moved: bool = False,
-    ) -> dict[str, Any]:
+    ) -> Task:
         """Move ``task`` to ``to``; leaving the active states gives the repository's
         lease back and claims its next task in the same transaction. ``unless_moved``:
         see :meth:`Store.transition`."""
         release = None
         claim_next = None
-        if to not in ACTIVE_STATES and task.get("lease_id"):
-            release = (task["repo_key"], task["lease_id"])
+        if to not in ACTIVE_STATES and task.lease_id:
+            release = (task.repo_key, task.lease_id)
             fields = {"lease_id": None, **(fields or {})}
             if self.handoff is not None:
-                claim_next = self.handoff.claimer(task["repo_key"], task["task_id"])
+                claim_next = self.handoff.claimer(task.repo_key, task.task_id)
         claimed: list[Claim] = []
         after = None
         if claim_next is not None:
@@ -95,9 +96,9 @@ class TaskMoves:
 
         row = await self.store.transition(
             Transition(
-                task["task_id"],
+                task.task_id,
                 to,
-                task["state_version"],
+                task.state_version,
                 action=action,
                 error_code=error_code,
                 fields=fields,
@@ -113,21 +114,21 @@ class TaskMoves:
             self.handoff.started(claimed)
         return row
 
-    async def audit(self, task: dict[str, Any], action: str, **kw: Any) -> None:
+    async def audit(self, task: Task, action: str, **kw: Any) -> None:
         event = task_event(task, action, **kw)
         await self.store.write(lambda c: audit_q.append(c, event))
 
     async def retry_or_fail(
         self,
-        task: dict[str, Any],
+        task: Task,
         code: str,
         detail: str,
         *,
         step: TaskState = S.PREPARING,
         events: Sequence[AuditEvent] = (),
         before: Callable[[Connection], object] | None = None,
-    ) -> dict[str, Any]:
-        retry = self.retry.next_try(int(task["attempt"]), utcnow())
+    ) -> Task:
+        retry = self.retry.next_try(task.attempt, utcnow())
         if retry is None:
             return await self.move(
                 task,

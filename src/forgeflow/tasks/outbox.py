@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import asyncio
 from functools import partial
-from typing import Any
 
 import structlog
 
 from forgeflow.domain import modes
+from forgeflow.domain.records import Task
 from forgeflow.domain.states import TaskState
 from forgeflow.gitea.client import GiteaError
 from forgeflow.store import Store, outbox, scheduling
@@ -41,15 +41,13 @@ class Outbox:
         # queries do not compete with the claim.
         self.wakeup = Wakeup()
 
-    async def receipt(
-        self, task: dict[str, Any], *, record: list[Unit] | None = None
-    ) -> list[AuditEvent]:
+    async def receipt(self, task: Task, *, record: list[Unit] | None = None) -> list[AuditEvent]:
         """Post the task's receipt once; return the audit rows of a failure to post.
 
         ``record`` (from a preparation): the record of the post is appended there, to be
         written with the task's next move instead of in a commit of its own. Without
         it, the receipt says how many tasks of the repository are ahead of this one."""
-        if modes.is_draft(task.get("mode")):
+        if modes.is_draft(task.mode):
             return []  # a review/plan (draft) task posts nothing on Gitea
         claimed = record is not None
         position = None
@@ -62,7 +60,7 @@ class Outbox:
                 task, queue_position=position or None, wait_in_flight=claimed, defer_record=record
             )
         except GiteaError as exc:
-            log.warning("outbox.receipt_failed", task_id=task["task_id"], error=str(exc))
+            log.warning("outbox.receipt_failed", task_id=task.task_id, error=str(exc))
             return [
                 task_event(
                     task,
@@ -98,28 +96,28 @@ class Outbox:
         for task in found.results:
             await self._result(task)
 
-    def _not_preparing(self, receipts: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    def _not_preparing(self, receipts: list[Task]) -> list[Task]:
         # A task this process prepares posts its own receipt, beside its workspace work.
-        return [t for t in receipts if t["task_id"] not in self.preparing]
+        return [t for t in receipts if t.task_id not in self.preparing]
 
-    async def _receipts(self, owed: list[dict[str, Any]]) -> None:
+    async def _receipts(self, owed: list[Task]) -> None:
         # Side by side (a burst of mentions must not queue each receipt behind the
         # others' round trips), at most _RECEIPTS_AT_ONCE at a time.
         limit = asyncio.Semaphore(_RECEIPTS_AT_ONCE)
 
-        async def one(task: dict[str, Any]) -> None:
+        async def one(task: Task) -> None:
             async with limit:
                 await self.receipt(task)
 
         await asyncio.gather(*(one(t) for t in owed))
 
-    async def _result(self, task: dict[str, Any]) -> None:
+    async def _result(self, task: Task) -> None:
         try:
-            if task["state"] == TaskState.FAILED and await self.replies.answered(task):
+            if task.state == TaskState.FAILED and await self.replies.answered(task):
                 # The task failed after its answer landed (a crash between the agent's
                 # post and our record): the user has an answer; no failure notice.
                 await self.store.write(partial(outbox.skip_result, task=task))
                 return
             await self.replies.result(task, outbox.result_text(task))
         except GiteaError as exc:
-            log.warning("outbox.result_failed", task_id=task["task_id"], error=str(exc))
+            log.warning("outbox.result_failed", task_id=task.task_id, error=str(exc))

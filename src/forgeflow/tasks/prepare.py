@@ -22,6 +22,7 @@ from forgeflow.domain import prompt
 from forgeflow.domain import publish as publish_rules
 from forgeflow.domain.ids import ResourceKind, ResourceRef, parse_resource_key
 from forgeflow.domain.paths import session_branch
+from forgeflow.domain.records import Repository, Task
 from forgeflow.domain.states import TaskState
 from forgeflow.gitea.client import GiteaClient, GiteaError
 from forgeflow.store import Store, audit, pushes, repos
@@ -51,7 +52,7 @@ class Prepared:
     ``discussion`` is still being fetched from Gitea while the turn starts up, and is
     cancelled by the run if its turn does not take it."""
 
-    task: dict[str, Any]
+    task: Task
     status: WorktreeStatus | None = None
     discussion: asyncio.Task[Discussion] | None = None
 
@@ -76,26 +77,24 @@ class Preparer:
         self.preparing = preparing
         self.bot_login = bot_login
 
-    async def prepare(
-        self, task: dict[str, Any], repo_row: dict[str, Any] | None = None
-    ) -> Prepared:
+    async def prepare(self, task: Task, repo_row: Repository | None = None) -> Prepared:
         """Move a ``preparing`` task to ``running``, ``blocked_workspace``, or a retry."""
-        resource = parse_resource_key(task["resource_key"])
+        resource = parse_resource_key(task.resource_key)
         if repo_row is None:
-            repo_row = await self.store.read(lambda c: repos.get(c, task["repo_key"]))
+            repo_row = await self.store.read(lambda c: repos.get(c, task.repo_key))
         assert repo_row is not None
         discussion = asyncio.create_task(self.discussion(task, resource))
         # The receipt's record goes with the move that ends this step: a commit less.
         record: list[Unit] = []
         receipt = asyncio.create_task(self.outbox.receipt(task, record=record))
-        self.preparing.expect(task["task_id"])
+        self.preparing.expect(task.task_id)
         try:
             moved, status = await self._prepare(task, resource, repo_row, receipt, _all(record))
         except BaseException:
             discussion.cancel()
             raise
         finally:
-            self.preparing.done(task["task_id"])
+            self.preparing.done(task.task_id)
             if not receipt.done():
                 receipt.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
@@ -107,12 +106,12 @@ class Preparer:
 
     async def _prepare(
         self,
-        task: dict[str, Any],
+        task: Task,
         resource: ResourceRef,
-        repo_row: dict[str, Any],
+        repo_row: Repository,
         receipt: asyncio.Task[list[audit.AuditEvent]],
         record: Unit,
-    ) -> tuple[dict[str, Any], WorktreeStatus | None]:
+    ) -> tuple[Task, WorktreeStatus | None]:
         """The workspace made ready, then the move that ends the step; the move waits
         for the receipt, so it is on Gitea (or its failure noted) before the turn."""
         # Rows of steps without an effect of their own, written with the next move.
@@ -157,26 +156,26 @@ class Preparer:
 
     async def _workspace(
         self,
-        task: dict[str, Any],
+        task: Task,
         resource: ResourceRef,
-        repo_row: dict[str, Any],
+        repo_row: Repository,
         notes: list[audit.AuditEvent],
     ) -> tuple[SessionWorktree, dict[str, Any] | None]:
         """The repository's clone fresh enough and the session's worktree on its
         branch; returns the worktree and the task's refs (a pull request's, read now)."""
-        branch = repo_row["default_branch"]
+        branch = repo_row.default_branch
         checkout = await self.workspace.prepare_repo(
             resource.repo,
-            repo_row["clone_url"],
+            repo_row.clone_url,
             branch,
             session=resource,
             branch_head=lambda: self._branch_head(resource, branch),
         )
         notes += await self._record_checkout(task, checkout)
-        refs = task["refs"]
+        refs = task.refs
         pull = None
         if resource.kind is ResourceKind.PULL_REQUEST:
-            pull, refs = await self._pull(resource, repo_row["clone_url"])
+            pull, refs = await self._pull(resource, repo_row.clone_url)
         worktree = await self.workspace.prepare_session(
             resource, checkout, default_branch=branch, pull=pull
         )
@@ -207,7 +206,7 @@ class Preparer:
 
     async def turn_prompt(
         self,
-        task: dict[str, Any],
+        task: Task,
         resource: ResourceRef,
         cwd: str,
         markers: tuple[str, str],
@@ -219,7 +218,7 @@ class Preparer:
         goes. What the preparation measured in this same run is used, else (a retry)
         read again."""
         status = prepared.status or await self.workspace.worktree_status(cwd)
-        refs = task["refs"] or {}
+        refs = task.refs or {}
         title, discussion = await self._discussion(task, resource, prepared)
         publishing, last_push = "", None
         if not draft:
@@ -227,11 +226,11 @@ class Preparer:
         return prompt.turn_prompt(
             prompt.TurnContext(
                 repo_full_name=resource.repo.full_name,
-                resource_key=task["resource_key"],
+                resource_key=task.resource_key,
                 kind=resource.kind.value,
                 number=resource.number,
-                author=task["author"],
-                instruction=task["instruction"],
+                author=task.author,
+                instruction=task.instruction,
                 workspace=cwd,
                 branch=session_branch(resource),
                 marker=markers[0],
@@ -251,26 +250,24 @@ class Preparer:
         )
 
     async def _discussion(
-        self, task: dict[str, Any], resource: ResourceRef, prepared: Prepared
+        self, task: Task, resource: ResourceRef, prepared: Prepared
     ) -> Discussion:
         """The discussion the preparation is fetching, else (a retry) fetched now."""
         if prepared.discussion is not None:
             return await prepared.discussion
         return await self.discussion(task, resource)
 
-    async def _where_work_goes(
-        self, task: dict[str, Any], resource: ResourceRef
-    ) -> tuple[str, str | None]:
+    async def _where_work_goes(self, task: Task, resource: ResourceRef) -> tuple[str, str | None]:
         """The prompt's lines on publishing: where the branch goes, and whether the
         session's last push was refused."""
 
-        def read(c: Connection) -> tuple[dict[str, Any] | None, pushes.Push | None]:
-            return repos.get(c, task["repo_key"]), pushes.last(c, task["session_key"])
+        def read(c: Connection) -> tuple[Repository | None, pushes.Push | None]:
+            return repos.get(c, task.repo_key), pushes.last(c, task.session_key)
 
         repo_row, last = await self.store.read(read)
-        default = repo_row["default_branch"] if repo_row else "main"
+        default = repo_row.default_branch if repo_row else "main"
         where = publish_rules.where_work_goes(
-            publish_rules.target(resource, task["refs"], default),
+            publish_rules.target(resource, task.refs, default),
             default,
             publish_rules.PUSH_TOOL,
         )
@@ -287,9 +284,7 @@ class Preparer:
         except GiteaError:
             return None
 
-    async def _record_checkout(
-        self, task: dict[str, Any], checkout: RepoCheckout
-    ) -> list[audit.AuditEvent]:
+    async def _record_checkout(self, task: Task, checkout: RepoCheckout) -> list[audit.AuditEvent]:
         """A clone or fetch is recorded at once; a skipped fetch goes with the next move."""
         metadata: dict[str, Any] = {"path": checkout.path, "head": checkout.head}
         if checkout.action == "reused":
@@ -300,13 +295,13 @@ class Preparer:
         event = task_event(task, action, metadata=metadata)
 
         def record(c: Connection) -> None:
-            repos.mark_fetched(c, task["repo_key"])
+            repos.mark_fetched(c, task.repo_key)
             audit.append(c, event)
 
         await self.store.write(record)
         return []
 
-    async def discussion(self, task: dict[str, Any], resource: ResourceRef) -> Discussion:
+    async def discussion(self, task: Task, resource: ResourceRef) -> Discussion:
         """The issue's title and description and its recent comments, from Gitea.
 
         The bot's own comments and the comment that triggered this task are left out
@@ -327,7 +322,7 @@ class Preparer:
         thread = [(str((issue.get("user") or {}).get("login", "?")), str(issue.get("body") or ""))]
         for c in comments:
             login = str((c.get("user") or {}).get("login", "?"))
-            if login.lower() == bot or c.get("id") == task["comment_id"]:
+            if login.lower() == bot or c.get("id") == task.comment_id:
                 continue
             thread.append((login, str(c.get("body") or "")))
         recent = [(who, body[:4000]) for who, body in thread if body.strip()][-10:]

@@ -11,13 +11,13 @@ no task: it is audited, and the next turn's prompt says so.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 import structlog
 from sqlalchemy import Connection
 
 from forgeflow.domain import publish as rules
 from forgeflow.domain.ids import parse_resource_key
+from forgeflow.domain.records import Repository, Task
 from forgeflow.store import Store, pushes, repos, tasks
 from forgeflow.store import audit as audit_q
 from forgeflow.tasks.moves import task_event
@@ -76,12 +76,12 @@ class Publisher:
         outcome = await self.publish(task)
         return outcome.result != "refused", outcome.describe()
 
-    async def publish(self, task: dict[str, Any]) -> Outcome:
-        resource = parse_resource_key(task["resource_key"])
-        repo_row = await self.store.read(lambda c: repos.get(c, task["repo_key"]))
+    async def publish(self, task: Task) -> Outcome:
+        resource = parse_resource_key(task.resource_key)
+        repo_row = await self.store.read(lambda c: repos.get(c, task.repo_key))
         assert repo_row is not None
-        default, url = repo_row["default_branch"], repo_row["clone_url"]
-        target = rules.target(resource, task["refs"], default)
+        default, url = repo_row.default_branch, repo_row.clone_url
+        target = rules.target(resource, task.refs, default)
         if target.remote is None:
             return Outcome("local", detail=target.why)
         repo = resource.repo
@@ -100,8 +100,8 @@ class Publisher:
         intent = await self.store.write(
             lambda c: pushes.intend(
                 c,
-                task_id=task["task_id"],
-                session_key=task["session_key"],
+                task_id=task.task_id,
+                session_key=task.session_key,
                 target=target.remote or "",
                 old_sha=old,
                 new_sha=new,
@@ -109,16 +109,14 @@ class Publisher:
         )
         return await self._push(task, intent, repo_row)
 
-    async def _finish_pending(self, task: dict[str, Any], repo_row: dict[str, Any]) -> None:
+    async def _finish_pending(self, task: Task, repo_row: Repository) -> None:
         """A push left pending by a crash: done if Gitea has the commit, else again."""
-        for intent in await self.store.read(lambda c: pushes.pending(c, task["task_id"])):
+        for intent in await self.store.read(lambda c: pushes.pending(c, task.task_id)):
             await self._push(task, intent, repo_row)
 
-    async def _push(
-        self, task: dict[str, Any], intent: pushes.Push, repo_row: dict[str, Any]
-    ) -> Outcome:
-        repo = parse_resource_key(task["resource_key"]).repo
-        url = repo_row["clone_url"]
+    async def _push(self, task: Task, intent: pushes.Push, repo_row: Repository) -> Outcome:
+        repo = parse_resource_key(task.resource_key).repo
+        url = repo_row.clone_url
         if intent.status == pushes.PUSHED:
             return Outcome("pushed", intent.target, intent.new_sha)
         try:
@@ -151,11 +149,11 @@ class Publisher:
         return Outcome("pushed", intent.target, intent.new_sha)
 
     async def _refused(
-        self, task: dict[str, Any], branch: str, intent: pushes.Push | None, error: str
+        self, task: Task, branch: str, intent: pushes.Push | None, error: str
     ) -> Outcome:
         # One line of plain text for the audit, the answer and the next prompt.
         error = " ".join(error.split())
-        log.warning("publish.refused", task_id=task["task_id"], branch=branch)
+        log.warning("publish.refused", task_id=task.task_id, branch=branch)
         event = task_event(
             task, "publish.refused", metadata={"branch": branch, "error": error[:1000]}
         )

@@ -11,16 +11,17 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from enum import Enum, StrEnum
 from functools import partial
-from typing import Any
+from typing import Any, Protocol
 
 import structlog
 from sqlalchemy import Connection
 
 from forgeflow.domain.ids import RepoRef, parse_repo_key, sha256_ref, turn_key
 from forgeflow.domain.markers import Marker, MarkerKind, append_marker, parse_marker
+from forgeflow.domain.records import Task
 from forgeflow.gitea.client import GiteaClient, GiteaError
 from forgeflow.store import Store, workers
 from forgeflow.store import comments as comment_q
@@ -48,9 +49,30 @@ class Verification:
     body: str | None = None
 
 
-def _where(task: dict[str, Any]) -> tuple[RepoRef, int]:
-    repo = parse_repo_key(task["repo_key"])
-    number = int(task["resource_key"].rsplit(":", 1)[1])
+class About(Protocol):
+    """What a comment is about: a task, or the answer to a comment command."""
+
+    @property
+    def task_id(self) -> str: ...
+    @property
+    def repo_key(self) -> str: ...
+    @property
+    def resource_key(self) -> str: ...
+    @property
+    def created_at(self) -> datetime: ...
+
+
+@dataclass(frozen=True, slots=True)
+class _CommandAnswer:
+    task_id: str
+    repo_key: str
+    resource_key: str
+    created_at: datetime
+
+
+def _where(task: About) -> tuple[RepoRef, int]:
+    repo = parse_repo_key(task.repo_key)
+    number = int(task.resource_key.rsplit(":", 1)[1])
     return repo, number
 
 
@@ -87,10 +109,10 @@ class Replies:
         self._posting: dict[str, asyncio.Future[None]] = {}
 
     async def _matching(
-        self, task: dict[str, Any], kinds: set[MarkerKind], turn: str | None
+        self, task: About, kinds: set[MarkerKind], turn: str | None
     ) -> list[dict[str, Any]]:
         repo, number = _where(task)
-        since = task["created_at"] - timedelta(minutes=5)
+        since = task.created_at - timedelta(minutes=5)
         found = []
         for comment in await self._gitea.list_comments(repo.owner, repo.name, number, since=since):
             user = comment.get("user") or {}
@@ -99,8 +121,8 @@ class Replies:
             marker = parse_marker(str(comment.get("body") or ""))
             if (
                 marker is not None
-                and marker.task_id == task["task_id"]
-                and marker.resource_key == task["resource_key"]
+                and marker.task_id == task.task_id
+                and marker.resource_key == task.resource_key
                 and marker.kind in kinds
                 and (turn is None or marker.turn_key == turn)
             ):
@@ -109,7 +131,7 @@ class Replies:
 
     async def post_once(
         self,
-        task: dict[str, Any],
+        task: About,
         *,
         key: str,
         kind: MarkerKind,
@@ -127,18 +149,16 @@ class Replies:
         caller to write with its next commit instead of in one of its own (until then
         the intent stays pending; a later poster looks in Gitea before posting again).
         """
-        marker = Marker(
-            task["task_id"], turn or turn_key(task["task_id"], 0), task["resource_key"], kind
-        )
+        marker = Marker(task.task_id, turn or turn_key(task.task_id, 0), task.resource_key, kind)
         body = append_marker(text, marker)
 
         def intent(c: Connection) -> tuple[bool, dict[str, Any]]:
             return comment_q.record_intent(
                 c,
                 comment_key=key,
-                task_id=task["task_id"],
+                task_id=task.task_id,
                 kind=kind.value,
-                resource_key=task["resource_key"],
+                resource_key=task.resource_key,
                 turn_key=marker.turn_key,
                 body_hash=sha256_ref(body.encode()),
             )
@@ -200,7 +220,7 @@ class Replies:
 
     async def _post(
         self,
-        task: dict[str, Any],
+        task: About,
         key: str,
         body: str,
         marker: Marker,
@@ -254,7 +274,7 @@ class Replies:
 
     async def receipt(
         self,
-        task: dict[str, Any],
+        task: Task,
         *,
         queue_position: int | None = None,
         wait_in_flight: bool = False,
@@ -268,34 +288,34 @@ class Replies:
             )
         return await self.post_once(
             task,
-            key=f"{task['task_id']}:receipt",
+            key=f"{task.task_id}:receipt",
             kind=MarkerKind.RECEIPT,
             text=text,
             wait_in_flight=wait_in_flight,
             defer_record=defer_record,
         )
 
-    async def question(self, task: dict[str, Any], question: str) -> int | None:
+    async def question(self, task: Task, question: str) -> int | None:
         """The agent's question to the user (``item/tool/requestUserInput``)."""
         return await self.post_once(
-            task, key=f"{task['task_id']}:question", kind=MarkerKind.RESULT, text=question
+            task, key=f"{task.task_id}:question", kind=MarkerKind.RESULT, text=question
         )
 
-    async def result(self, task: dict[str, Any], text: str) -> int | None:
+    async def result(self, task: Task, text: str) -> int | None:
         """The at most one result comment of a failed, cancelled or aborted task."""
         return await self.post_once(
-            task, key=f"{task['task_id']}:result", kind=MarkerKind.RESULT, text=f"giteabot: {text}"
+            task, key=f"{task.task_id}:result", kind=MarkerKind.RESULT, text=f"giteabot: {text}"
         )
 
     async def command_reply(self, row: dict[str, Any]) -> int | None:
         """Post the answer to a comment command, written by the acceptance transaction."""
         resource = row["resource_key"]
-        about = {
-            "task_id": row["task_id"],
-            "resource_key": resource,
-            "repo_key": resource.rsplit(":", 2)[0],
-            "created_at": row["created_at"],
-        }
+        about = _CommandAnswer(
+            task_id=row["task_id"],
+            repo_key=resource.rsplit(":", 2)[0],
+            resource_key=resource,
+            created_at=row["created_at"],
+        )
         return await self.post_once(
             about,
             key=row["comment_key"],
@@ -304,11 +324,11 @@ class Replies:
             turn=row["turn_key"],
         )
 
-    async def answered(self, task: dict[str, Any]) -> bool:
+    async def answered(self, task: Task) -> bool:
         """Whether any answer of the task (a final or fallback of any turn) is on Gitea."""
         return bool(await self._matching(task, {MarkerKind.FINAL, MarkerKind.FALLBACK}, None))
 
-    async def verify(self, task: dict[str, Any], turn: str) -> Verification:
+    async def verify(self, task: Task, turn: str) -> Verification:
         """Look for the final (or fallback) comment of ``turn``: exactly one must carry
         its marker for the task to succeed."""
         try:
@@ -323,7 +343,7 @@ class Replies:
             )
         return Verification(Found.MISSING)
 
-    async def add_note(self, task: dict[str, Any], found: Verification, note: str) -> bool:
+    async def add_note(self, task: Task, found: Verification, note: str) -> bool:
         """Add ``note`` to a verified answer, above its marker line (which must stay
         last); once: a note already there is not added again. False if Gitea refused."""
         body = found.body or ""
@@ -339,10 +359,10 @@ class Replies:
             return False
         return True
 
-    async def fallback(self, task: dict[str, Any], turn: str, text: str) -> int | None:
+    async def fallback(self, task: Task, turn: str, text: str) -> int | None:
         return await self.post_once(
             task,
-            key=f"{task['task_id']}:fallback:{turn}",
+            key=f"{task.task_id}:fallback:{turn}",
             kind=MarkerKind.FALLBACK,
             text=text,
             turn=turn,

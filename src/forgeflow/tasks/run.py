@@ -12,12 +12,12 @@ import asyncio
 import contextlib
 from datetime import timedelta
 from functools import partial
-from typing import Any
 
 import structlog
 
 from forgeflow.domain.markers import MarkerKind, parse_marker
-from forgeflow.domain.states import TaskState
+from forgeflow.domain.records import Repository, Session, Task, Turn
+from forgeflow.domain.states import ACTIVE_STATES, TaskState
 from forgeflow.gitea.client import GiteaError
 from forgeflow.store import Store, leases
 from forgeflow.store import comments as comment_q
@@ -29,12 +29,11 @@ from forgeflow.tasks.moves import TaskMoves
 from forgeflow.tasks.prepare import Prepared, Preparer
 from forgeflow.tasks.publish import Outcome, Publisher
 from forgeflow.tasks.replies import Found, Replies, Verification
-from forgeflow.tasks.turn import TurnRunner
+from forgeflow.tasks.turn import EndedTurn, TurnRunner
 
 log = structlog.get_logger("forgeflow.tasks.run")
 
 S = TaskState
-_HOLDS_LEASE = frozenset({S.PREPARING, S.RUNNING, S.ABORTING})
 # At most this long a finished turn's verification lets preparing tasks go first.
 _VERIFY_DEFER_SECONDS = 1.0
 
@@ -73,30 +72,30 @@ class Execution:
 
     async def run(
         self,
-        task: dict[str, Any],
+        task: Task,
         *,
-        repo: dict[str, Any] | None = None,
-        session: dict[str, Any] | None = None,
-    ) -> dict[str, Any]:
+        repo: Repository | None = None,
+        session: Session | None = None,
+    ) -> Task:
         """Drive a just-claimed task as far as it goes now; return its last row.
 
         ``repo``, ``session``: its repository and session rows when the claim read them
         (else they are read here)."""
         beat = None
-        if task.get("lease_id"):
-            beat = asyncio.create_task(self._heartbeat(task["repo_key"], task["lease_id"]))
+        if task.lease_id:
+            beat = asyncio.create_task(self._heartbeat(task.repo_key, task.lease_id))
         prepared = Prepared(task)
         try:
-            if task["state"] == S.PREPARING:
+            if task.state == S.PREPARING:
                 prepared = await self.preparer.prepare(task, repo)
                 task = prepared.task
             ended = None
-            if task["state"] == S.RUNNING:
+            if task.state == S.RUNNING:
                 task, ended = await self.turns.run(task, session, prepared)
-            if beat is not None and task["state"] not in _HOLDS_LEASE:
+            if beat is not None and task.state not in ACTIVE_STATES:
                 # The move out of the active states gave the lease back: nothing to renew.
                 beat.cancel()
-            if task["state"] == S.VERIFYING_REPLY:
+            if task.state == S.VERIFYING_REPLY:
                 published = await self._publish(task)
                 # Let the tasks this process prepares go first (bounded): the next task
                 # of the repository was claimed when this one gave its lease back, and
@@ -113,7 +112,7 @@ class Execution:
                 with contextlib.suppress(asyncio.CancelledError):
                     await beat
 
-    async def _publish(self, task: dict[str, Any]) -> Outcome | None:
+    async def _publish(self, task: Task) -> Outcome | None:
         """Push what the agent committed in this turn (recorded; a refusal fails no
         task, the next turn's prompt says so). Drafts publish nothing."""
         if self.publisher is None or drafts.is_draft(task):
@@ -124,10 +123,10 @@ class Execution:
 
     async def _verify(
         self,
-        task: dict[str, Any],
-        ended: dict[str, Any] | None = None,
+        task: Task,
+        ended: EndedTurn | None = None,
         published: Outcome | None = None,
-    ) -> dict[str, Any]:
+    ) -> Task:
         """Look for the turn's answer on Gitea: found, the task succeeded; missing, one
         turn asks the agent to post it again, then the answer is posted by the bot
         itself (the fallback); unknown (Gitea cannot say), the task fails and nothing is
@@ -135,7 +134,9 @@ class Execution:
         say; ``published``: what publishing did after it, for the answer's note."""
         if drafts.is_draft(task):
             return await drafts.confirm(self.store, self.moves, task)
-        turn = ended or await self.store.read(lambda c: turn_q.last_normal(c, task["task_id"]))
+        turn: Turn | EndedTurn | None = ended or await self.store.read(
+            lambda c: turn_q.last_normal(c, task.task_id)
+        )
         if turn is None:
             return await self.moves.move(
                 task,
@@ -144,7 +145,7 @@ class Execution:
                 error_code="no_turn",
                 fields={"reply_error": "no turn"},
             )
-        result = await self.replies.verify(task, turn["turn_key"])
+        result = await self.replies.verify(task, turn.turn_key)
         if result.result is Found.FOUND:
             await self._note_publishing(task, result, published)
             return await self.moves.move(
@@ -156,8 +157,8 @@ class Execution:
                 before=partial(
                     comment_q.record_final,
                     task=task,
-                    turn_key=turn["turn_key"],
-                    turn_id=turn["turn_id"],
+                    turn_key=turn.turn_key,
+                    turn_id=turn.turn_id,
                     comment_id=result.comment_id,
                 ),
             )
@@ -171,10 +172,10 @@ class Execution:
             )
         return await self._missing(task, turn)
 
-    async def _missing(self, task: dict[str, Any], turn: dict[str, Any]) -> dict[str, Any]:
+    async def _missing(self, task: Task, turn: Turn | EndedTurn) -> Task:
         """No answer on Gitea: one more turn asks the agent to post it, after that the
         bot posts the turn's last message itself."""
-        if int(task["reply_attempt"]) == 0:
+        if int(task.reply_attempt) == 0:
             return await self.moves.move(
                 task,
                 S.RETRY_WAIT,
@@ -191,7 +192,7 @@ class Execution:
         return await self._fallback(task, turn)
 
     async def _note_publishing(
-        self, task: dict[str, Any], found: Verification, outcome: Outcome | None
+        self, task: Task, found: Verification, outcome: Outcome | None
     ) -> None:
         """The answer says what happened to the work: pushed where, or refused why."""
         note = outcome.note() if outcome is not None else None
@@ -203,10 +204,10 @@ class Execution:
         else:
             await self.moves.audit(task, "reply.publish_note_failed", comment_id=found.comment_id)
 
-    async def _fallback(self, task: dict[str, Any], turn: dict[str, Any]) -> dict[str, Any]:
-        text = turn["last_message"] or "(the agent finished without an answer text)"
+    async def _fallback(self, task: Task, turn: Turn | EndedTurn) -> Task:
+        text = turn.last_message or "(the agent finished without an answer text)"
         try:
-            await self.replies.fallback(task, turn["turn_key"], text)
+            await self.replies.fallback(task, turn.turn_key, text)
         except GiteaError as exc:
             return await self.moves.move(
                 task,
@@ -215,7 +216,7 @@ class Execution:
                 error_code="rest_fallback_failed",
                 fields={"reply_error": f"mcp_reply_missing; fallback: {exc}", "claimed_by": None},
             )
-        check = await self.replies.verify(task, turn["turn_key"])
+        check = await self.replies.verify(task, turn.turn_key)
         if check.result is not Found.FOUND:
             return await self.moves.move(
                 task,

@@ -17,8 +17,9 @@ from typing import Any
 
 import structlog
 
+from forgeflow.domain.records import Repository, Session, Task
 from forgeflow.domain.retry import RetryPolicy
-from forgeflow.store import Store, scheduling, workers
+from forgeflow.store import Store, recovery, scheduling, workers
 from forgeflow.store.scheduling import Claim
 from forgeflow.store.sql import TASKS_CHANNEL
 from forgeflow.store.types import utcnow
@@ -69,7 +70,7 @@ class Scheduler:
         """Move on work left by dead workers (run at start-up, then every lease period)."""
         changed = await self.store.write(
             partial(
-                scheduling.recover,
+                recovery.recover,
                 owner=self.owner,
                 node_prefix=self.node_prefix,
                 retry=self.retry,
@@ -77,7 +78,7 @@ class Scheduler:
             )
         )
         for task in changed:
-            log.info("recovery.task", task_id=task["task_id"], state=task["state"])
+            log.info("recovery.task", task_id=task.task_id, state=task.state)
         if changed:
             self.wake()
 
@@ -185,34 +186,34 @@ class Scheduler:
 
     def _start(self, claim: Claim) -> None:
         task = claim.task
-        self._running[task["task_id"]] = asyncio.create_task(
-            self._execute(task, claim.repo, claim.session), name=f"task {task['task_id']}"
+        self._running[task.task_id] = asyncio.create_task(
+            self._execute(task, claim.repo, claim.session), name=f"task {task.task_id}"
         )
 
     async def _execute(
         self,
-        task: dict[str, Any],
-        repo: dict[str, Any] | None = None,
-        session: dict[str, Any] | None = None,
+        task: Task,
+        repo: Repository | None = None,
+        session: Session | None = None,
     ) -> None:
         try:
             await self.execution.run(task, repo=repo, session=session)
         except asyncio.CancelledError:
             raise
         except Exception:
-            log.exception("execution.crashed", task_id=task["task_id"])
+            log.exception("execution.crashed", task_id=task.task_id)
             try:
                 await self.store.write(
                     partial(
-                        scheduling.abandon,
-                        task_id=task["task_id"],
+                        recovery.abandon,
+                        task_id=task.task_id,
                         owner=self.owner,
                         retry=self.retry,
                     )
                 )
             except Exception:
-                log.exception("execution.abandon_failed", task_id=task["task_id"])
+                log.exception("execution.abandon_failed", task_id=task.task_id)
         finally:
-            self._running.pop(task["task_id"], None)
-            self.runs.ended(task["task_id"], task["repo_key"])
+            self._running.pop(task.task_id, None)
+            self.runs.ended(task.task_id, task.repo_key)
             self.wake()

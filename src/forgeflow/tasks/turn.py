@@ -11,7 +11,6 @@ import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
 
 from sqlalchemy import Connection
 
@@ -30,6 +29,7 @@ from forgeflow.domain import prompt
 from forgeflow.domain.ids import ResourceRef, parse_resource_key, turn_key
 from forgeflow.domain.markers import Marker, MarkerKind
 from forgeflow.domain.paths import session_worktree
+from forgeflow.domain.records import Session, Task
 from forgeflow.domain.states import TaskState
 from forgeflow.gitea.client import GiteaError
 from forgeflow.store import Store, sessions
@@ -43,6 +43,15 @@ from forgeflow.tasks.prepare import Prepared, Preparer
 from forgeflow.tasks.replies import Found, Replies
 
 S = TaskState
+
+
+@dataclass(frozen=True, slots=True)
+class EndedTurn:
+    """A normal turn that just ended in this run, as far as verification needs it."""
+
+    turn_key: str
+    turn_id: str | None
+    last_message: str | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,19 +104,19 @@ class TurnRunner:
         self.workspace_root = workspace_root
 
     async def run(
-        self, task: dict[str, Any], session: dict[str, Any] | None, prepared: Prepared
-    ) -> tuple[dict[str, Any], dict[str, Any] | None]:
+        self, task: Task, session: Session | None, prepared: Prepared
+    ) -> tuple[Task, EndedTurn | None]:
         """Run the task's turn; return the task's row after it, and the turn as its row
         would say when it was a normal turn that ended for verification (the
         verification then needs no read of it)."""
-        resource = parse_resource_key(task["resource_key"])
+        resource = parse_resource_key(task.resource_key)
         if session is None:
-            session = await self.store.read(lambda c: sessions.get(c, task["session_key"]))
+            session = await self.store.read(lambda c: sessions.get(c, task.session_key))
         assert session is not None
         cwd = session_worktree(self.workspace_root, resource)
-        reply_retry = task["retry_step"] == S.RUNNING and int(task["reply_attempt"]) > 0
+        reply_retry = task.retry_step == S.RUNNING and int(task.reply_attempt) > 0
         draft = drafts.is_draft(task)  # review/plan space: read-only, posts nothing
-        if not draft and not reply_retry and int(task["turn_count"]) > 0:
+        if not draft and not reply_retry and int(task.turn_count) > 0:
             # A turn of this task ran before and was interrupted: if its answer reached
             # Gitea before the interruption, it is the answer; no second turn.
             answered = await self._answered_before(task)
@@ -122,7 +131,7 @@ class TurnRunner:
         plan = await self._plan(task, resource, cwd, tool, prepared, reply_retry, draft)
         await self.store.write(_begin(task, session, thread_id, plan, bound_at))
         spec = TurnSpec(
-            task_id=task["task_id"],
+            task_id=task.task_id,
             turn_key=plan.key,
             prompt=plan.prompt,
             kind=plan.kind,
@@ -142,8 +151,8 @@ class TurnRunner:
                 c,
                 turn_key=plan.key,
                 turn_id=handle.turn_id,
-                task_id=task["task_id"],
-                session_key=task["session_key"],
+                task_id=task.task_id,
+                session_key=task.session_key,
             )
         )
         end = _End(handle, *await self.follower.follow(task, plan.key, handle))
@@ -151,8 +160,8 @@ class TurnRunner:
 
     async def _session(
         self,
-        task: dict[str, Any],
-        session: dict[str, Any],
+        task: Task,
+        session: Session,
         resource: ResourceRef,
         cwd: str,
         *,
@@ -161,8 +170,8 @@ class TurnRunner:
         """The agent's thread of the session, resumed or started; returns its id."""
         return await self.runtime.ensure_session(
             SessionSpec(
-                session_key=task["session_key"],
-                thread_id=session["thread_id"],
+                session_key=task.session_key,
+                thread_id=session.thread_id,
                 cwd=cwd,
                 owner=resource.repo.owner,
                 repo=resource.repo.name,
@@ -175,7 +184,7 @@ class TurnRunner:
 
     async def _plan(
         self,
-        task: dict[str, Any],
+        task: Task,
         resource: ResourceRef,
         cwd: str,
         tool: CommentTool,
@@ -183,13 +192,13 @@ class TurnRunner:
         reply_retry: bool,
         draft: bool,
     ) -> _Plan:
-        key = turn_key(task["task_id"], int(task["turn_count"]) + 1)
+        key = turn_key(task.task_id, int(task.turn_count) + 1)
         verified_key = key
         if reply_retry:
             # The answer to post is the last normal turn's: its marker names that turn.
-            normal = await self.store.read(lambda c: turn_q.last_normal(c, task["task_id"]))
-            verified_key = normal["turn_key"] if normal else key
-        final = Marker(task["task_id"], verified_key, task["resource_key"], MarkerKind.FINAL)
+            normal = await self.store.read(lambda c: turn_q.last_normal(c, task.task_id))
+            verified_key = normal.turn_key if normal else key
+        final = Marker(task.task_id, verified_key, task.resource_key, MarkerKind.FINAL)
         marker = final.render()
         if reply_retry:
             text = prompt.reply_retry_prompt(marker, tool.name, tool.arguments)
@@ -200,13 +209,11 @@ class TurnRunner:
         )
         return _Plan(key, "normal", marker, text)
 
-    async def _end(
-        self, task: dict[str, Any], plan: _Plan, end: _End
-    ) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    async def _end(self, task: Task, plan: _Plan, end: _End) -> tuple[Task, EndedTurn | None]:
         """Record the turn's end with the task's next move."""
         completed = end.completed
 
-        def finish(c: Connection) -> dict[str, Any] | None:
+        def finish(c: Connection) -> Task | None:
             if completed is not None:
                 turn_q.event_seen(c, turn_key=plan.key, seq=completed.seq)
             turn_q.finish(
@@ -215,7 +222,7 @@ class TurnRunner:
                 completed.status.value if completed else "failed",
                 completed.last_message if completed else None,
             )
-            return task_q.get(c, task["task_id"])  # fresh: an abort may have come meanwhile
+            return task_q.get(c, task.task_id)  # fresh: an abort may have come meanwhile
 
         if not end.answered:
             fresh = await self.store.write(finish)
@@ -233,43 +240,36 @@ class TurnRunner:
             before=finish,
             unless_moved=True,
         )
-        if moved["state"] != S.VERIFYING_REPLY or moved["state_version"] != (
-            task["state_version"] + 1
-        ):
+        if moved.state != S.VERIFYING_REPLY or moved.state_version != (task.state_version + 1):
             return await self._after_turn(moved, end), None
         if plan.kind != "normal":
             return moved, None
-        ended = {
-            "turn_key": plan.key,
-            "turn_id": end.handle.turn_id,
-            "last_message": completed.last_message,
-        }
-        return moved, ended
+        return moved, EndedTurn(plan.key, end.handle.turn_id, completed.last_message)
 
-    async def _answered_before(self, task: dict[str, Any]) -> dict[str, Any] | None:
-        last = await self.store.read(lambda c: turn_q.last_normal(c, task["task_id"]))
+    async def _answered_before(self, task: Task) -> Task | None:
+        last = await self.store.read(lambda c: turn_q.last_normal(c, task.task_id))
         if last is None:
             return None
-        found = await self.replies.verify(task, last["turn_key"])
+        found = await self.replies.verify(task, last.turn_key)
         if found.result is not Found.FOUND:
             return None
         await self.moves.audit(
             task,
             "turn.skipped_answer_exists",
             comment_id=found.comment_id,
-            metadata={"turnKey": last["turn_key"]},
+            metadata={"turnKey": last.turn_key},
         )
         return await self.moves.move(
             task,
             S.VERIFYING_REPLY,
             action="task.verify",
-            fields={"turn_id": last["turn_id"], "retry_step": None},
+            fields={"turn_id": last.turn_id, "retry_step": None},
         )
 
-    async def _after_turn(self, task: dict[str, Any], end: _End) -> dict[str, Any]:
+    async def _after_turn(self, task: Task, end: _End) -> Task:
         """The task's move after a turn that did not simply end with an answer."""
         completed = end.completed
-        if task["state"] == S.ABORTING:
+        if task.state == S.ABORTING:
             if completed is None:
                 return await self.moves.move(
                     task,
@@ -302,7 +302,7 @@ class TurnRunner:
         code = completed.error_code or "turn_failed"
         return await self.moves.retry_or_fail(task, code, completed.error or code)
 
-    async def _ask_user(self, task: dict[str, Any], needs_user: NeedsUser) -> dict[str, Any]:
+    async def _ask_user(self, task: Task, needs_user: NeedsUser) -> Task:
         """Post the agent's question (unless it posted it itself) and wait for the user."""
         try:
             if needs_user.question:
@@ -316,7 +316,7 @@ class TurnRunner:
             fields={"claimed_by": None, "retry_step": None},
         )
 
-    async def _agent_failed(self, task: dict[str, Any], exc: AgentError) -> dict[str, Any]:
+    async def _agent_failed(self, task: Task, exc: AgentError) -> Task:
         if exc.retryable:
             return await self.moves.retry_or_fail(task, exc.code, str(exc))
         return await self.moves.move(
@@ -329,8 +329,8 @@ class TurnRunner:
 
 
 def _begin(
-    task: dict[str, Any],
-    session: dict[str, Any],
+    task: Task,
+    session: Session,
     thread_id: str,
     plan: _Plan,
     bound_at: datetime,
@@ -340,14 +340,14 @@ def _begin(
     def begin(c: Connection) -> None:
         turn_q.bind_thread(
             c,
-            task["session_key"],
+            task.session_key,
             thread_id,
-            task_id=task["task_id"],
-            resumed=session["thread_id"] == thread_id,
+            task_id=task.task_id,
+            resumed=session.thread_id == thread_id,
             at=bound_at,
         )
         turn_q.begin(
-            c, turn_key=plan.key, task_id=task["task_id"], thread_id=thread_id, kind=plan.kind
+            c, turn_key=plan.key, task_id=task.task_id, thread_id=thread_id, kind=plan.kind
         )
 
     return begin

@@ -16,7 +16,7 @@ from forgeflow.api.control import overview_snapshot, task_detail_snapshot
 from forgeflow.config import sandbox_warning
 from forgeflow.domain.ids import InvalidName, parse_resource_key
 from forgeflow.domain.paths import session_worktree
-from forgeflow.domain.states import TaskState
+from forgeflow.domain.states import ACTIVE_STATES, CANCELLABLE_STATES, TaskState, values
 from forgeflow.store import audit, deliveries, repos, sessions, tasks
 from forgeflow.web.render import PAGE_SIZE, UiRoute, render, services
 from forgeflow.web.security import NotFound, UiSession, require_session
@@ -27,7 +27,6 @@ Offset = Annotated[int, Query(ge=0, le=10_000_000)]
 
 STATES = [s.value for s in TaskState]
 DELIVERY_STATUSES = ["accepted", "ignored", "duplicate", "rejected"]
-CANCELLABLE = {"queued", "waiting_user", "blocked_workspace"}
 
 
 def opt(value: str | None) -> str | None:
@@ -47,7 +46,7 @@ def paging(offset: int, total: int) -> dict[str, Any]:
 
 
 def _repo_keys(conn: Connection) -> list[str]:
-    return [r["repo_key"] for r in repos.list_all(conn)]
+    return [r.repo_key for r in repos.list_all(conn)]
 
 
 @router.get("/")
@@ -97,7 +96,7 @@ async def task_list(
         rows, total = tasks.list_page(conn, f)
         return {
             "stamp": stamp,
-            "rows": [tasks.to_json(r) for r in rows],
+            "rows": [r.json() for r in rows],
             "page": paging(offset, total),
             "repo_keys": _repo_keys(conn),
         }
@@ -121,8 +120,8 @@ async def task_page(request: Request, session: Session, task_id: str) -> Respons
         return {
             "stamp": stamp,
             **detail,
-            "repo": repos.to_json(repo_row) if repo_row else None,
-            "thread": sessions.to_json(session_row) if session_row else None,
+            "repo": repo_row.json() if repo_row else None,
+            "thread": session_row.json() if session_row else None,
         }
 
     data = await services(request).store.read(_read)
@@ -138,9 +137,9 @@ async def task_page(request: Request, session: Session, task_id: str) -> Respons
     context = {
         **data,
         "worktree": worktree,
-        "can_cancel": task["state"] in CANCELLABLE,
-        "can_abort": task["state"] == "running",
-        "can_release": task["state"] == "blocked_workspace",
+        "can_cancel": task["state"] in CANCELLABLE_STATES,
+        "can_abort": task["state"] == TaskState.RUNNING,
+        "can_release": task["state"] == TaskState.BLOCKED_WORKSPACE,
         "tokens": (task["inputTokens"] or 0) + (task["outputTokens"] or 0),
         "nav": "tasks",
     }
@@ -158,7 +157,7 @@ async def session_list(
         rows, total = sessions.list_page(conn, repo_key, PAGE_SIZE, offset)
         return {
             "stamp": stamp,
-            "rows": [sessions.to_json(r) for r in rows],
+            "rows": [r.json() for r in rows],
             "page": paging(offset, total),
             "repo_keys": _repo_keys(conn),
         }
@@ -173,16 +172,17 @@ async def session_list(
 async def repo_list(request: Request, session: Session) -> Response:
     def _read(conn: Connection) -> dict[str, Any]:
         stamp = audit.change_marker(conn)
-        blocked, _ = tasks.list_page(conn, tasks.TaskFilter(state="blocked_workspace", limit=200))
+        blocked_filter = tasks.TaskFilter(state=TaskState.BLOCKED_WORKSPACE.value, limit=200)
+        blocked, _ = tasks.list_page(conn, blocked_filter)
         counts: dict[str, dict[str, int]] = {}
-        for state in ("queued", "preparing", "running", "aborting"):
+        for state in values(ACTIVE_STATES | {TaskState.QUEUED}):
             for row in tasks.list_page(conn, tasks.TaskFilter(state=state, limit=1000))[0]:
-                per = counts.setdefault(row["repo_key"], {})
+                per = counts.setdefault(row.repo_key, {})
                 per[state] = per.get(state, 0) + 1
         return {
             "stamp": stamp,
-            "rows": [repos.to_json(r) for r in repos.list_all(conn)],
-            "blocked": [tasks.to_json(r) for r in blocked],
+            "rows": [r.json() for r in repos.list_all(conn)],
+            "blocked": [r.json() for r in blocked],
             "counts": counts,
         }
 
