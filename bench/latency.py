@@ -612,7 +612,7 @@ def rows(res: Result) -> list[tuple[str, str, str, str, str, bool | None]]:
         out.append(("ten tasks on one repository", "serial, ≤ 5 %", figure, floor, ratio, met))
     if r := res.get("restart"):
         figure = f"{r['full']} s"
-        floor = f"1 queued: {r['floor']} s (of which imports {r['imports']} s)"
+        floor = f"1 queued: {r['floor']} s (importing forgeflow alone: {r['imports']} s)"
         met = r["full"] <= 2
         out.append(
             (
