@@ -1,27 +1,25 @@
-"""Ingest benchmark: signed Gitea deliveries against `forgeflow serve` vs a bare baseline.
+"""Ingest smoke test: signed Gitea deliveries against `forgeflow serve --role ingress` on
+SQLite, driven by wrk (Debian's package). Run by hand, never by pytest:
 
-Run by hand, never by pytest:
+    .venv/bin/python bench/ingest.py             # ≈ 1 minute on 2 cores
 
-    .venv/bin/python bench/ingest.py [--ref REF]   # 3 rounds: 10+ minutes on 2 cores
+wrk is installed from Debian when missing, as scripts/setup.sh installs its Debian
+packages. The testkit's Gitea emulator runs in this process and answers forgeflow's
+permission lookups; every request is a distinct, correctly signed `issue_comment`
+delivery of a new comment that mentions the bot (a pool of pre-built raw requests that a
+Lua script hands to wrk, each once). Role ingress keeps the queued tasks from being
+worked on the same two cores. wrk runs at 1 thread, beside the server on this machine:
 
-What it does, in order:
+floor       GET /healthz of the same process at saturation (16 connections): what the
+            HTTP stack alone answers here.
+at 100/s    10 connections, each waiting 100 ms between its requests, for 10 s: ≈ 100
+            req/s; goal p99 ≤ 25 ms.
+saturation  16 connections back to back for 10 s; goal ≥ 200 accepted deliveries/s.
 
-0. Copies forgeflow's src/ at git REF (default HEAD; "worktree" for the work tree) to a
-   temp dir and serves that copy, so the code cannot change under a run.
-1. Starts a Gitea emulator in this process (bot `ccweb-bot` with admin on acme/widget,
-   commenter `alice` with write) and pre-generates a pool of distinct, correctly signed
-   `issue_comment` deliveries, each a distinct comment that mentions the bot, with the
-   headers exactly as the emulator's build_delivery gives them.
-2. For each round and each mode (fixed rate, saturation) runs forgeflow and the baseline
-   one after the other (order alternating between rounds), each as a fresh process on a
-   fresh SQLite database, driven by bench/loadgen.py in its own process with the same
-   request pool.
-3. After each run stops the server and checks its database: forgeflow must hold exactly
-   one queued task per 202 answer, the baseline one row per 202 answer. The machine may
-   be shared: the processes run at a raised priority, each run waits for the machine to
-   be quiet, and a run during which other processes used CPU is repeated.
-4. Writes bench/results/ingest-<timestamp>.json, prints a Markdown table and rewrites the
-   generated block of the "Ingest" section of docs/BENCHMARKS.md.
+Afterwards the database must hold one queued task per 202 answer (and at most one more
+per connection: wrk does not count the answers still in flight when it stops). Writes
+bench/results/ingest-<timestamp>.json, prints a Markdown table, exits 1 when a goal is
+missed.
 """
 
 from __future__ import annotations
@@ -29,306 +27,201 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
-import signal
-import sqlite3
+import shutil
 import subprocess
 import sys
 import tempfile
-import time
-from collections.abc import Iterator
-from datetime import UTC, datetime
 from pathlib import Path
-from types import FrameType
 from typing import Any
 
-import uvicorn
+from common import ROOT, Serve, World, machine, write_result
 
-import report
-import servers
-from forgeflow_testkit.gitea_emulator import GiteaEmulator
-from loadgen import write_requests
-
-BENCH = Path(__file__).resolve().parent
-ROOT = BENCH.parent
-SECRET = "bench-webhook-secret-0123456789"
-BOT = "ccweb-bot"
-OWNER, REPO, AUTHOR = "acme", "widget", "alice"
 ISSUES = 8
+# Hands out the pre-built requests of $FF_REQUESTS (each prefixed by its length in ten
+# digits), each once, and counts the answers; without it wrk sends its own GET.
+LUA = r"""
+local path = os.getenv("FF_REQUESTS") or ""
+local pause = tonumber(os.getenv("FF_DELAY_MS") or "0")
+local threads = {}
+
+function setup(thread) table.insert(threads, thread) end
+
+function init(args)
+  accepted, other, exhausted, pool, nxt = 0, 0, 0, {}, 0
+  if path == "" then return end
+  local f = assert(io.open(path, "rb"))
+  local data = f:read("*a")
+  f:close()
+  local pos = 1
+  while pos <= #data do
+    local n = tonumber(data:sub(pos, pos + 9))
+    pool[#pool + 1] = data:sub(pos + 10, pos + 9 + n)
+    pos = pos + 10 + n
+  end
+end
+
+function request()
+  if #pool == 0 then return wrk.format() end
+  nxt = nxt + 1
+  if nxt > #pool then exhausted = 1; wrk.thread:stop(); nxt = #pool end
+  return pool[nxt]
+end
+
+function delay() return pause end
+
+function response(status, headers, body)
+  if status == 202 or (#pool == 0 and status == 200) then
+    accepted = accepted + 1
+  else
+    other = other + 1
+  end
+end
+
+function done(summary, latency, requests)
+  local a, o, x = 0, 0, 0
+  for _, t in ipairs(threads) do
+    a, o, x = a + t:get("accepted"), o + t:get("other"), x + t:get("exhausted")
+  end
+  local e = summary.errors
+  io.write(string.format(
+    '\nFFJSON {"accepted": %d, "other": %d, "exhausted": %d, "requests": %d, ' ..
+    '"seconds": %.3f, "socket_errors": %d, "p50_ms": %.2f, "p99_ms": %.2f, "max_ms": %.2f}\n',
+    a, o, x, summary.requests, summary.duration / 1e6,
+    e.connect + e.read + e.write + e.timeout,
+    latency:percentile(50) / 1000, latency:percentile(99) / 1000, latency.max / 1000))
+end
+"""
 
 
-def build_pool(emu: GiteaEmulator, count: int) -> Iterator[bytes]:
-    """`count` distinct signed deliveries, spread over ISSUES issues, as raw HTTP requests."""
-    issues = [
-        emu.add_issue(OWNER, REPO, title=f"Bench issue {i}", author=AUTHOR) for i in range(ISSUES)
-    ]
-    template = emu.post_comment(OWNER, REPO, issues[0], author=AUTHOR, body="template")
-    for i in range(count):
-        index = issues[i % ISSUES]
-        comment_id = 1_000_000 + i
-        comment = {
-            **template,
-            "id": comment_id,
-            "body": f"@{BOT} please fix the flaky test, variant {i}",
-            "html_url": f"{emu.url}/{OWNER}/{REPO}/issues/{index}#issuecomment-{comment_id}",
-            "issue_url": f"{emu.url}/{OWNER}/{REPO}/issues/{index}",
-        }
-        payload = emu.comment_payload(OWNER, REPO, index, comment, sender=AUTHOR)
-        headers, body = emu.build_delivery(OWNER, REPO, "issue_comment", payload, secret=SECRET)
-        lines = ["POST /api/gitea/webhook HTTP/1.1", "Host: 127.0.0.1"]
-        lines += [f"{k}: {v}" for k, v in headers.items()]
-        lines.append(f"Content-Length: {len(body)}")
-        yield ("\r\n".join(lines) + "\r\n\r\n").encode() + body
+def ensure_wrk() -> str:
+    """wrk from Debian, installed the way scripts/setup.sh installs bubblewrap."""
+    if found := shutil.which("wrk"):
+        return found
+    print("ingest: installing Debian's wrk", file=sys.stderr)
+    quiet = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    subprocess.run(["apt-get", "update", "-qq"], check=True)
+    subprocess.run(["apt-get", "install", "-y", "-qq", "wrk"], check=True, env=quiet)
+    return shutil.which("wrk") or "wrk"
 
 
-def machine() -> dict[str, Any]:
-    cpu = "unknown"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return {
-        "cores": os.cpu_count(),
-        "cpu": cpu,
-        "kernel": platform.release(),
-        "python": platform.python_version(),
-        "uvicorn": uvicorn.__version__,
-        "sqlite": sqlite3.sqlite_version,
-    }
+def write_pool(world: World, port: int, count: int, path: Path, start: int) -> int:
+    """`count` new mentions as raw HTTP requests; returns the mean request size."""
+    total = 0
+    with path.open("wb") as out:
+        for i in range(start, start + count):
+            headers, body = world.signed("widget", 1 + i % ISSUES, f"please fix it, variant {i}")
+            head = ["POST /api/gitea/webhook HTTP/1.1", f"Host: 127.0.0.1:{port}"]
+            head += [f"{k}: {v}" for k, v in headers.items()]
+            head.append(f"Content-Length: {len(body)}")
+            raw = ("\r\n".join(head) + "\r\n\r\n").encode() + body
+            out.write(f"{len(raw):010d}".encode() + raw)
+            total += len(raw)
+    return total // count
 
 
-def run_one(
-    kind: str,
-    mode: str,
-    args: argparse.Namespace,
-    pool_file: Path,
-    work: Path,
-    emu_info: dict[str, str],
+def wrk(
+    url: str, script: Path, pool: Path | None, conns: int, seconds: int, delay_ms: int = 0
 ) -> dict[str, Any]:
-    run_dir = Path(tempfile.mkdtemp(prefix=f"{kind}-{mode}-", dir=work))
-    load, waited = servers.wait_quiet(args.quiet_below, args.quiet_wait)
-    if load >= args.quiet_below:
-        print(f"warning: machine still busy ({load:.2f} cores) after {waited} s", file=sys.stderr)
-    if kind == "forgeflow":
-        server = servers.start_forgeflow(
-            run_dir,
-            secret=SECRET,
-            gitea_url=emu_info["url"],
-            gitea_token=emu_info["token"],
-            role=args.role,
-            src=emu_info["src"],
-            nice=args.nice,
-        )
-    elif kind == "probot":
-        server = servers.start_probot(run_dir, secret=SECRET, nice=args.nice)
-    elif kind in ("floor", "floor-minimal"):
-        server = servers.start_floor(
-            run_dir,
-            secret=SECRET,
-            bot=BOT,
-            src=emu_info["src"],
-            minimal=kind == "floor-minimal",
-            nice=args.nice,
-        )
-    else:
-        server = servers.start_baseline(run_dir, nice=args.nice)
-    out = run_dir / "loadgen.json"
-    cmd = [*servers.niced(args.nice), sys.executable, str(BENCH / "loadgen.py")]
-    cmd += [str(pool_file), str(server.port), mode]
-    cmd += ["--rate", str(args.rate), "--duration", str(args.duration)]
-    cmd += ["--warmup", str(args.warmup), "--server-pid", str(server.proc.pid), "--out", str(out)]
-    cmd += ["--connections", str(args.connections if mode == "saturate" else args.fixed_conns)]
-    if kind == "probot":  # Probot answers a verified delivery 200, not 202
-        cmd += ["--accept-status", "200"]
-    handled = None
+    argv = [ensure_wrk(), "-t1", f"-c{conns}", f"-d{seconds}s", "--timeout", "10s"]
+    argv += ["-s", str(script), url]
+    env = {**os.environ, "FF_REQUESTS": str(pool or ""), "FF_DELAY_MS": str(delay_ms)}
+    done = subprocess.run(argv, capture_output=True, text=True, env=env, check=True)
+    line = next(ln for ln in done.stdout.splitlines() if ln.startswith("FFJSON "))
+    figures: dict[str, Any] = json.loads(line.removeprefix("FFJSON "))
+    figures["accepted_per_s"] = round(figures["accepted"] / figures["seconds"], 1)
+    figures["requests_per_s"] = round(figures["requests"] / figures["seconds"], 1)
+    return figures
+
+
+def run(args: argparse.Namespace, root: Path) -> dict[str, Any]:
+    res: dict[str, Any] = {"machine": machine(), "args": vars(args)}
+    script = root / "pool.lua"
+    script.write_text(LUA)
+    world = World(root)
     try:
-        subprocess.run(cmd, check=True, timeout=args.duration + 180)
-        if kind == "probot":
-            handled = servers.probot_handled(server)
+        world.add_repo("widget", ISSUES, None)
+        serve = Serve(root / "serve", world.emu.url, world.bot_token, {}, ("--role", "ingress"))
+        serve.start()
+        try:
+            fixed, saturate = root / "fixed.req", root / "saturate.req"
+            res["request_bytes"] = write_pool(world, serve.port, args.rate * 12, fixed, 0)
+            write_pool(world, serve.port, args.pool, saturate, args.rate * 12)
+            hook = serve.url + "/api/gitea/webhook"
+            res["floor"] = wrk(serve.url + "/healthz", script, None, 16, 5)
+            res["fixed"] = wrk(hook, script, fixed, 10, 10, delay_ms=10 * 1000 // args.rate)
+            res["saturation"] = wrk(hook, script, saturate, 16, 10)
+        finally:
+            serve.stop()
+        states = serve.query("SELECT state, count(*) FROM tasks GROUP BY state")
     finally:
-        code = servers.stop(server)
-    result: dict[str, Any] = json.loads(out.read_text())
-    result["server"] = kind
-    result["load_before"] = load
-    result["waited_for_quiet_s"] = waited
-    result["server_exit"] = code
-    accepted = result["accepted_total"]
-    if kind not in ("baseline", "probot"):  # forgeflow and the floors: same schema
-        verdict = servers.audit_forgeflow(
-            server.db_path, accepted, all_queued=kind != "forgeflow" or args.role == "ingress"
-        )
-    elif kind == "probot":  # nothing persisted: its handler must have seen every one
-        verdict = {"answers_200": accepted, "handled": handled, "ok": handled == accepted}
-    else:
-        verdict = servers.audit_baseline(server.db_path, accepted)
-    result["verification"] = verdict
-    return result
+        world.stop()
+    res["tasks_by_state"] = dict(states)
+    # wrk stops counting at its end: the requests then in flight (at most one per
+    # connection) are accepted without their 202 being counted.
+    answered = res["fixed"]["accepted"] + res["saturation"]["accepted"]
+    queued = res["tasks_by_state"].get("queued", 0)
+    res["one_queued_task_per_202"] = (
+        set(res["tasks_by_state"]) == {"queued"} and answered <= queued <= answered + 10 + 16
+    )
+    res["machine"]["loadavg_1m_end"] = machine()["loadavg_1m"]
+    return res
 
 
-def measure(
-    kind: str,
-    mode: str,
-    args: argparse.Namespace,
-    pool_file: Path,
-    work: Path,
-    emu_info: dict[str, str],
-) -> dict[str, Any]:
-    """One run, repeated (up to --attempts) while other processes disturbed its measured
-    phase; the discarded attempts are kept in the result, audits included."""
-    discarded: list[dict[str, Any]] = []
-    for attempt in range(1, args.attempts + 1):
-        res = run_one(kind, mode, args, pool_file, work, emu_info)
-        disturbed = res["other_cpu_cores"] >= args.quiet_below
-        if not disturbed or attempt == args.attempts:
-            res.update(attempt=attempt, disturbed=disturbed, discarded_attempts=discarded)
-            return res
-        print(
-            f"  {kind} {mode}: other processes used {res['other_cpu_cores']:.2f} cores "
-            f"meanwhile ({res['accepted_per_s']:.0f}/s, p99 {res['p99_ms']} ms); repeating",
-            file=sys.stderr,
-        )
-        keep = ("accepted_per_s", "p50_ms", "p99_ms", "other_cpu_cores", "verification")
-        keep += ("server_runq_wait", "loadgen_runq_wait")
-        discarded.append({k: res[k] for k in keep})
-    raise AssertionError("unreachable")
+def markdown(res: dict[str, Any]) -> str:
+    m, fl, fx, sa = res["machine"], res["floor"], res["fixed"], res["saturation"]
+    goals = {
+        "rate": sa["accepted_per_s"] >= 200 and sa["other"] == 0,
+        "p99": fx["p99_ms"] <= 25 and fx["other"] == 0,
+        "audit": res["one_queued_task_per_202"],
+    }
+    res["goals_met"] = goals
 
+    def yes(ok: bool) -> str:
+        return "yes" if ok else "**no**"
 
-def _terminate(signum: int, _frame: FrameType | None) -> None:
-    raise SystemExit(128 + signum)  # unwinds: servers stopped, temp dir removed
+    return "\n".join(
+        [
+            f"{m['at']}, commit {m['commit']}, {m['cpu']}, {m['cores']} cores, "
+            f"load average {m['loadavg_1m']:.2f} → {m['loadavg_1m_end']:.2f}; "
+            f"mean request {res['request_bytes']} bytes",
+            "",
+            "| guard-rail | goal | figure | floor: GET /healthz, same process | ÷ floor | met |",
+            "| --- | --- | --- | --- | ---: | --- |",
+            f"| ingest at saturation (16 connections) | ≥ 200 accepted/s "
+            f"| {sa['accepted_per_s']:.0f} accepted/s (p99 {sa['p99_ms']:.1f} ms), "
+            f"{sa['other']} not 202 | {fl['accepted_per_s']:.0f} answers/s "
+            f"| {sa['accepted_per_s'] / fl['accepted_per_s']:.2f}× | {yes(goals['rate'])} |",
+            f"| ingest at ≈ 100 req/s ({fx['requests_per_s']:.0f} sent) | p99 ≤ 25 ms "
+            f"| p99 {fx['p99_ms']:.1f} ms (p50 {fx['p50_ms']:.1f}, max {fx['max_ms']:.1f}), "
+            f"{fx['other']} not 202 | p99 {fl['p99_ms']:.1f} ms at saturation "
+            f"| – | {yes(goals['p99'])} |",
+            f"| every 202 left one queued task | yes | {fx['accepted'] + sa['accepted']} "
+            f"202s counted, tasks {res['tasks_by_state']} | – | – "
+            f"| {yes(goals['audit'])} |",
+        ]
+    )
 
 
 def main() -> int:
-    signal.signal(signal.SIGTERM, _terminate)
-    p = argparse.ArgumentParser(description="forgeflow ingest benchmark (see module doc)")
-    p.add_argument("--rounds", type=int, default=3)
-    p.add_argument("--duration", type=float, default=15.0, help="seconds per measured run")
-    p.add_argument("--rate", type=float, default=200.0, help="fixed-rate mode, requests/s")
-    p.add_argument("--connections", type=int, default=32, help="saturation mode")
-    p.add_argument("--fixed-conns", type=int, default=16, help="connection pool, fixed rate")
-    p.add_argument("--warmup", type=int, default=300, help="unmeasured requests per run")
-    p.add_argument("--pool", type=int, default=180_000, help="distinct deliveries to generate")
-    p.add_argument(
-        "--role",
-        default="ingress",
-        choices=["ingress", "all"],
-        help="forgeflow serve --role; 'all' also runs the scheduler on the queued tasks",
-    )
-    p.add_argument(
-        "--quiet-below",
-        type=float,
-        default=0.3,
-        help="before each run, wait until other processes use under this many cores; "
-        "repeat a run during which they used more",
-    )
-    p.add_argument("--quiet-wait", type=float, default=120.0, help="longest such wait, s")
-    p.add_argument(
-        "--nice",
-        type=int,
-        default=-10 if os.geteuid() == 0 else 0,
-        help="scheduling priority of both servers and the generator (shared machine)",
-    )
-    p.add_argument(
-        "--attempts", type=int, default=3, help="tries per run while neighbours disturb it"
-    )
-    p.add_argument(
-        "--ref",
-        default="HEAD",
-        help="git ref of the forgeflow code to serve, or 'worktree' (copied once at start)",
-    )
-    p.add_argument(
-        "--floor",
-        action="store_true",
-        help="also run bench/floor_app.py twice: forgeflow's acceptance SQL with no "
-        "framework, and the least any design must write",
-    )
-    p.add_argument("--no-docs", action="store_true", help="leave docs/BENCHMARKS.md alone")
-    p.add_argument(
-        "--from-json",
-        type=Path,
-        help="measure nothing: print and write to the docs the figures of this results file",
-    )
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("--rate", type=int, default=100, help="the fixed rate, requests/s")
+    p.add_argument("--pool", type=int, default=8000, help="deliveries for the saturation run")
+    p.add_argument("--keep", action="store_true", help="keep the temporary directory")
     args = p.parse_args()
-    if args.from_json is not None:
-        saved = json.loads(args.from_json.read_text())
-        table = report.markdown(saved)
-        print(table)
-        if saved["summary"]["verified"] and not args.no_docs:
-            report.update_docs(ROOT / "docs" / "BENCHMARKS.md", table)
-        return 0 if saved["summary"]["verified"] else 1
-    needed = args.warmup + round(args.rate * args.duration)
-    if args.pool < needed:
-        p.error(f"--pool must be at least warmup + rate * duration = {needed}")
-
-    started = datetime.now(UTC)
-    with tempfile.TemporaryDirectory(prefix="ff-bench-") as tmp:
-        work = Path(tmp)
-        emu = GiteaEmulator(work / "git").start()
-        try:
-            token = emu.add_user(BOT)
-            emu.add_user(AUTHOR)
-            emu.add_repo(OWNER, REPO)
-            emu.set_permission(OWNER, REPO, AUTHOR, "write")
-            emu.set_permission(OWNER, REPO, BOT, "admin")
-            t0 = time.perf_counter()
-            pool_file = work / "requests.bin"
-            size = write_requests(pool_file, args.pool, build_pool(emu, args.pool)) / args.pool
-            print(
-                f"generated {args.pool} signed deliveries (avg {size:.0f} bytes) "
-                f"in {time.perf_counter() - t0:.1f} s",
-                file=sys.stderr,
-            )
-            code = servers.snapshot_source(args.ref, work / "code")
-            where = servers.imported_from(code["src"])
-            if not where.startswith(code["src"]):
-                raise RuntimeError(f"the snapshot is not what forgeflow imports: {where}")
-            print(f"forgeflow code: {code['label']}", file=sys.stderr)
-            emu_info = {"url": emu.url, "token": token, "src": code["src"]}
-            runs: list[dict[str, Any]] = []
-            for rnd in range(args.rounds):
-                for mode in ("fixed", "saturate"):
-                    order = ["forgeflow", "baseline"]
-                    order += ["floor", "floor-minimal"] if args.floor else []
-                    if rnd % 2:
-                        order.reverse()
-                    for kind in order:
-                        res = measure(kind, mode, args, pool_file, work, emu_info)
-                        res["round"] = rnd + 1
-                        runs.append(res)
-                        print(report.one_line(res), file=sys.stderr)
-        finally:
-            emu.stop()
-
-    summary = report.summarise(runs)
-    results = {
-        "benchmark": "ingest",
-        "started": started.isoformat(timespec="seconds"),
-        "command": "bench/ingest.py " + " ".join(sys.argv[1:]),
-        "machine": machine(),
-        "forgeflow_code": {k: code[k] for k in ("ref", "commit", "label")},
-        "settings": {**vars(args), "avg_request_bytes": round(size)},
-        "generator": report.GENERATOR,
-        "summary": summary,
-        "runs": runs,
-    }
-    out_dir = BENCH / "results"
-    out_dir.mkdir(exist_ok=True)
-    out = out_dir / f"ingest-{started.strftime('%Y%m%dT%H%M%SZ')}.json"
-    out.write_text(json.dumps(results, indent=2))
-    table = report.markdown(results)
+    ensure_wrk()
+    root = Path(tempfile.mkdtemp(prefix="forgeflow-ingest-"))
+    try:
+        res = run(args, root)
+    finally:
+        if args.keep:
+            print(f"kept {root}", file=sys.stderr)
+        else:
+            shutil.rmtree(root, ignore_errors=True)
+    table = markdown(res)
+    out = write_result("ingest", res)
     print(table)
-    print(f"results: {out.relative_to(ROOT)}", file=sys.stderr)
-    if not summary["verified"]:
-        print(
-            "VERIFICATION FAILED: a server lost or invented work; no docs update", file=sys.stderr
-        )
-        return 1
-    if not args.no_docs:
-        report.update_docs(ROOT / "docs" / "BENCHMARKS.md", table)
-        print("updated docs/BENCHMARKS.md", file=sys.stderr)
-    return 0
+    print(f"wrote {out.relative_to(ROOT)}", file=sys.stderr)
+    return 0 if all(res["goals_met"].values()) else 1
 
 
 if __name__ == "__main__":
