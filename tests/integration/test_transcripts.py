@@ -21,9 +21,9 @@ def test_entries_come_back_in_order_once_per_item(store: Store) -> None:
 
     assert store.db.write_sync(write) == [True, True, False]
     got = store.db.read_sync(lambda c: transcripts.of_task(c, "t1"))
-    assert [r.entry.title for r in got] == ["echo 1", "echo 2"]
+    assert [r.title for r in got] == ["echo 1", "echo 2"]
     later = store.db.read_sync(lambda c: transcripts.of_task(c, "t1", after=got[0].seq))
-    assert [r.entry.title for r in later] == ["echo 2"]
+    assert [r.title for r in later] == ["echo 2"]
     assert store.db.read_sync(lambda c: transcripts.of_task(c, "other")) == []
 
 
@@ -35,4 +35,4 @@ def test_a_runaway_turn_keeps_its_bound_and_says_so(store: Store) -> None:
     store.db.write_sync(write)
     got = store.db.read_sync(lambda c: transcripts.of_task(c, "t1"))
     assert len(got) == TURN_LIMIT + 1
-    assert got[-1].entry.kind is EntryKind.LEFT_OUT and got[-1].entry.truncated
+    assert got[-1].kind == EntryKind.LEFT_OUT and got[-1].truncated

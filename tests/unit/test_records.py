@@ -9,8 +9,23 @@ from datetime import UTC, datetime
 import pytest
 
 from forgeflow.api import schemas
-from forgeflow.domain.records import Delivery, Record, Repository, Session, Task, Turn
-from forgeflow.store.schema import repositories, sessions, tasks, turns, webhook_deliveries
+from forgeflow.domain.records import (
+    Delivery,
+    Record,
+    Repository,
+    Session,
+    Task,
+    TranscriptEntry,
+    Turn,
+)
+from forgeflow.store.schema import (
+    repositories,
+    sessions,
+    tasks,
+    transcript_entries,
+    turns,
+    webhook_deliveries,
+)
 
 TABLES = [
     (Task, tasks),
@@ -18,6 +33,7 @@ TABLES = [
     (Session, sessions),
     (Turn, turns),
     (Delivery, webhook_deliveries),
+    (TranscriptEntry, transcript_entries),
 ]
 
 

@@ -13,7 +13,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 import forgeflow
 from forgeflow import web
-from forgeflow.api import control, errors, hooks, openapi, ops, pipelines, webhook
+from forgeflow.api import control, errors, hooks, openapi, ops, pipelines, transcripts, webhook
 from forgeflow.metrics import Metrics
 from forgeflow.services import Services
 from forgeflow.store import StoreUnavailable
@@ -79,6 +79,7 @@ def create_app(
     app.include_router(webhook.router)
     app.include_router(hooks.router)  # POST /webhooks/{token}: pipeline webhook triggers
     app.include_router(control.router)
+    app.include_router(transcripts.router)
     app.include_router(pipelines.router)
     app.include_router(ops.router)
     app.include_router(web.router)  # the admin pages under /ui/

@@ -17,16 +17,11 @@ from forgeflow.api.errors import ApiError
 from forgeflow.api.inputs import MAX_INT32, MAX_INT64, Text, no_nul_parameters
 from forgeflow.api.schemas import ADMIN_ERRORS, UNMATCHED, Responses, answer, error
 from forgeflow.domain.states import (
-    ACTIVE_STATES,
-    CLAIMABLE_STATES,
-    FAILED_STATES,
-    TERMINAL_STATES,
     TaskState,
-    values,
 )
 from forgeflow.services import Services
-from forgeflow.store import audit, control, details, repos, scheduling, tasks, turns, usage
-from forgeflow.store.types import iso, utcnow
+from forgeflow.store import audit, repos, tasks, usage
+from forgeflow.store.details import overview_snapshot, task_detail_snapshot
 from forgeflow.tasks import controls
 
 router = APIRouter(
@@ -75,41 +70,6 @@ async def _control(
     return JSONResponse(payload, status_code=status)
 
 
-def overview_snapshot(conn: Connection) -> dict[str, Any]:
-    """What ``GET /overview`` answers; the admin pages show the same."""
-    ctl = control.get(conn)
-    counts = tasks.counts_by_state(conn)
-    active = [
-        r
-        for state in values(ACTIVE_STATES)
-        for r in tasks.list_page(conn, tasks.TaskFilter(state=state, limit=500))[0]
-    ]
-    failures = [
-        r
-        for state in values(FAILED_STATES)
-        for r in tasks.list_page(conn, tasks.TaskFilter(state=state, limit=10))[0]
-    ]
-    failures.sort(key=lambda t: t.updated_at, reverse=True)
-    oldest = tasks.oldest_queued_at(conn)
-    repo_rows = repos.list_all(conn)
-    return {
-        **control.to_json(ctl),
-        "runningSlots": None,  # no global cap (PRD §2): only per-repository leases
-        "running": [{"repoKey": t.repo_key, "taskId": t.task_id, "state": t.state} for t in active],
-        "queue": {
-            "length": counts.get(TaskState.QUEUED.value, 0),
-            "oldestQueuedAt": iso(oldest),
-            "oldestQueuedAgeSeconds": (utcnow() - oldest).total_seconds() if oldest else None,
-        },
-        "tasksByState": counts,
-        "repositories": {
-            "active": sum(1 for r in repo_rows if r.status == repos.ACTIVE),
-            "disabled": sum(1 for r in repo_rows if r.status == repos.DISABLED),
-        },
-        "recentFailures": [t.json() for t in failures[:10]],
-    }
-
-
 @router.get("/overview", response_model=None, responses={200: answer(s.Overview, "overview")})
 async def overview(request: Request) -> dict[str, Any]:
     """Global pause, running tasks per repository, queue summary, recent failures."""
@@ -135,29 +95,6 @@ async def list_tasks(
         "limit": limit,
         "offset": offset,
         "nextOffset": next_offset,
-    }
-
-
-def task_detail_snapshot(conn: Connection, task_id: str) -> dict[str, Any] | None:
-    """What ``GET /tasks/{taskId}`` answers, or None for an unknown task."""
-    row = tasks.get(conn, task_id)
-    if row is None:
-        return None
-    return {
-        "task": row.json(),
-        "terminal": TaskState(row.state) in TERMINAL_STATES,
-        # Tasks ahead of it on its repository (0 = next); only while it waits.
-        "queuePosition": scheduling.queue_position(conn, row)
-        if row.state in CLAIMABLE_STATES
-        else None,
-        "turns": [t.json() for t in turns.of_task(conn, task_id)],
-        "comments": details.comments_of(conn, task_id),
-        "errors": {
-            "errorCode": row.error_code,
-            "executionError": row.execution_error,
-            "replyError": row.reply_error,
-        },
-        "audit": audit.query(conn, audit.AuditQuery(task_id=task_id, limit=1000)),
     }
 
 

@@ -165,3 +165,23 @@ class Delivery(Record):
     payload_hash: str
     response_code: int
     expires_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class TranscriptEntry(Record):
+    """One finished item of a turn as kept for the task page (``domain/transcript.py``
+    bounds and redacts it before it is stored)."""
+
+    JSON_OMIT: ClassVar[frozenset[str]] = frozenset({"item_id"})
+
+    seq: int
+    task_id: str
+    turn_id: str
+    item_id: str
+    kind: str  # an ``EntryKind`` value
+    title: str
+    body: str
+    status: str | None
+    exit_code: int | None
+    truncated: bool
+    created_at: datetime

@@ -1,4 +1,5 @@
-"""Read-only queries behind task detail: the comments of a task."""
+"""Read-only views the API answers and the admin pages show alike: the overview and
+a task's detail (its comments, turns, errors and audit trail)."""
 
 from __future__ import annotations
 
@@ -6,8 +7,17 @@ from typing import Any
 
 from sqlalchemy import Connection, select
 
+from forgeflow.domain.states import (
+    ACTIVE_STATES,
+    CLAIMABLE_STATES,
+    FAILED_STATES,
+    TERMINAL_STATES,
+    TaskState,
+    values,
+)
+from forgeflow.store import audit, control, repos, scheduling, tasks, turns
 from forgeflow.store.schema import comments
-from forgeflow.store.types import iso
+from forgeflow.store.types import iso, utcnow
 
 
 def comments_of(conn: Connection, task_id: str) -> list[dict[str, Any]]:
@@ -29,3 +39,61 @@ def comments_of(conn: Connection, task_id: str) -> list[dict[str, Any]]:
         }
         for r in rows
     ]
+
+
+def overview_snapshot(conn: Connection) -> dict[str, Any]:
+    """What ``GET /overview`` answers; the admin pages show the same."""
+    ctl = control.get(conn)
+    counts = tasks.counts_by_state(conn)
+    active = [
+        r
+        for state in values(ACTIVE_STATES)
+        for r in tasks.list_page(conn, tasks.TaskFilter(state=state, limit=500))[0]
+    ]
+    failures = [
+        r
+        for state in values(FAILED_STATES)
+        for r in tasks.list_page(conn, tasks.TaskFilter(state=state, limit=10))[0]
+    ]
+    failures.sort(key=lambda t: t.updated_at, reverse=True)
+    oldest = tasks.oldest_queued_at(conn)
+    repo_rows = repos.list_all(conn)
+    return {
+        **control.to_json(ctl),
+        "runningSlots": None,  # no global cap: only one active task per repository
+        "running": [{"repoKey": t.repo_key, "taskId": t.task_id, "state": t.state} for t in active],
+        "queue": {
+            "length": counts.get(TaskState.QUEUED.value, 0),
+            "oldestQueuedAt": iso(oldest),
+            "oldestQueuedAgeSeconds": (utcnow() - oldest).total_seconds() if oldest else None,
+        },
+        "tasksByState": counts,
+        "repositories": {
+            "active": sum(1 for r in repo_rows if r.status == repos.ACTIVE),
+            "disabled": sum(1 for r in repo_rows if r.status == repos.DISABLED),
+        },
+        "recentFailures": [t.json() for t in failures[:10]],
+    }
+
+
+def task_detail_snapshot(conn: Connection, task_id: str) -> dict[str, Any] | None:
+    """What ``GET /tasks/{taskId}`` answers, or None for an unknown task."""
+    row = tasks.get(conn, task_id)
+    if row is None:
+        return None
+    return {
+        "task": row.json(),
+        "terminal": TaskState(row.state) in TERMINAL_STATES,
+        # Tasks ahead of it on its repository (0 = next); only while it waits.
+        "queuePosition": scheduling.queue_position(conn, row)
+        if row.state in CLAIMABLE_STATES
+        else None,
+        "turns": [t.json() for t in turns.of_task(conn, task_id)],
+        "comments": comments_of(conn, task_id),
+        "errors": {
+            "errorCode": row.error_code,
+            "executionError": row.execution_error,
+            "replyError": row.reply_error,
+        },
+        "audit": audit.query(conn, audit.AuditQuery(task_id=task_id, limit=1000)),
+    }

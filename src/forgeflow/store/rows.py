@@ -11,9 +11,9 @@ from typing import Any, TypeVar
 
 from sqlalchemy import Connection, RowMapping
 
-from forgeflow.domain.records import Delivery, Repository, Session, Task, Turn
+from forgeflow.domain.records import Delivery, Repository, Session, Task, TranscriptEntry, Turn
 
-R = TypeVar("R", Task, Repository, Session, Turn, Delivery)
+R = TypeVar("R", Task, Repository, Session, Turn, Delivery, TranscriptEntry)
 
 
 def record(kind: type[R], row: Mapping[str, Any] | RowMapping) -> R:

@@ -14,7 +14,7 @@ from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from forgeflow.store import audit
-from forgeflow.web.pages import audit_params
+from forgeflow.web.pages import audit_params, task_marker
 from forgeflow.web.pipelines import run_marker
 from forgeflow.web.render import UiRoute, services
 from forgeflow.web.security import NotFound, UiSession, require_session
@@ -28,10 +28,14 @@ _ASSETS = {"app.css": "text/css; charset=utf-8", "live.js": "text/javascript; ch
 
 
 @router.get("/live")
-async def live(request: Request, _session: Session, run: str | None = None) -> JSONResponse:
+async def live(
+    request: Request, _session: Session, run: str | None = None, task: str | None = None
+) -> JSONResponse:
     """The change marker: a page refreshes its live regions when it moves. A run page
-    adds its run, whose steps change without audit events."""
-    if run is not None:
+    adds its run, whose steps change without audit events; a task page its transcript."""
+    if task is not None:
+        stamp = await services(request).store.read(partial(task_marker, task_id=task))
+    elif run is not None:
         stamp = await services(request).store.read(partial(run_marker, run_id=run))
     else:
         stamp = await services(request).store.read(audit.change_marker)

@@ -7,17 +7,18 @@ from __future__ import annotations
 from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Annotated, Any
+from urllib.parse import quote
 
 from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import Response
 from sqlalchemy import Connection
 
-from forgeflow.api.control import overview_snapshot, task_detail_snapshot
 from forgeflow.config import sandbox_warning
 from forgeflow.domain.ids import InvalidName, parse_resource_key
 from forgeflow.domain.paths import session_worktree
 from forgeflow.domain.states import ACTIVE_STATES, CANCELLABLE_STATES, TaskState, values
-from forgeflow.store import audit, deliveries, repos, sessions, tasks
+from forgeflow.store import audit, deliveries, repos, sessions, tasks, transcripts
+from forgeflow.store.details import overview_snapshot, task_detail_snapshot
 from forgeflow.web.render import PAGE_SIZE, UiRoute, render, services
 from forgeflow.web.security import NotFound, UiSession, require_session
 
@@ -107,10 +108,20 @@ async def task_list(
     return render(request, "tasks.html", context, session=session, stamp=stamp)
 
 
+# Entries the task page shows; the API pages through the rest of a longer transcript.
+TRANSCRIPT_SHOWN = 1000
+
+
+def task_marker(conn: Connection, task_id: str) -> str:
+    """The task page's change marker: the audit's, and its newest transcript entry (a
+    turn's items are recorded without an audit event each)."""
+    return f"{audit.change_marker(conn)}.{transcripts.last_seq(conn, task_id)}"
+
+
 @router.get("/tasks/{task_id}")
 async def task_page(request: Request, session: Session, task_id: str) -> Response:
     def _read(conn: Connection) -> dict[str, Any] | None:
-        stamp = audit.change_marker(conn)
+        stamp = task_marker(conn, task_id)
         detail = task_detail_snapshot(conn, task_id)
         if detail is None:
             return None
@@ -122,6 +133,7 @@ async def task_page(request: Request, session: Session, task_id: str) -> Respons
             **detail,
             "repo": repo_row.json() if repo_row else None,
             "thread": session_row.json() if session_row else None,
+            "transcript": transcripts.of_task(conn, task_id, limit=TRANSCRIPT_SHOWN),
         }
 
     data = await services(request).store.read(_read)
@@ -142,6 +154,7 @@ async def task_page(request: Request, session: Session, task_id: str) -> Respons
         "can_release": task["state"] == TaskState.BLOCKED_WORKSPACE,
         "tokens": (task["inputTokens"] or 0) + (task["outputTokens"] or 0),
         "nav": "tasks",
+        "stamp_url": f"/ui/live?task={quote(task_id, safe='')}",
     }
     return render(request, "task.html", context, session=session, stamp=stamp)
 

@@ -22,12 +22,25 @@
     var fresh = new DOMParser().parseFromString(html, "text/html");
     document.querySelectorAll("[data-live][id]").forEach(function (region) {
       var next = fresh.getElementById(region.id);
-      // Never pull a form from under someone typing in it.
-      if (!next || region.contains(document.activeElement)) {
+      // Never pull a form from under someone typing in it (a focused summary or link
+      // is no reason to hold a region back).
+      var typing = document.activeElement &&
+        document.activeElement.matches("input, textarea, select, [contenteditable]");
+      if (!next || (typing && region.contains(document.activeElement))) {
         return;
       }
       if (next.innerHTML !== region.innerHTML) {
+        // Keep what the reader opened or closed (a transcript entry's output) as it was.
+        var shown = {};
+        region.querySelectorAll("details[id]").forEach(function (d) {
+          shown[d.id] = d.open;
+        });
         region.innerHTML = next.innerHTML;
+        region.querySelectorAll("details[id]").forEach(function (d) {
+          if (Object.prototype.hasOwnProperty.call(shown, d.id)) {
+            d.open = shown[d.id];
+          }
+        });
       }
     });
     return fresh.body.getAttribute("data-stamp");

@@ -1,0 +1,103 @@
+"""The task page shows what the agent did, growing while the real turn runs."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from playwright.sync_api import Browser, expect
+
+from forgeflow_testkit.agents import TurnAsk, read_turn
+from forgeflow_testkit.gitea_emulator import GiteaEmulator
+from forgeflow_testkit.model_server import RecordedRequest, ScriptedModel, last_input_is_tool_output
+from forgeflow_testkit.model_steps import (
+    Reply,
+    ShellCall,
+    Step,
+    delay,
+    gitea_comment,
+    message,
+    new_id,
+)
+from tests.browser.conftest import ARTIFACTS
+from tests.support.agentic import Agentic, start_agentic
+from tests.support.forgeflow import ADMIN_TOKEN
+
+
+@pytest.fixture
+def agentic(tmp_path: Path, sqlite_url: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[Agentic]:
+    gitea = GiteaEmulator(tmp_path / "gitea-repos")
+    gitea.start()
+    try:
+        with ScriptedModel() as model:
+            yield from start_agentic(gitea, model, tmp_path, sqlite_url, monkeypatch)
+    finally:
+        gitea.stop()
+
+
+def script_two_commands(model: ScriptedModel, pause: float) -> None:
+    """The turn runs one command, thinks for ``pause`` seconds, runs a second, answers."""
+    first_id, second_id, comment_id = new_id("call"), new_id("call"), new_id("call")
+    asks: list[TurnAsk] = []
+
+    def first(request: RecordedRequest) -> Step:
+        ask = read_turn(request)
+        assert ask is not None
+        asks.append(ask)
+        return Reply.of(ShellCall("echo first-step", call_id=first_id))
+
+    def answer(_request: RecordedRequest) -> Step:
+        ask = asks[0]
+        body = f"Done.\n\n{ask.marker}"
+        return gitea_comment(ask.owner, ask.repo, ask.number, body, call_id=comment_id)
+
+    model.respond(
+        last_input_is_tool_output(comment_id), lambda _r: message("Done."), times=1, first=True
+    )
+    model.respond(last_input_is_tool_output(second_id), answer, times=1, first=True)
+    model.respond(
+        last_input_is_tool_output(first_id),
+        lambda _r: delay(pause, Reply.of(ShellCall("echo second-step", call_id=second_id))),
+        times=1,
+        first=True,
+    )
+    model.respond(lambda r: read_turn(r) is not None, first, times=1, first=True)
+
+
+def test_the_transcript_grows_on_the_task_page_while_the_turn_runs(
+    browser: Browser, agentic: Agentic
+) -> None:
+    context = browser.new_context(viewport={"width": 1360, "height": 900})
+    context.set_default_timeout(30_000)
+    page = context.new_page()
+    errors: list[str] = []
+    page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    try:
+        page.goto(agentic.ff.url + "/ui/")
+        page.fill("input[name=token]", ADMIN_TOKEN)
+        page.fill("input[name=operator]", "alice")
+        page.click("button:has-text('Sign in')")
+        page.wait_for_selector("text=admin:alice")
+
+        script_two_commands(agentic.model, pause=4.0)
+        task_id = agentic.mention("@ccweb-bot please look around")
+        page.goto(f"{agentic.ff.url}/ui/tasks/{task_id}")
+        page.evaluate("window.__sameDocument = true")
+        transcript = page.locator("#task-transcript")
+        expect(transcript).to_contain_text("first-step", timeout=30_000)
+        # The reader opens the first command's output; the page keeps it open as it grows.
+        page.locator("#task-transcript details", has_text="first-step").locator("summary").click()
+        expect(transcript).to_contain_text("second-step", timeout=30_000)
+        expect(page.locator("#task-state")).to_have_text("succeeded", timeout=30_000)
+        expect(transcript).to_contain_text("Done.")
+        first = page.locator("#task-transcript details", has_text="first-step")
+        assert first.get_attribute("open") is not None
+        expect(first.locator("pre")).to_contain_text("first-step")
+        assert page.evaluate("window.__sameDocument") is True
+        ARTIFACTS.mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(ARTIFACTS / "transcript.png"), full_page=True)
+        assert errors == []
+    finally:
+        context.close()
