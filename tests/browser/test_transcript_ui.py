@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from playwright.sync_api import Browser, expect
+from playwright.sync_api import Browser, Page, expect
 
+from forgeflow.domain.markers import parse_marker
 from forgeflow_testkit.agents import TurnAsk, read_turn
 from forgeflow_testkit.gitea_emulator import GiteaEmulator
 from forgeflow_testkit.model_server import RecordedRequest, ScriptedModel, last_input_is_tool_output
@@ -23,6 +25,10 @@ from forgeflow_testkit.model_steps import (
 from tests.browser.conftest import ARTIFACTS
 from tests.support.agentic import Agentic, start_agentic
 from tests.support.forgeflow import ADMIN_TOKEN
+from tests.support.turns import shell_turn
+
+# Where people would reach forgeflow; the tests follow the links' paths on the real server.
+PUBLIC_URL = "https://forgeflow.example"
 
 
 @pytest.fixture
@@ -31,7 +37,9 @@ def agentic(tmp_path: Path, sqlite_url: str, monkeypatch: pytest.MonkeyPatch) ->
     gitea.start()
     try:
         with ScriptedModel() as model:
-            yield from start_agentic(gitea, model, tmp_path, sqlite_url, monkeypatch)
+            yield from start_agentic(
+                gitea, model, tmp_path, sqlite_url, monkeypatch, public_url=PUBLIC_URL
+            )
     finally:
         gitea.stop()
 
@@ -65,39 +73,75 @@ def script_two_commands(model: ScriptedModel, pause: float) -> None:
     model.respond(lambda r: read_turn(r) is not None, first, times=1, first=True)
 
 
-def test_the_transcript_grows_on_the_task_page_while_the_turn_runs(
-    browser: Browser, agentic: Agentic
-) -> None:
+@pytest.fixture
+def page(browser: Browser) -> Iterator[Page]:
     context = browser.new_context(viewport={"width": 1360, "height": 900})
     context.set_default_timeout(30_000)
-    page = context.new_page()
+    opened = context.new_page()
     errors: list[str] = []
-    page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
-    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    opened.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+    opened.on("pageerror", lambda exc: errors.append(str(exc)))
     try:
-        page.goto(agentic.ff.url + "/ui/")
-        page.fill("input[name=token]", ADMIN_TOKEN)
-        page.fill("input[name=operator]", "alice")
-        page.click("button:has-text('Sign in')")
-        page.wait_for_selector("text=admin:alice")
-
-        script_two_commands(agentic.model, pause=4.0)
-        task_id = agentic.mention("@ccweb-bot please look around")
-        page.goto(f"{agentic.ff.url}/ui/tasks/{task_id}")
-        page.evaluate("window.__sameDocument = true")
-        transcript = page.locator("#task-transcript")
-        expect(transcript).to_contain_text("first-step", timeout=30_000)
-        # The reader opens the first command's output; the page keeps it open as it grows.
-        page.locator("#task-transcript details", has_text="first-step").locator("summary").click()
-        expect(transcript).to_contain_text("second-step", timeout=30_000)
-        expect(page.locator("#task-state")).to_have_text("succeeded", timeout=30_000)
-        expect(transcript).to_contain_text("Done.")
-        first = page.locator("#task-transcript details", has_text="first-step")
-        assert first.get_attribute("open") is not None
-        expect(first.locator("pre")).to_contain_text("first-step")
-        assert page.evaluate("window.__sameDocument") is True
-        ARTIFACTS.mkdir(parents=True, exist_ok=True)
-        page.screenshot(path=str(ARTIFACTS / "transcript.png"), full_page=True)
+        yield opened
+        # No script error and no Content-Security-Policy violation on any page.
         assert errors == []
     finally:
         context.close()
+
+
+def sign_in(page: Page) -> None:
+    page.fill("input[name=token]", ADMIN_TOKEN)
+    page.fill("input[name=operator]", "alice")
+    page.click("button:has-text('Sign in')")
+    page.wait_for_selector("text=admin:alice")
+
+
+def test_the_transcript_grows_on_the_task_page_while_the_turn_runs(
+    page: Page, agentic: Agentic
+) -> None:
+    page.goto(agentic.ff.url + "/ui/")
+    sign_in(page)
+
+    script_two_commands(agentic.model, pause=4.0)
+    task_id = agentic.mention("@ccweb-bot please look around")
+    page.goto(f"{agentic.ff.url}/ui/tasks/{task_id}")
+    page.evaluate("window.__sameDocument = true")
+    transcript = page.locator("#task-transcript")
+    expect(transcript).to_contain_text("first-step", timeout=30_000)
+    # The reader opens the first command's output; the page keeps it open as it grows.
+    page.locator("#task-transcript details", has_text="first-step").locator("summary").click()
+    expect(transcript).to_contain_text("second-step", timeout=30_000)
+    expect(page.locator("#task-state")).to_have_text("succeeded", timeout=30_000)
+    expect(transcript).to_contain_text("Done.")
+    first = page.locator("#task-transcript details", has_text="first-step")
+    assert first.get_attribute("open") is not None
+    expect(first.locator("pre")).to_contain_text("first-step")
+    assert page.evaluate("window.__sameDocument") is True
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / "transcript.png"), full_page=True)
+
+
+def link_path(body: str) -> str:
+    """The path of the task-page link in a bot comment (on this test's real server)."""
+    found = re.search(re.escape(PUBLIC_URL) + r"(/ui/tasks/[^)\s]+)\)", body)
+    assert found is not None, body
+    return found.group(1)
+
+
+def test_the_receipt_and_the_answer_link_to_the_task_page(page: Page, agentic: Agentic) -> None:
+    turn = shell_turn(agentic, "true")
+    receipt, answer = agentic.bot_comments()
+    assert receipt["body"].startswith("giteabot: 已收到")
+    path = link_path(receipt["body"])
+    assert path == f"/ui/tasks/{turn.task_id}"
+    # The agent's own answer gained the link, and its marker is still the last line.
+    assert link_path(answer["body"]) == path
+    assert parse_marker(answer["body"]) is not None
+    assert answer["body"].rstrip().splitlines()[-1].startswith("<!--")
+    # Someone who follows it signs in first, then sees the task.
+    page.goto(agentic.ff.url + path)
+    expect(page.locator("input[name=token]")).to_be_visible()
+    sign_in(page)
+    assert page.url == agentic.ff.url + path
+    expect(page.locator("#task-state")).to_have_text("succeeded")
+    expect(page.locator("#task-transcript")).to_contain_text("Done.")

@@ -15,6 +15,7 @@ from datetime import datetime, timedelta
 from enum import Enum, StrEnum
 from functools import partial
 from typing import Any, Protocol
+from urllib.parse import quote
 
 import structlog
 from sqlalchemy import Connection
@@ -97,9 +98,13 @@ class Replies:
         bot_login: str,
         *,
         workers_ttl: timedelta | None = None,
+        public_url: str | None = None,
     ) -> None:
         """``workers_ttl``: how long a worker whose heartbeat stopped counts as live
-        (the lease period); without it an abandoned intent waits IN_FLIGHT."""
+        (the lease period); without it an abandoned intent waits IN_FLIGHT.
+        ``public_url`` (FORGEFLOW_PUBLIC_URL): where people reach forgeflow; with it the
+        bot's comments link to the task's page."""
+        self._public_url = public_url.rstrip("/") if public_url else None
         self._store = store
         self._workers_ttl = workers_ttl
         self._gitea = gitea
@@ -272,6 +277,18 @@ class Replies:
             await self._store.write(record)
         return comment_id
 
+    def link(self, task: About) -> str:
+        """The line that points people in Gitea at the task's page ("" without a public
+        URL). The page asks whoever opens it to sign in as an operator."""
+        if self._public_url is None:
+            return ""
+        url = f"{self._public_url}/ui/tasks/{quote(task.task_id, safe='')}"
+        return f"[任务详情 / Task details]({url})"
+
+    def _with_link(self, text: str, task: About) -> str:
+        link = self.link(task)
+        return f"{text}\n\n{link}" if link else text
+
     async def receipt(
         self,
         task: Task,
@@ -290,7 +307,7 @@ class Replies:
             task,
             key=f"{task.task_id}:receipt",
             kind=MarkerKind.RECEIPT,
-            text=text,
+            text=self._with_link(text, task),
             wait_in_flight=wait_in_flight,
             defer_record=defer_record,
         )
@@ -304,7 +321,10 @@ class Replies:
     async def result(self, task: Task, text: str) -> int | None:
         """The at most one result comment of a failed, cancelled or aborted task."""
         return await self.post_once(
-            task, key=f"{task.task_id}:result", kind=MarkerKind.RESULT, text=f"giteabot: {text}"
+            task,
+            key=f"{task.task_id}:result",
+            kind=MarkerKind.RESULT,
+            text=self._with_link(f"giteabot: {text}", task),
         )
 
     async def command_reply(self, row: dict[str, Any]) -> int | None:
@@ -364,6 +384,6 @@ class Replies:
             task,
             key=f"{task.task_id}:fallback:{turn}",
             kind=MarkerKind.FALLBACK,
-            text=text,
+            text=self._with_link(text, task),
             turn=turn,
         )

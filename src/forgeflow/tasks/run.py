@@ -147,7 +147,7 @@ class Execution:
             )
         result = await self.replies.verify(task, turn.turn_key)
         if result.result is Found.FOUND:
-            await self._note_publishing(task, result, published)
+            await self._note_answer(task, result, published)
             return await self.moves.move(
                 task,
                 S.SUCCEEDED,
@@ -191,13 +191,13 @@ class Execution:
             )
         return await self._fallback(task, turn)
 
-    async def _note_publishing(
-        self, task: Task, found: Verification, outcome: Outcome | None
-    ) -> None:
-        """The answer says what happened to the work: pushed where, or refused why."""
-        note = outcome.note() if outcome is not None else None
+    async def _note_answer(self, task: Task, found: Verification, outcome: Outcome | None) -> None:
+        """The agent's answer says what happened to the work (pushed where, or refused
+        why) and, with a public URL, links to the task's page."""
+        lines = [outcome.note() if outcome is not None else None, self.replies.link(task)]
+        note = "\n".join(line for line in lines if line)
         marker = parse_marker(found.body or "")
-        if note is None or marker is None or marker.kind is not MarkerKind.FINAL:
+        if not note or marker is None or marker.kind is not MarkerKind.FINAL:
             return
         if await self.replies.add_note(task, found, note):
             await self.moves.audit(task, "reply.publish_note", comment_id=found.comment_id)
