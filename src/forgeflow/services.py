@@ -57,6 +57,8 @@ class Services:
     # claims at once instead of at its next poll.
     wakeup: Wakeup = field(default_factory=Wakeup)
     scheduler: Scheduler | None = field(default=None)
+    # The clones this process works in (a worker only): pages read published diffs there.
+    workspace: WorkspaceManager | None = field(default=None)
     pipelines: PipelineEngine | None = field(default=None)
     triggers: TriggerLoops | None = field(default=None)
 
@@ -122,6 +124,7 @@ class Services:
         scheduler = self._build_scheduler(workspace, publisher, self.runtime)
         await self._register_worker()
         self.scheduler = scheduler
+        self.workspace = workspace
         await scheduler.start()
 
     def _build_scheduler(

@@ -1,4 +1,5 @@
-"""The task page shows what the agent did, growing while the real turn runs."""
+"""What the agent did, in the browser: the task page's transcript growing while the real
+turn runs, the links from Gitea to it, and a session's conversation with its published diff."""
 
 from __future__ import annotations
 
@@ -145,3 +146,29 @@ def test_the_receipt_and_the_answer_link_to_the_task_page(page: Page, agentic: A
     assert page.url == agentic.ff.url + path
     expect(page.locator("#task-state")).to_have_text("succeeded")
     expect(page.locator("#task-transcript")).to_contain_text("Done.")
+
+
+def test_the_session_page_shows_the_conversation_and_the_published_diff(
+    page: Page, agentic: Agentic
+) -> None:
+    first = shell_turn(agentic, "true", "@ccweb-bot what does this repository do?")
+    second = shell_turn(
+        agentic,
+        "echo 'fixed line' > fix.txt && git add fix.txt && git commit -qm 'Fix it'",
+        "@ccweb-bot please fix it",
+    )
+    session_key = second.detail["task"]["sessionKey"]
+    assert first.detail["task"]["sessionKey"] == session_key
+    page.goto(agentic.ff.url + f"/ui/tasks/{second.task_id}")
+    sign_in(page)
+    page.click(f"#task-workspace a:has-text('{session_key}')")
+    conversation = page.locator("#session-conversation")
+    expect(conversation).to_contain_text("what does this repository do?")
+    expect(conversation).to_contain_text("please fix it")
+    expect(conversation.locator(".answer")).to_have_count(2)
+    expect(conversation).to_contain_text("pushed")
+    diff = page.locator("#session-diff pre.diff")
+    expect(diff).to_contain_text("+fixed line")
+    expect(diff).to_contain_text("fix.txt")
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / "session.png"), full_page=True)

@@ -3,10 +3,12 @@ a task's detail (its comments, turns, errors and audit trail)."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import Connection, select
 
+from forgeflow.domain.records import Task, Turn
 from forgeflow.domain.states import (
     ACTIVE_STATES,
     CLAIMABLE_STATES,
@@ -15,8 +17,10 @@ from forgeflow.domain.states import (
     TaskState,
     values,
 )
-from forgeflow.store import audit, control, repos, scheduling, tasks, turns
+from forgeflow.store import audit, control, pushes, repos, scheduling, tasks, turns
+from forgeflow.store import rows as rows_mod
 from forgeflow.store.schema import comments
+from forgeflow.store.schema import tasks as tasks_table
 from forgeflow.store.types import iso, utcnow
 
 
@@ -97,3 +101,33 @@ def task_detail_snapshot(conn: Connection, task_id: str) -> dict[str, Any] | Non
         },
         "audit": audit.query(conn, audit.AuditQuery(task_id=task_id, limit=1000)),
     }
+
+
+@dataclass(frozen=True, slots=True)
+class Exchange:
+    """One mention of a session and what came of it, for the session page."""
+
+    task: Task
+    turns: list[Turn]
+    comments: list[dict[str, Any]]
+    pushes: list[pushes.Push]
+
+
+def conversation(conn: Connection, session_key: str, limit: int = 200) -> list[Exchange]:
+    """A session's mentions, oldest first, each with its turns, the bot's comments and
+    the pushes of its work."""
+    rows = conn.execute(
+        select(tasks_table)
+        .where(tasks_table.c.session_key == session_key)
+        .order_by(tasks_table.c.created_at)
+        .limit(limit)
+    ).mappings()
+    return [
+        Exchange(
+            task,
+            turns.of_task(conn, task.task_id),
+            comments_of(conn, task.task_id),
+            pushes.of_task(conn, task.task_id),
+        )
+        for task in (rows_mod.record(Task, row) for row in rows)
+    ]

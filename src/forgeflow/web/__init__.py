@@ -5,10 +5,11 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from forgeflow.web import actions, feeds, pages, pipeline_hooks, pipelines
+from forgeflow.web import actions, conversation, feeds, pages, pipeline_hooks, pipelines
 
 router = APIRouter()
 router.include_router(pages.router)
+router.include_router(conversation.router)
 router.include_router(actions.router)
 router.include_router(pipelines.router)
 router.include_router(pipeline_hooks.router)

@@ -334,6 +334,16 @@ class WorkspaceManager:
         async with self._lock(repo):
             return await remote.push(self.git, main, clone_url, sha, branch)
 
+    async def branch_diff(self, repo: RepoRef, base: str, sha: str) -> str:
+        """What ``sha`` changes since it left ``base`` (``git diff base...sha``): published
+        work as a reviewer reads it. No external diff driver or text conversion runs:
+        the repository's own attributes must not start programs here."""
+        main = repo_workspace(str(self.root), repo)
+        spec = f"{check_ref(base, 'base')}...{check_sha(sha, 'commit')}"
+        args = ("diff", "--no-color", "--no-ext-diff", "--no-textconv", spec, "--")
+        result = await self.git.run(*args, cwd=main, time_limit=30)
+        return result.stdout
+
     # -- helpers -------------------------------------------------------------------------
 
     def _inside_root(self, path: str) -> None:
