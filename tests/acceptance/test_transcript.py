@@ -7,8 +7,9 @@ import json
 import re
 from typing import Any
 
+from forgeflow_testkit.model_steps import ShellCall
 from tests.support.agentic import Agentic
-from tests.support.turns import shell_turn
+from tests.support.turns import script_turn, shell_turn
 
 
 def transcript(agentic: Agentic, task_id: str, **params: Any) -> dict[str, Any]:
@@ -56,3 +57,22 @@ def test_an_unknown_task_has_no_transcript(agentic: Agentic) -> None:
     with agentic.ff.admin() as admin:
         answer = admin.get("/api/gitea-workflow/tasks/gitea-task-nope/transcript")
     assert answer.status_code == 404 and answer.json()["error"] == "task_not_found"
+
+
+PATCH = """apply_patch <<'EOF'
+*** Begin Patch
+*** Add File: hello.txt
++hello from a patch
+*** End Patch
+EOF"""
+
+
+def test_a_file_change_shows_its_path_and_content(agentic: Agentic) -> None:
+    # codex applies a shell `apply_patch` itself and reports a fileChange item.
+    script_turn(agentic.model, [ShellCall(PATCH)])
+    task_id = agentic.mention("@ccweb-bot add a greeting")
+    assert agentic.finished(task_id)["task"]["state"] == "succeeded"
+    changes = [e for e in transcript(agentic, task_id)["items"] if e["kind"] == "file_change"]
+    assert len(changes) == 1, changes
+    assert changes[0]["title"].endswith("/hello.txt")
+    assert changes[0]["body"].startswith("add ") and "hello from a patch" in changes[0]["body"]

@@ -11,22 +11,15 @@ import pytest
 from playwright.sync_api import Browser, Page, expect
 
 from forgeflow.domain.markers import parse_marker
-from forgeflow_testkit.agents import TurnAsk, read_turn
 from forgeflow_testkit.gitea_emulator import GiteaEmulator
-from forgeflow_testkit.model_server import RecordedRequest, ScriptedModel, last_input_is_tool_output
+from forgeflow_testkit.model_server import ScriptedModel
 from forgeflow_testkit.model_steps import (
-    Reply,
     ShellCall,
-    Step,
-    delay,
-    gitea_comment,
-    message,
-    new_id,
 )
 from tests.browser.conftest import ARTIFACTS
 from tests.support.agentic import Agentic, start_agentic
 from tests.support.forgeflow import ADMIN_TOKEN
-from tests.support.turns import shell_turn
+from tests.support.turns import script_turn, shell_turn
 
 # Where people would reach forgeflow; the tests follow the links' paths on the real server.
 PUBLIC_URL = "https://forgeflow.example"
@@ -43,35 +36,6 @@ def agentic(tmp_path: Path, sqlite_url: str, monkeypatch: pytest.MonkeyPatch) ->
             )
     finally:
         gitea.stop()
-
-
-def script_two_commands(model: ScriptedModel, pause: float) -> None:
-    """The turn runs one command, thinks for ``pause`` seconds, runs a second, answers."""
-    first_id, second_id, comment_id = new_id("call"), new_id("call"), new_id("call")
-    asks: list[TurnAsk] = []
-
-    def first(request: RecordedRequest) -> Step:
-        ask = read_turn(request)
-        assert ask is not None
-        asks.append(ask)
-        return Reply.of(ShellCall("echo first-step", call_id=first_id))
-
-    def answer(_request: RecordedRequest) -> Step:
-        ask = asks[0]
-        body = f"Done.\n\n{ask.marker}"
-        return gitea_comment(ask.owner, ask.repo, ask.number, body, call_id=comment_id)
-
-    model.respond(
-        last_input_is_tool_output(comment_id), lambda _r: message("Done."), times=1, first=True
-    )
-    model.respond(last_input_is_tool_output(second_id), answer, times=1, first=True)
-    model.respond(
-        last_input_is_tool_output(first_id),
-        lambda _r: delay(pause, Reply.of(ShellCall("echo second-step", call_id=second_id))),
-        times=1,
-        first=True,
-    )
-    model.respond(lambda r: read_turn(r) is not None, first, times=1, first=True)
 
 
 @pytest.fixture
@@ -103,7 +67,11 @@ def test_the_transcript_grows_on_the_task_page_while_the_turn_runs(
     page.goto(agentic.ff.url + "/ui/")
     sign_in(page)
 
-    script_two_commands(agentic.model, pause=4.0)
+    script_turn(
+        agentic.model,
+        [ShellCall("echo first-step"), ShellCall("echo second-step")],
+        pauses=[0.0, 4.0],
+    )
     task_id = agentic.mention("@ccweb-bot please look around")
     page.goto(f"{agentic.ff.url}/ui/tasks/{task_id}")
     page.evaluate("window.__sameDocument = true")

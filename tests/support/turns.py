@@ -5,13 +5,25 @@ tests read what the command printed (the ``function_call_output`` codex sends ba
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
 from typing import Any
 
 from forgeflow_testkit.agents import TurnAsk, read_turn
-from forgeflow_testkit.model_server import RecordedRequest, last_input_is_tool_output
-from forgeflow_testkit.model_steps import Reply, ShellCall, Step, gitea_comment, message, new_id
+from forgeflow_testkit.model_server import (
+    RecordedRequest,
+    ScriptedModel,
+    last_input_is_tool_output,
+)
+from forgeflow_testkit.model_steps import (
+    Reply,
+    ShellCall,
+    Step,
+    delay,
+    gitea_comment,
+    message,
+    new_id,
+)
 from tests.support.agentic import Agentic
 
 START = "__START__"
@@ -91,3 +103,38 @@ def section(output: str, name: str) -> str:
     found = re.search(rf"^== {re.escape(name)}\n(.*?)(?=^== |\Z)", output, re.S | re.M)
     assert found is not None, f"no section {name!r} in:\n{output}"
     return found.group(1)
+
+
+def script_turn(
+    model: ScriptedModel, calls: Sequence[ShellCall], pauses: Sequence[float] = ()
+) -> None:
+    """The next turn runs ``calls`` one after another (the model thinks ``pauses[i]``
+    seconds before call ``i``, when given), then answers "Done." on Gitea."""
+    ids = [new_id("call") for _ in calls]
+    comment_id = new_id("call")
+    asks: list[TurnAsk] = []
+
+    def first(request: RecordedRequest) -> Step:
+        ask = read_turn(request)
+        assert ask is not None
+        asks.append(ask)
+        return Reply.of(replace(calls[0], call_id=ids[0]))
+
+    def answer(_request: RecordedRequest) -> Step:
+        ask = asks[0]
+        body = f"Done.\n\n{ask.marker}"
+        return gitea_comment(ask.owner, ask.repo, ask.number, body, call_id=comment_id)
+
+    def then(n: int) -> Callable[[RecordedRequest], Step]:
+        step = Reply.of(replace(calls[n], call_id=ids[n]))
+        pause = pauses[n] if n < len(pauses) else 0.0
+        return lambda _r: delay(pause, step) if pause else step
+
+    # Ahead of any other rule, each once, the last first (rules added later match first).
+    model.respond(
+        last_input_is_tool_output(comment_id), lambda _r: message("Done."), times=1, first=True
+    )
+    model.respond(last_input_is_tool_output(ids[-1]), answer, times=1, first=True)
+    for n in range(len(calls) - 1, 0, -1):
+        model.respond(last_input_is_tool_output(ids[n - 1]), then(n), times=1, first=True)
+    model.respond(lambda r: read_turn(r) is not None, first, times=1, first=True)

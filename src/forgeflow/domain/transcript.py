@@ -70,8 +70,13 @@ def _command(item: Mapping[str, Any]) -> tuple[str, str, int | None]:
 def _file_change(item: Mapping[str, Any]) -> tuple[str, str]:
     changes = [c for c in item.get("changes") or [] if isinstance(c, Mapping)]
     paths = ", ".join(str(c.get("path") or "?") for c in changes)
-    diffs = "\n".join(str(c.get("diff") or "") for c in changes)
-    return paths, diffs
+    parts = []
+    for change in changes:
+        # An added file's "diff" is its content; the kind line says which it is.
+        kind = change.get("kind")
+        how = kind.get("type") if isinstance(kind, Mapping) else kind
+        parts.append(f"{how or 'change'} {change.get('path') or '?'}\n{change.get('diff') or ''}")
+    return paths, "\n".join(parts)
 
 
 def _tool_call(item: Mapping[str, Any]) -> tuple[str, str]:
