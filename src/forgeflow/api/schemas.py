@@ -63,10 +63,8 @@ if TYPE_CHECKING:  # mypy sees plain models; the real ones are built at import
     Task = BaseModel
     Turn = BaseModel
     Repository = BaseModel
-    TranscriptEntry = BaseModel
 else:
     Task, Turn, Repository = map(derived, (records.Task, records.Turn, records.Repository))
-    TranscriptEntry = derived(records.TranscriptEntry)
 
 
 class TaskPage(BaseModel):
@@ -123,11 +121,6 @@ class TaskDetail(BaseModel):
     comments: list[Comment]
     errors: TaskErrors
     audit: list[AuditEvent]
-
-
-class TranscriptPage(BaseModel):
-    items: list[TranscriptEntry]
-    nextAfter: int | None = Field(description="the ``after`` of the next page; null at the end")
 
 
 class AuditPage(BaseModel):

@@ -6,18 +6,30 @@ of the task's detail; a client pages through it with ``after`` (the last ``seq``
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 from fastapi import APIRouter, Depends, Query, Request
+from pydantic import BaseModel, Field
 from sqlalchemy import Connection
 
-from forgeflow.api import schemas as s
 from forgeflow.api.auth import require_admin
 from forgeflow.api.errors import ApiError
 from forgeflow.api.inputs import MAX_INT64, no_nul_parameters
-from forgeflow.api.schemas import ADMIN_ERRORS, UNMATCHED, answer, error
+from forgeflow.api.schemas import ADMIN_ERRORS, UNMATCHED, answer, derived, error
+from forgeflow.domain import records
 from forgeflow.services import Services
 from forgeflow.store import tasks, transcripts
+
+if TYPE_CHECKING:  # mypy sees a plain model; the real one is built at import
+    TranscriptEntry = BaseModel
+else:
+    TranscriptEntry = derived(records.TranscriptEntry)
+
+
+class TranscriptPage(BaseModel):
+    items: list[TranscriptEntry]
+    nextAfter: int | None = Field(description="the ``after`` of the next page; null at the end")
+
 
 router = APIRouter(
     prefix="/api/gitea-workflow",
@@ -31,7 +43,7 @@ router = APIRouter(
     "/tasks/{taskId}/transcript",
     response_model=None,
     responses={
-        200: answer(s.TranscriptPage, "the task's transcript entries after `after`"),
+        200: answer(TranscriptPage, "the task's transcript entries after `after`"),
         404: error(f"task_not_found, or {UNMATCHED}"),
     },
 )
