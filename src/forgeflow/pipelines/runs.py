@@ -252,6 +252,7 @@ def finish_run(
         error=redact(error) if error else None,
     )
     audit_run(conn, "pipeline.run.finish", run, actor)
+    q.announce_run_ended(conn)
     return run
 
 

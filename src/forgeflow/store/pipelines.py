@@ -16,6 +16,7 @@ from typing import Any
 
 from sqlalchemy import Connection, and_, bindparam, func, insert, or_, select, update
 
+from forgeflow.store.db import after_commit
 from forgeflow.store.pipeline_schema import pipeline_runs as runs
 from forgeflow.store.pipeline_schema import pipeline_steps as steps
 from forgeflow.store.sql import insert_ignore
@@ -98,6 +99,16 @@ def lock_run(conn: Connection, run_id: str, *, definition: bool = True) -> Row |
     leaves out the definition snapshot (a caller that has it parsed already)."""
     row = conn.execute(_LOCK_RUN[definition], {"run_id": run_id}).first()
     return dict(row._mapping) if row else None
+
+
+# Announced by every transaction that ends a run (pipelines.runs.finish_run), once it
+# has committed: ``store.db.subscribe(RUN_ENDED, fn)`` calls ``fn`` then, on the
+# database thread, so whoever waits for runs to end (the step benchmark) need not poll.
+RUN_ENDED = "pipelines.run_ended"
+
+
+def announce_run_ended(conn: Connection) -> None:
+    after_commit(conn, RUN_ENDED)
 
 
 def run_by_dedupe(conn: Connection, dedupe_key: str) -> Row | None:
