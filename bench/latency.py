@@ -70,9 +70,10 @@ from forgeflow.pipelines.adapters import LocalWorkspace
 from forgeflow.pipelines.bodies import register_builtins
 from forgeflow.pipelines.definition import load_definition
 from forgeflow.pipelines.engine import PipelineEngine
-from forgeflow.pipelines.kinds import TERMINAL_RUN_STATUSES, RunStatus
+from forgeflow.pipelines.kinds import RunStatus
 from forgeflow.pipelines.registry import PipelineBodyRegistry, StepContext
 from forgeflow.store import Store
+from forgeflow.store import pipelines as pipeline_store
 from forgeflow_testkit.agents import answering_agent, read_turn
 from forgeflow_testkit.codex_home import write_codex_home
 from forgeflow_testkit.model_server import ScriptedModel
@@ -494,15 +495,14 @@ def chain_template(n: int) -> dict[str, Any]:
 async def forgeflow_times(n: int, repeat: int, folder: Path) -> list[float]:
     """Runs of trigger → n no-op steps → terminal through the real PipelineEngine on a
     fresh SQLite file; the clock runs from engine.start to the commit ending the run."""
-    finished: dict[str, asyncio.Event] = {}
+    loop = asyncio.get_running_loop()
+    ended: asyncio.Queue[float] = asyncio.Queue()
 
-    class Observed(PipelineEngine):
-        # Observation only: the engine hands every run row it moved to _after; the clock
-        # stops when one arrives finished (no polling reads competing with the writer).
-        async def _after(self, run: dict[str, Any] | None, **kw: Any) -> None:
-            await super()._after(run, **kw)
-            if run is not None and RunStatus(run["status"]) in TERMINAL_RUN_STATUSES:
-                finished.setdefault(run["run_id"], asyncio.Event()).set()
+    def on_run_ended() -> None:
+        # The store's public after-commit hook, on the writer thread right after the
+        # commit that ended a run: the clock stops there (no polling reads competing
+        # with the writer). One run at a time, so the run that ended is the one started.
+        loop.call_soon_threadsafe(ended.put_nowait, time.perf_counter())
 
     async def noop(ctx: StepContext) -> None:
         return None
@@ -513,7 +513,7 @@ async def forgeflow_times(n: int, repeat: int, folder: Path) -> list[float]:
     register_builtins(registry)
     registry.register("bench.noop", noop)
     workspace = LocalWorkspace(str(folder / "ws"), str(folder / "scratch"))
-    engine = Observed(
+    engine = PipelineEngine(
         store,
         registry,
         owner="bench/1",
@@ -522,6 +522,7 @@ async def forgeflow_times(n: int, repeat: int, folder: Path) -> list[float]:
         poll_seconds=1.0,
         lease_ttl=60.0,
     )
+    unsubscribe = store.db.subscribe(pipeline_store.RUN_ENDED, on_run_ended)
     times = []
     try:
         loaded = load_definition(chain_template(n), bodies=registry.keys())
@@ -530,15 +531,26 @@ async def forgeflow_times(n: int, repeat: int, folder: Path) -> list[float]:
         for i in range(repeat + 1):
             t0 = time.perf_counter()
             started = await engine.start("chain")
-            event = finished.setdefault(started.run["run_id"], asyncio.Event())
-            if started.run["status"] == RunStatus.RUNNING:
-                await asyncio.wait_for(event.wait(), timeout=600)
+            t1 = await asyncio.wait_for(ended.get(), timeout=600)
+            await check_run(store, started.run["run_id"], n)
             if i:  # the first run warms caches and thread pools
-                times.append(time.perf_counter() - t0)
+                times.append(t1 - t0)
     finally:
+        unsubscribe()
         await engine.stop()
         store.close()
     return times
+
+
+async def check_run(store: Store, run_id: str, n: int) -> None:
+    """The run that ended succeeded, every one of its n steps once."""
+    run = await store.read(lambda c: pipeline_store.get_run(c, run_id))
+    rows = await store.read(lambda c: pipeline_store.steps_of(c, run_id))
+    ran = [r for r in rows if r["kind"] == "listen"]
+    if run is None or run["status"] != RunStatus.SUCCEEDED:
+        raise RuntimeError(f"run {run_id} ended {run and run['status']}, not succeeded")
+    if len(ran) != n or any(r["status"] != "succeeded" or r["attempt"] != 1 for r in ran):
+        raise RuntimeError(f"run {run_id}: not every one of its {n} steps ran once")
 
 
 def pipeline_steps(n: int, repeat: int, root: Path) -> Result:

@@ -12,6 +12,7 @@ import json
 import re
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any, Literal
 
 import yaml
@@ -157,11 +158,23 @@ class PipelineDefinition(_Model):
     edges: list[EdgeSpec] = Field(default_factory=list)
     triggers: list[TriggerSpec] = Field(default_factory=list)
 
+    # A definition is frozen and a run's snapshot is parsed once (pipelines.snapshots),
+    # so what the planner derives from it is worked out once per run, not per step.
+    @cached_property
+    def by_id(self) -> dict[str, NodeSpec]:
+        """The nodes by id."""
+        return {n.id: n for n in self.nodes}
+
+    @cached_property
+    def incoming(self) -> dict[str, tuple[tuple[str, str | None], ...]]:
+        """Every node's incoming edges as (source, routeKey), in declaration order."""
+        edges: dict[str, list[tuple[str, str | None]]] = {n.id: [] for n in self.nodes}
+        for e in self.edges:
+            edges[e.to].append((e.source, e.routeKey))
+        return {node_id: tuple(found) for node_id, found in edges.items()}
+
     def node(self, node_id: str) -> NodeSpec:
-        for n in self.nodes:
-            if n.id == node_id:
-                return n
-        raise KeyError(node_id)
+        return self.by_id[node_id]
 
     def reducer(self, key: str) -> StateReducer:
         return self.reducers.get(key, StateReducer.OVERRIDE)

@@ -37,21 +37,24 @@ def pending_row(run_id: str, node: NodeSpec, item_index: int = NODE_ROW, **extra
     }
 
 
+def finished(status: StepStatus, *, at: datetime | None = None, **values: Any) -> dict[str, Any]:
+    """The columns of a step row whose execution is over: its final status, when it
+    ended, and neither a lease nor a retry time left to act on."""
+    return {
+        "status": status.value,
+        "finished_at": at or utcnow(),
+        "claimed_by": None,
+        "lease_expires_at": None,
+        "next_attempt_at": None,
+        **values,
+    }
+
+
 def finish_step(
     conn: Connection, row: Row, status: StepStatus, *, at: datetime | None = None, **values: Any
 ) -> Row:
-    """A step row whose execution is over: its final status, when it ended, and neither
-    a lease nor a retry time left to act on."""
-    return q.update_step(
-        conn,
-        row,
-        status=status.value,
-        finished_at=at or utcnow(),
-        claimed_by=None,
-        lease_expires_at=None,
-        next_attempt_at=None,
-        **values,
-    )
+    """End a step row's execution (:func:`finished`)."""
+    return q.update_step(conn, row, **finished(status, at=at, **values))
 
 
 def write_output(run: Row, node: NodeSpec, value: Any) -> dict[str, Any]:

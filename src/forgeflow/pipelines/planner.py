@@ -83,7 +83,7 @@ def start_node(d: PipelineDefinition, trigger_type: str, event_type: str | None)
     return None
 
 
-Incoming = Mapping[str, list[tuple[str, str | None]]]
+Incoming = Mapping[str, tuple[tuple[str, str | None], ...]]
 
 
 def _edge(source: NodeSpec, st: NodeState, route: str | None) -> Edge:
@@ -106,9 +106,7 @@ def plan(d: PipelineDefinition, start: str, states: Mapping[str, NodeState]) -> 
     )
     if failed:
         return Plan(outcome=RunStatus.FAILED, failed=failed)
-    incoming: dict[str, list[tuple[str, str | None]]] = {n.id: [] for n in d.nodes}
-    for e in d.edges:
-        incoming[e.to].append((e.source, e.routeKey))
+    incoming = d.incoming
     skip = _skip(d, start, status, incoming)
     ready, reached = _released(d, start, status, incoming)
     items_ready, foreach_done = _foreach(d, status)
@@ -133,7 +131,7 @@ def _skip(
 ) -> tuple[str, ...]:
     """The pending nodes no live branch can reach any more, taken to the fixpoint (each
     skip may kill the edges out of it); ``status`` is updated to match."""
-    nodes = {n.id: n for n in d.nodes}
+    nodes = d.by_id
     skip: list[str] = []
     changed = True
     while changed:
@@ -158,7 +156,7 @@ def _released(
     d: PipelineDefinition, start: str, status: Mapping[str, NodeState], incoming: Incoming
 ) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """The pending nodes that may run now, and the terminals reached."""
-    nodes = {n.id: n for n in d.nodes}
+    nodes = d.by_id
     ready: list[str] = []
     reached: list[str] = []
     for n in d.nodes:

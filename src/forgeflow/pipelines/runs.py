@@ -159,22 +159,29 @@ def _run_row(
     }
 
 
+# The state of a node with no routes and no items, shared (NodeState is frozen): most
+# rows of a run are that, and planning reads every row of the run at each step.
+_PLAIN = {status.value: NodeState(status) for status in StepStatus}
+
+
 def _node_states(d: PipelineDefinition, rows: list[Row]) -> dict[str, NodeState]:
     items: dict[str, list[StepStatus]] = {}
     for r in rows:
         if r["item_index"] != NODE_ROW:
             items.setdefault(r["step_id"], []).append(StepStatus(r["status"]))
-    foreach = {n.id for n in d.nodes if n.kind is StepKind.FOREACH}
     states = {}
     for r in rows:
         if r["item_index"] != NODE_ROW:
             continue
-        status = StepStatus(r["status"])
-        expanded = r["step_id"] in foreach and status is S.RUNNING
-        states[r["step_id"]] = NodeState(
-            status,
+        sid = r["step_id"]
+        expanded = r["status"] == S.RUNNING and d.by_id[sid].kind is StepKind.FOREACH
+        if not r["routes"] and not expanded:
+            states[sid] = _PLAIN[r["status"]]
+            continue
+        states[sid] = NodeState(
+            StepStatus(r["status"]),
             frozenset(r["routes"] or ()),
-            tuple(items.get(r["step_id"], ())) if expanded else None,
+            tuple(items.get(sid, ())) if expanded else None,
         )
     return states
 
@@ -252,6 +259,7 @@ def finish_run(
         error=redact(error) if error else None,
     )
     audit_run(conn, "pipeline.run.finish", run, actor)
+    q.announce_run_ended(conn)
     return run
 
 

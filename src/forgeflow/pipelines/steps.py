@@ -126,12 +126,14 @@ def node_of(run: Row, row: Row) -> NodeSpec:
 
 
 def succeed(conn: Connection, seen: Row, done: Done, *, input_snapshot: Any = None) -> Row | None:
-    """Record a step's output, merge it into the state bag, plan what follows."""
-    current = current_rows(conn, seen)
-    if current is None or current[1]["status"] != S.RUNNING:
+    """Record a step's output, merge it into the state bag, plan what follows; None
+    (and nothing written) when the step moved on while its body ran."""
+    run = snapshots.lock(conn, seen["run_id"])
+    if run is None or run["status"] != RunStatus.RUNNING:
         return None
-    run, row = current
-    return _succeed(conn, run, row, done, input_snapshot=input_snapshot)
+    # The step row is not read again: the compare-and-swap on the version the engine
+    # claimed, and on its status, is what tells that it did not move on meanwhile.
+    return _succeed(conn, run, seen, done, input_snapshot=input_snapshot, was=S.RUNNING)
 
 
 def succeed_and_claim(
@@ -155,8 +157,15 @@ def succeed_and_claim(
 
 
 def _succeed(
-    conn: Connection, run: Row, row: Row, done: Done, *, input_snapshot: Any
+    conn: Connection,
+    run: Row,
+    row: Row,
+    done: Done,
+    *,
+    input_snapshot: Any,
+    was: StepStatus | None = None,
 ) -> Row | None:
+    """``row`` succeeded with ``done``; None when it is no longer ``was`` at its version."""
     node = node_of(run, row)
     output = redact(done.output)
     new_state = run["state"]
@@ -164,22 +173,33 @@ def _succeed(
         try:
             new_state = nodes.write_output(run, node, output)
         except bag.ReducerError as exc:
+            if was is not None and not _unmoved(conn, row, was):
+                return None
             nodes.fail_node(conn, run, node, row, Code.REDUCER_ERROR, str(exc))
             return runs.advance(conn, run["run_id"])
     routes = list(done.routes) if done.routes is not None and node.kind is StepKind.ROUTER else None
     extra = {} if input_snapshot is None else {"input": redact(input_snapshot)}
-    nodes.finish_step(
-        conn, row, S.SUCCEEDED, output=output, routes=routes, error_code=None, error=None, **extra
+    ended = nodes.finished(
+        S.SUCCEEDED, output=output, routes=routes, error_code=None, error=None, **extra
     )
-    run = q.update_run(
-        conn,
-        run,
-        state=new_state,
-        input_tokens=run["input_tokens"] + done.input_tokens,
-        output_tokens=run["output_tokens"] + done.output_tokens,
-        cost=run["cost"] + done.cost,
-    )
+    if q.update_step_if(conn, row, ended, was=was) is None:
+        return None
+    # The run row is written only when the step changed it (no-op steps leave it be).
+    changes: dict[str, Any] = {}
+    if new_state is not run["state"]:
+        changes["state"] = new_state
+    if done.input_tokens or done.output_tokens or done.cost:
+        changes["input_tokens"] = run["input_tokens"] + done.input_tokens
+        changes["output_tokens"] = run["output_tokens"] + done.output_tokens
+        changes["cost"] = run["cost"] + done.cost
+    if changes:
+        run = q.update_run(conn, run, **changes)
     return runs.advance(conn, run["run_id"], locked=run)
+
+
+def _unmoved(conn: Connection, seen: Row, was: StepStatus) -> bool:
+    row = q.get_step(conn, StepKey.of(seen))
+    return row is not None and row["version"] == seen["version"] and row["status"] == was
 
 
 def suspend(conn: Connection, seen: Row, s: Suspend, *, input_snapshot: Any = None) -> bool:

@@ -16,6 +16,7 @@ from typing import Any
 
 from sqlalchemy import Connection, and_, bindparam, func, insert, or_, select, update
 
+from forgeflow.store.db import after_commit
 from forgeflow.store.pipeline_schema import pipeline_runs as runs
 from forgeflow.store.pipeline_schema import pipeline_steps as steps
 from forgeflow.store.sql import insert_ignore
@@ -43,6 +44,25 @@ def _where_step(key: StepKey) -> Any:
     )
 
 
+# The statements every step runs are built once, with their keys as bound parameters:
+# building a Core statement (and its cache key) per call cost more CPU than SQLite
+# spends running it. Parameter names of the WHERE clauses start with ``k_`` so they
+# never clash with the columns a SET clause takes from the parameters.
+_STEP_KEY = and_(
+    steps.c.run_id == bindparam("k_run_id"),
+    steps.c.step_id == bindparam("k_step_id"),
+    steps.c.item_index == bindparam("k_item_index"),
+)
+
+
+def _key_params(row: Row) -> dict[str, Any]:
+    return {
+        "k_run_id": row["run_id"],
+        "k_step_id": row["step_id"],
+        "k_item_index": row["item_index"],
+    }
+
+
 # -- runs -----------------------------------------------------------------------------
 
 
@@ -56,8 +76,11 @@ def insert_run(conn: Connection, values: dict[str, Any]) -> bool:
     )
 
 
+_GET_RUN = select(runs).where(runs.c.run_id == bindparam("k_run_id"))
+
+
 def get_run(conn: Connection, run_id: str) -> Row | None:
-    row = conn.execute(select(runs).where(runs.c.run_id == run_id)).first()
+    row = conn.execute(_GET_RUN, {"k_run_id": run_id}).first()
     return dict(row._mapping) if row else None
 
 
@@ -78,19 +101,34 @@ def lock_run(conn: Connection, run_id: str, *, definition: bool = True) -> Row |
     return dict(row._mapping) if row else None
 
 
+# Announced by every transaction that ends a run (pipelines.runs.finish_run), once it
+# has committed: ``store.db.subscribe(RUN_ENDED, fn)`` calls ``fn`` then, on the
+# database thread, so whoever waits for runs to end (the step benchmark) need not poll.
+RUN_ENDED = "pipelines.run_ended"
+
+
+def announce_run_ended(conn: Connection) -> None:
+    after_commit(conn, RUN_ENDED)
+
+
 def run_by_dedupe(conn: Connection, dedupe_key: str) -> Row | None:
     row = conn.execute(select(runs).where(runs.c.dedupe_key == dedupe_key)).first()
     return dict(row._mapping) if row else None
 
 
+# No ``values()``: the SET clause is the columns named in the execution's parameters.
+_UPDATE_RUN = (
+    update(runs)
+    .where(runs.c.run_id == bindparam("k_run_id"))
+    .where(runs.c.version == bindparam("k_version"))
+)
+
+
 def update_run(conn: Connection, run: Row, **values: Any) -> Row:
     """Compare-and-swap a run row; returns the new row (raises when it moved)."""
-    result = conn.execute(
-        update(runs)
-        .where(runs.c.run_id == run["run_id"])
-        .where(runs.c.version == run["version"])
-        .values(version=run["version"] + 1, updated_at=utcnow(), **values)
-    )
+    params = {"k_run_id": run["run_id"], "k_version": run["version"]}
+    params.update(values, version=run["version"] + 1, updated_at=utcnow())
+    result = conn.execute(_UPDATE_RUN, params)
     if result.rowcount != 1:
         raise StaleRow(f"run {run['run_id']} changed under us")
     return {**run, **values, "version": run["version"] + 1}
@@ -153,27 +191,28 @@ def steps_of(conn: Connection, run_id: str) -> list[Row]:
     return [dict(r._mapping) for r in rows]
 
 
-_PLAN_COLUMNS = (
-    steps.c.run_id,
-    steps.c.step_id,
-    steps.c.item_index,
-    steps.c.status,
-    steps.c.routes,
-    steps.c.version,
+# What the planner reads of a run's steps: keys, status, routes and the version a
+# compare-and-swap needs — not the inputs and outputs, whose decoding made planning
+# cost grow with the length of the run.
+_PLAN_ROWS = (
+    select(
+        steps.c.run_id,
+        steps.c.step_id,
+        steps.c.item_index,
+        steps.c.status,
+        steps.c.routes,
+        steps.c.version,
+    )
+    .where(steps.c.run_id == bindparam("k_run_id"))
+    .order_by(steps.c.created_at, steps.c.step_id, steps.c.item_index)
 )
 
 
 def plan_rows(conn: Connection, run_id: str) -> list[Row]:
-    """What the planner reads of a run's steps: keys, status, routes and the version a
-    compare-and-swap needs — not the inputs and outputs, whose decoding made planning
-    cost grow with the length of the run."""
-    result = conn.execute(
-        select(*_PLAN_COLUMNS)
-        .where(steps.c.run_id == run_id)
-        .order_by(steps.c.created_at, steps.c.step_id, steps.c.item_index)
-    )
+    """What the planner reads of a run's steps (every row, in creation order)."""
+    result = conn.execute(_PLAN_ROWS, {"k_run_id": run_id})
     keys = tuple(result.keys())
-    return [dict(zip(keys, r, strict=True)) for r in result]
+    return [dict(zip(keys, r, strict=True)) for r in result.all()]
 
 
 def items_of(conn: Connection, run_id: str, step_id: str) -> list[Row]:
@@ -188,22 +227,42 @@ def items_of(conn: Connection, run_id: str, step_id: str) -> list[Row]:
     return [dict(r._mapping) for r in rows]
 
 
+_GET_STEP = select(steps).where(_STEP_KEY)
+
+
 def get_step(conn: Connection, key: StepKey) -> Row | None:
-    row = conn.execute(select(steps).where(_where_step(key))).first()
+    params = {"k_run_id": key.run_id, "k_step_id": key.step_id, "k_item_index": key.item_index}
+    row = conn.execute(_GET_STEP, params).first()
     return dict(row._mapping) if row else None
+
+
+# As _UPDATE_RUN: the SET clause is the columns named in the execution's parameters.
+_UPDATE_STEP = update(steps).where(_STEP_KEY).where(steps.c.version == bindparam("k_version"))
+_UPDATE_STEP_IF = _UPDATE_STEP.where(steps.c.status == bindparam("k_status"))
 
 
 def update_step(conn: Connection, row: Row, **values: Any) -> Row:
     """Compare-and-swap a step row on its version; returns the new row."""
-    result = conn.execute(
-        update(steps)
-        .where(_where_step(StepKey.of(row)))
-        .where(steps.c.version == row["version"])
-        .values(version=row["version"] + 1, updated_at=utcnow(), **values)
-    )
-    if result.rowcount != 1:
+    new = update_step_if(conn, row, values)
+    if new is None:
         raise StaleRow(f"step {row['run_id']}/{row['step_id']}#{row['item_index']} changed")
-    return {**row, **values, "version": row["version"] + 1}
+    return new
+
+
+def update_step_if(
+    conn: Connection, row: Row, values: dict[str, Any], *, was: str | None = None
+) -> Row | None:
+    """:func:`update_step` that answers None instead of raising when the row moved on
+    (another version, or — given ``was`` — another status)."""
+    params = _key_params(row)
+    params.update(values, k_version=row["version"], version=row["version"] + 1)
+    params["updated_at"] = utcnow()
+    if was is not None:
+        params["k_status"] = was
+    result = conn.execute(_UPDATE_STEP if was is None else _UPDATE_STEP_IF, params)
+    if result.rowcount != 1:
+        return None
+    return {**row, **values, "version": row["version"] + 1, "updated_at": params["updated_at"]}
 
 
 def wake_at(conn: Connection, key: StepKey, at: datetime) -> None:
@@ -234,16 +293,18 @@ def due_steps(conn: Connection, now: datetime, limit: int = 200) -> list[Row]:
     return [dict(r._mapping) for r in conn.execute(stmt)]
 
 
+_RUNNABLE = (
+    select(steps)
+    .where(steps.c.run_id == bindparam("k_run_id"))
+    .where(steps.c.status == "runnable")
+    .where(or_(steps.c.next_attempt_at.is_(None), steps.c.next_attempt_at <= bindparam("k_now")))
+    .order_by(steps.c.updated_at, steps.c.step_id, steps.c.item_index)
+)
+
+
 def runnable_steps(conn: Connection, run_id: str, now: datetime) -> list[Row]:
     """The run's runnable steps whose time came, oldest first (as :func:`due_steps`)."""
-    stmt = (
-        select(steps)
-        .where(steps.c.run_id == run_id)
-        .where(steps.c.status == "runnable")
-        .where(or_(steps.c.next_attempt_at.is_(None), steps.c.next_attempt_at <= now))
-        .order_by(steps.c.updated_at, steps.c.step_id, steps.c.item_index)
-    )
-    return [dict(r._mapping) for r in conn.execute(stmt)]
+    return [dict(r._mapping) for r in conn.execute(_RUNNABLE, {"k_run_id": run_id, "k_now": now})]
 
 
 def next_due(conn: Connection) -> datetime | None:
@@ -269,13 +330,15 @@ def executing_count(conn: Connection, run_id: str) -> int:
     )
 
 
+_RUN_COUNTS = select(
+    func.count().filter(and_(steps.c.status == "running", steps.c.claimed_by.is_not(None))),
+    func.coalesce(func.sum(steps.c.attempt), 0),
+).where(steps.c.run_id == bindparam("k_run_id"))
+
+
 def run_counts(conn: Connection, run_id: str) -> tuple[int, int]:
     """:func:`executing_count` and :func:`executed_count` in one statement."""
-    executing = func.count().filter(
-        and_(steps.c.status == "running", steps.c.claimed_by.is_not(None))
-    )
-    executed = func.coalesce(func.sum(steps.c.attempt), 0)
-    row = conn.execute(select(executing, executed).where(steps.c.run_id == run_id)).one()
+    row = conn.execute(_RUN_COUNTS, {"k_run_id": run_id}).one()
     return int(row[0]), int(row[1])
 
 

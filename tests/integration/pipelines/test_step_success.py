@@ -83,3 +83,23 @@ def test_a_limit_leaves_the_successor_runnable_for_the_claim_round(store: Store)
     assert run is not None and claimed == [] and left
     a = store.db.read_sync(lambda c: q.get_step(c, StepKey(run_id, "a", -1)))
     assert a is not None and (a["status"], a["claimed_by"]) == ("runnable", None)
+
+
+def test_the_commit_that_ends_a_run_is_announced_once(store: Store) -> None:
+    run_id, trigger = _chain(store)
+    seen: list[str] = []
+
+    def on_run_ended() -> None:
+        # Called after the commit: another connection already reads the run as ended.
+        run = store.db.read_sync(lambda c: q.get_run(c, run_id))
+        seen.append(run["status"] if run else "missing")
+
+    unsubscribe = store.db.subscribe(q.RUN_ENDED, on_run_ended)
+    try:
+        _, claimed, _ = _succeed(store, trigger, None)
+        _, claimed, _ = _succeed(store, claimed[0], {"n": 1})
+        assert seen == [], "no run ended yet"
+        _succeed(store, claimed[0], None)
+    finally:
+        unsubscribe()
+    assert seen == ["succeeded"]
