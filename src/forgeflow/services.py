@@ -147,9 +147,7 @@ class Services:
         ttl = timedelta(seconds=s.lease_ttl_seconds)
         preparing = Preparing()
         runs = Runs(owner=self.owner, lease_ttl=ttl, worker_id=self.worker_id, preparing=preparing)
-        replies = Replies(
-            self.store, gitea, s.bot_login, workers_ttl=ttl, public_url=s.public_url
-        )
+        replies = Replies(self.store, gitea, s.bot_login, workers_ttl=ttl, public_url=s.public_url)
         outbox = Outbox(self.store, replies, preparing)
         moves = TaskMoves(self.store, self.retry, runs)
         preparer = Preparer(
