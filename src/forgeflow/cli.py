@@ -83,7 +83,7 @@ def serve(
     try:
         # asyncio's own loop, not uvloop: libuv starts every git child with fork(),
         # copying the page tables of this large process while the loop waits, where
-        # CPython's subprocess uses vfork (docs/BENCHMARKS.md, "Dispatch").
+        # CPython's subprocess uses vfork: every task starts several git processes.
         asyncio.run(_serve(services, settings))
     except WorkerIdInUse as exc:
         typer.echo(f"forgeflow: {exc}", err=True)

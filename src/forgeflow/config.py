@@ -96,6 +96,7 @@ class Settings(BaseSettings):
     lease_ttl_seconds: float = Field(default=30.0, gt=0)
     poll_seconds: float = Field(default=5.0, gt=0)
     fetch_interval_seconds: float = Field(default=60.0, ge=0)
+    max_preparations: int = Field(default_factory=lambda: default_max_preparations(), ge=1)
     retry_base_seconds: float = Field(default=5.0, ge=0)
     max_retries: int = Field(default=1, ge=0, le=10)
     abort_timeout_seconds: float = Field(default=30.0, gt=0)
@@ -217,6 +218,23 @@ class Settings(BaseSettings):
             if password:
                 values.append(password)
         return values
+
+
+def default_max_preparations() -> int:
+    """How many tasks prepare their workspace (clone or fetch, worktree) at once: one
+    per core this process may run on, and at least two.
+
+    A clone or fetch is mostly CPU work on this host (git's pack indexing and checkout;
+    with Gitea beside forgeflow, its pack too), and the webhook's answers need a share
+    of the same cores: with one preparation per core, the event loop competes with
+    about as many runnable git processes as there are cores instead of with one per new
+    repository (185 of them in a burst on two cores, answers then took up to 7 s). Two
+    at least, so that one slow clone does not hold up every other repository."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # not every platform has CPU affinity
+        cores = os.cpu_count() or 1
+    return max(2, cores)
 
 
 def _url_password(url: str) -> str | None:

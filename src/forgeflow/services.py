@@ -145,7 +145,7 @@ class Services:
         s, gitea = self.settings, self.gitea
         assert gitea is not None
         ttl = timedelta(seconds=s.lease_ttl_seconds)
-        preparing = Preparing()
+        preparing = Preparing(limit=s.max_preparations)
         runs = Runs(owner=self.owner, lease_ttl=ttl, worker_id=self.worker_id, preparing=preparing)
         replies = Replies(self.store, gitea, s.bot_login, workers_ttl=ttl, public_url=s.public_url)
         outbox = Outbox(self.store, replies, preparing)

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -16,6 +17,15 @@ def test_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
     assert s.trigger_permission is Permission.WRITE
     assert s.resolved_database_url.startswith("sqlite:///")
     assert s.resolved_workspace_root == (Path(".forgeflow") / "workspaces").resolve()
+
+
+def test_preparations_default_to_one_per_usable_core_and_at_least_two(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("FORGEFLOW_MAX_PREPARATIONS", raising=False)
+    assert load_settings().max_preparations == max(2, len(os.sched_getaffinity(0)))
+    monkeypatch.setenv("FORGEFLOW_MAX_PREPARATIONS", "7")
+    assert load_settings().max_preparations == 7
 
 
 def test_environment_wins_over_toml(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -37,6 +47,7 @@ def test_environment_wins_over_toml(tmp_path: Path, monkeypatch: pytest.MonkeyPa
         ("FORGEFLOW_DATABASE_URL", "mysql://x", "FORGEFLOW_DATABASE_URL"),
         ("FORGEFLOW_BOT_LOGIN", "@bot", "FORGEFLOW_BOT_LOGIN"),
         ("FORGEFLOW_CODEX_COMMAND", "codex 'unterminated", "FORGEFLOW_CODEX_COMMAND"),
+        ("FORGEFLOW_MAX_PREPARATIONS", "0", "FORGEFLOW_MAX_PREPARATIONS"),
     ],
 )
 def test_invalid_setting_names_the_variable(

@@ -22,13 +22,13 @@ def _claim(task_id: str, repo: str, state: str, lease: str | None = "l") -> Clai
 
 
 def _runs() -> tuple[Runs, Preparing]:
-    preparing = Preparing()
+    preparing = Preparing(limit=2)
     runs = Runs(owner="w/1", lease_ttl=timedelta(seconds=30), worker_id="w", preparing=preparing)
     return runs, preparing
 
 
 def test_preparing_is_idle_only_when_nothing_is_prepared() -> None:
-    preparing = Preparing()
+    preparing = Preparing(limit=2)
     assert preparing.idle.is_set()
     preparing.expect("a")
     preparing.expect("b")
@@ -88,3 +88,53 @@ def test_a_wakeup_ends_the_sleep_early_and_is_then_forgotten() -> None:
 
     woken, slept = asyncio.run(scenario())
     assert woken < 1.0 and slept >= 0.04
+
+
+def test_preparations_beyond_the_limit_wait_for_a_place_in_order() -> None:
+    async def scenario() -> tuple[list[str], list[tuple[int, int]]]:
+        preparing = Preparing(limit=2)
+        order: list[str] = []
+        seen: list[tuple[int, int]] = []
+        release = asyncio.Event()
+
+        async def prepare(name: str) -> None:
+            async with preparing.place():
+                order.append(name)
+                seen.append((preparing.working, preparing.waiting))
+                await release.wait()
+
+        runs = [asyncio.create_task(prepare(n)) for n in "abcde"]
+        await asyncio.sleep(0.01)
+        assert (preparing.working, preparing.waiting) == (2, 3)
+        assert order == ["a", "b"]
+        release.set()
+        await asyncio.gather(*runs)
+        assert (preparing.working, preparing.waiting) == (0, 0)
+        return order, seen
+
+    order, seen = asyncio.run(scenario())
+    assert order == list("abcde")  # first come, first served
+    assert max(working for working, _ in seen) == 2
+
+
+def test_a_preparation_cancelled_while_waiting_gives_up_its_turn() -> None:
+    async def scenario() -> tuple[int, int]:
+        preparing = Preparing(limit=1)
+        hold = asyncio.Event()
+
+        async def prepare() -> None:
+            async with preparing.place():
+                await hold.wait()
+
+        first = asyncio.create_task(prepare())
+        second = asyncio.create_task(prepare())
+        await asyncio.sleep(0.01)
+        second.cancel()
+        await asyncio.gather(second, return_exceptions=True)
+        assert (preparing.working, preparing.waiting) == (1, 0)
+        hold.set()
+        await first
+        async with preparing.place():  # the place is free again
+            return preparing.working, preparing.waiting
+
+    assert asyncio.run(scenario()) == (1, 0)

@@ -15,6 +15,7 @@ from forgeflow.api.schemas import Health, Readiness, answer, error
 from forgeflow.config import sandbox_warning
 from forgeflow.services import Services
 from forgeflow.store import StoreUnavailable, deliveries, tasks
+from forgeflow.tasks.dispatch import Preparing
 
 router = APIRouter(tags=["operations"])
 
@@ -55,6 +56,31 @@ async def readyz(request: Request) -> JSONResponse:
     if warning is not None:
         body["warnings"] = [warning]
     return JSONResponse(body)
+
+
+class _PreparationsCollector(Collector):
+    """This process's preparations (the bound of FORGEFLOW_MAX_PREPARATIONS): how many
+    do their git work now, how many wait for a place, and the bound itself."""
+
+    def __init__(self, preparing: Preparing) -> None:
+        self._counts = {"working": preparing.working, "waiting": preparing.waiting}
+        self._limit = preparing.limit
+
+    def collect(self) -> Any:
+        now = GaugeMetricFamily(
+            "forgeflow_preparations",
+            "Task preparations of this process: working (clone, fetch, worktree) or "
+            "waiting for a place.",
+            labels=["state"],
+        )
+        for state, n in self._counts.items():
+            now.add_metric([state], n)
+        yield now
+        yield GaugeMetricFamily(
+            "forgeflow_preparations_limit",
+            "How many preparations may do their git work at once.",
+            value=self._limit,
+        )
 
 
 class _StoreCollector(Collector):
@@ -102,5 +128,7 @@ async def metrics(request: Request) -> Response:
 
     scrape = CollectorRegistry()
     scrape.register(_StoreCollector(snapshot))
+    if services.scheduler is not None:  # only a process that runs tasks prepares them
+        scrape.register(_PreparationsCollector(services.scheduler.preparing))
     body = generate_latest(services.metrics.registry) + generate_latest(scrape)
     return Response(body, media_type=CONTENT_TYPE_LATEST)

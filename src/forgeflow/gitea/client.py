@@ -50,9 +50,9 @@ _PERMISSIONS = {
 # aiohttp, not httpx (the project's usual HTTP client), for this one client: on the way from
 # a burst of mentions to their turns this client made ≈ 40 % of the event loop's CPU, and
 # a request costs ≈ 0.15–0.2 ms of client CPU with aiohttp against 0.8–1.15 ms with httpx
-# (httpcore's pool walks every connection and polls every idle socket on each request;
-# docs/BENCHMARKS.md "Dispatch"). Tasks share 16 connections; the webhook's permission
-# lookups have 4 of their own, so a 202 never waits behind the tasks' requests.
+# (measured on the same server and machine; httpcore's pool walks every connection and
+# polls every idle socket on each request). Tasks share 16 connections; the webhook's
+# permission lookups have 4 of their own, so a 202 never waits behind the tasks' requests.
 _CONNECTIONS = 16
 _LOOKUP_CONNECTIONS = 4
 

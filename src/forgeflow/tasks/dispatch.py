@@ -2,8 +2,9 @@
 
 The scheduler starts runs; a run's last move gives its repository's lease back and
 claims the repository's next task in the same transaction; the outbox posts receipts
-but leaves those of tasks being prepared here to their preparation. Each of these needs
-to know a little of the others' state. Rather than patch one object into another after
+but leaves those of tasks being prepared here to their preparation; the preparations
+share a bound on how many of them run git at once. Each of these needs to know a little
+of the others' state. Rather than patch one object into another after
 construction, that state lives here and every object receives it in its constructor.
 """
 
@@ -11,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from datetime import timedelta
 
 import structlog
@@ -46,17 +47,32 @@ class Wakeup:
 
 
 class Preparing:
-    """The tasks this process is preparing (workspace, receipt, prompt context).
+    """The tasks this process is preparing (workspace, receipt, prompt context), and the
+    bound on how many of them do their workspace work (clone or fetch, worktree) at once.
 
     Busy from the claim, not from when the run gets to its preparation: work that
     waits for :attr:`idle` (other tasks' receipts, a verification) must not slip in
     between, because it competes with the preparation for the one event-loop thread
-    and the preparation is what a turn waits for."""
+    and the preparation is what a turn waits for.
 
-    def __init__(self) -> None:
+    The bound: a burst of first mentions on new repositories once started one clone
+    per repository all at once (185 git processes on two cores), and the webhook's
+    answers waited for the CPU those took. A task beyond the bound stays claimed and
+    waits here for a place, in claim order: its claim, its lease (renewed by its run's
+    heartbeat, which is already running) and its repository's order are those of any
+    claimed task, so nothing about exactly-once or FIFO changes; only its git work
+    waits."""
+
+    def __init__(self, *, limit: int) -> None:
+        if limit < 1:
+            raise ValueError("at least one preparation must be allowed")
         self._ids: set[str] = set()
         self.idle = asyncio.Event()
         self.idle.set()
+        self.limit = limit
+        self._places = asyncio.Semaphore(limit)
+        self.working = 0  # preparations holding a place: their git work runs
+        self.waiting = 0  # preparations waiting for a place
 
     def __contains__(self, task_id: str) -> bool:
         return task_id in self._ids
@@ -76,6 +92,22 @@ class Preparing:
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(seconds):
                     await self.idle.wait()
+
+    @contextlib.asynccontextmanager
+    async def place(self) -> AsyncIterator[None]:
+        """Hold one of the :attr:`limit` places for a preparation's workspace work;
+        waits (first come, first served) while all are taken."""
+        self.waiting += 1
+        try:
+            await self._places.acquire()
+        finally:
+            self.waiting -= 1
+        self.working += 1
+        try:
+            yield
+        finally:
+            self.working -= 1
+            self._places.release()
 
 
 class Runs:

@@ -3,7 +3,9 @@
 The repository's persistent clone is fetched when Gitea's branch moved, and the
 session's worktree (one per issue or pull request, on its own branch) is made ready;
 meanwhile the receipt is posted and the issue's discussion read from Gitea for the
-prompt, so a warm task waits for the slowest of the three, not for their sum. A failure
+prompt, so a warm task waits for the slowest of the three, not for their sum. Only so
+many preparations do their workspace work at once (FORGEFLOW_MAX_PREPARATIONS); the
+others wait for a place, claimed and with their leases renewed. A failure
 to make the workspace ready retries the task later (or fails it when its retries are
 spent); a worktree with someone else's uncommitted work blocks it for an operator.
 """
@@ -117,7 +119,10 @@ class Preparer:
         # Rows of steps without an effect of their own, written with the next move.
         notes: list[audit.AuditEvent] = []
         try:
-            worktree, refs = await self._workspace(task, resource, repo_row, notes)
+            # Within the bound on concurrent preparations (dispatch.Preparing); the
+            # receipt and the discussion, only requests to Gitea, do not wait for it.
+            async with self.preparing.place():
+                worktree, refs = await self._workspace(task, resource, repo_row, notes)
         except WorkspaceDirty as exc:
             blocked = await self.moves.move(
                 task,

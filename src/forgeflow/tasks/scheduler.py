@@ -1,7 +1,9 @@
 """The scheduler: FIFO claiming under repository leases, and a run per claim.
 
-No global concurrency cap: each repository runs at most one task (a lease row plus a
-unique index in the database), and every repository runs in parallel. A new task is
+No global cap on claims: each repository runs at most one task (a lease row plus a
+unique index in the database), and every repository runs in parallel; only the git work
+of preparations is bounded (``dispatch.Preparing``), and a task waiting for it stays
+claimed. A new task is
 claimed without waiting for the poll: ingress sets the :class:`Wakeup` it shares with
 the scheduler. A worker binds the repositories it runs, so their workspaces stay on its
 disk; a repository whose worker stopped beating is taken over by another.
@@ -46,6 +48,7 @@ class Scheduler:
         self.store = store
         self.execution = execution
         self.runs = runs
+        self.preparing = runs.preparing  # read by /metrics: preparations working, waiting
         self.outbox = outbox
         self.wakeup = wakeup
         self.owner = runs.owner

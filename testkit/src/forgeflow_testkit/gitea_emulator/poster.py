@@ -1,8 +1,9 @@
 """The emulator's webhook sender: keep-alive POSTs over the standard library's http.client.
 
 Not httpx: a delivery through httpx's sync client cost ≈ 0.5 ms of CPU against ≈ 0.12 ms
-here, and in the dispatch benchmark the emulator shares the machine's two cores with the
-forgeflow it measures (docs/BENCHMARKS.md "Dispatch").
+here, and in the benchmarks (bench/latency.py, bench/ingest.py) the emulator runs in the
+benchmark's own process, sharing the machine's cores with the forgeflow it measures: CPU
+it spends is taken from the figures.
 """
 
 from __future__ import annotations
