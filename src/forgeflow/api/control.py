@@ -1,4 +1,5 @@
-"""Control and query API of ARCHITECTURE §6.2 under ``/api/gitea-workflow``."""
+"""The control and query API under ``/api/gitea-workflow``: tasks, repositories, the
+global pause, budgets, usage and the audit trail."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Identifiers and idempotency keys of ARCHITECTURE §3.
+"""Identifiers and idempotency keys.
 
 Every key is derived from data Gitea gives us, so the same delivery always maps to
 the same key and a replay can never mint a new task.

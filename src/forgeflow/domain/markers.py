@@ -3,7 +3,7 @@
 ``<!-- ccweb taskId=<taskId> turnKey=<taskId>:<n> resourceKey=<resourceKey> kind=<kind> -->``
 
 A final comment that asks the user something carries ``state=waiting_user`` after the
-kind (PRD FR-06 lets markers carry the state): the task then waits for the next comment.
+kind (a marker may carry the task's state): the task then waits for the next comment.
 
 The marker is how the verifier finds a reply, how a retry finds an effect that already
 happened, and how the webhook recognises the bot's own comments.

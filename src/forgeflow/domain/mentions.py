@@ -1,4 +1,4 @@
-"""Mention parsing and instruction extraction (PRD FR-01).
+"""Mention parsing and instruction extraction.
 
 A mention counts only as a standalone ``@<bot>`` token in prose: not inside a word or
 an e-mail address, not in inline code, not in a fenced code block and not on a quoted

@@ -1,4 +1,4 @@
-"""Prompts for turns (PRD FR-05): what the agent must know, and the trust boundary.
+"""Prompts for turns: what the agent must know, and the trust boundary.
 
 Everything that came from Gitea users is fenced as untrusted data with a fence longer
 than any run of backticks inside it, so the text can never close the fence itself.

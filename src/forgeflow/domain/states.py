@@ -1,4 +1,4 @@
-"""Task states and the transition table of PRD §6.1 / ARCHITECTURE §5.6.
+"""Task states and their transition table.
 
 The table is data; :func:`check_transition` is the only place that interprets it.
 The store's ``transition`` function is the only code that writes a task's state, and
@@ -90,8 +90,8 @@ NEVER_QUEUED_STATES: frozenset[TaskState] = TRANSITIONS[S.RECEIVED] - {S.QUEUED}
 SUCCEEDED_STATES: frozenset[TaskState] = frozenset({S.SUCCEEDED, S.SUCCEEDED_WITH_REST_FALLBACK})
 FAILED_STATES: frozenset[TaskState] = frozenset({S.FAILED, S.FAILED_REPLY})
 
-# Reached by the REST fallback path of §5.4, which the §6.1 table lists as a terminal
-# state without naming its predecessor; §5.4 says reply verification leads to it.
+# Reached by the REST fallback: when the agent posted no answer, reply verification
+# posts it through the REST API and the task ends here.
 _FALLBACK_ENTRY: frozenset[TaskState] = frozenset({S.VERIFYING_REPLY})
 
 

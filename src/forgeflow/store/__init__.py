@@ -1,4 +1,4 @@
-"""The Workflow Store: every table of ARCHITECTURE §4 behind one async facade.
+"""The Workflow Store: every table behind one async facade.
 
 Query modules (``tasks``, ``deliveries``, ``repos``, …) hold the SQL of one table each
 and take a ``Connection``; this facade runs them as units of work on the database's

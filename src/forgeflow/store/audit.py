@@ -1,4 +1,5 @@
-"""Queries of the append-only ``audit_events`` table (ARCHITECTURE §4.5, §9.3)."""
+"""Queries of the append-only ``audit_events`` table: every state change
+and side effect, with its actor; rows are never updated or deleted."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""The ``control`` row (global pause) and idempotent control requests (§6.2)."""
+"""The ``control`` row (global pause) and idempotent control requests (one answer per
+``requestId``)."""
 
 from __future__ import annotations
 

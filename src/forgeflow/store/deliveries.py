@@ -1,4 +1,5 @@
-"""Queries of ``webhook_deliveries`` and the one-transaction acceptance of §5.1."""
+"""Queries of ``webhook_deliveries`` and the acceptance of a delivery:
+delivery, repository, session and task rows in one transaction."""
 
 from __future__ import annotations
 
@@ -151,7 +152,7 @@ def record_ignored(
     normalized: bool,
     repo_key: str | None = None,
 ) -> DeliveryRecord:
-    """Record a verified delivery that starts nothing (FR-01 ``ignored``)."""
+    """Record a verified delivery that starts nothing (``ignored``)."""
     inserted = _insert(
         conn,
         delivery_key=delivery_key,

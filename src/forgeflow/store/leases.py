@@ -1,4 +1,5 @@
-"""Repository leases ``{repoKey, leaseId, owner, expiresAt}`` (ARCHITECTURE §5.2, §7).
+"""Repository leases ``{repoKey, leaseId, owner, expiresAt}``: at most one
+holder per repository, renewed by a heartbeat, released only by its holder's ``leaseId``.
 
 A lease is taken with compare-and-swap and released only by the holder of its
 ``leaseId``, so a worker that lost its lease can never unlock its successor's.

@@ -1,4 +1,4 @@
-"""Comments owed to users: receipts of live tasks and results of ended ones (FR-06)."""
+"""Comments owed to users: receipts of live tasks and results of ended ones."""
 
 from __future__ import annotations
 

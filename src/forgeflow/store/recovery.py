@@ -1,4 +1,5 @@
-"""Restart recovery: work whose worker is gone is moved on (ARCHITECTURE §5.5).
+"""Restart recovery: work whose worker is gone is moved on (its lease expired,
+or a new incarnation of the same worker id started).
 
 Interrupted work gets one more try after backoff, then fails (the retry rule of
 ``domain/retry.py``); an abort in flight ends as aborted; a reply check is redone.
@@ -92,7 +93,7 @@ def _verifier_gone(
 
 def interrupt(conn: Connection, task: Task, retry: RetryPolicy, *, error_code: str) -> Task:
     """Interrupted work: tried again after backoff while the retry rule allows, else
-    ``failed`` (FR-07). The task no longer holds a lease or a worker either way."""
+    ``failed``. The task no longer holds a lease or a worker either way."""
     freed: dict[str, Any] = {"lease_id": None, "claimed_by": None}
     state = TaskState(task.state)
     if state is TaskState.ABORTING:

@@ -1,4 +1,4 @@
-"""Tables of ARCHITECTURE §4, as SQLAlchemy Core metadata.
+"""The tables, as SQLAlchemy Core metadata.
 
 Migrations in ``migrations/versions`` create exactly this; a test compares the two.
 Unique keys live here, in the database, so a bug in Python cannot break them.
@@ -122,7 +122,7 @@ tasks = Table(
     Index("ux_tasks_repo_comment", "repo_key", "comment_id", unique=True),
     Index("ix_tasks_state_created", "state", "created_at"),
     Index("ix_tasks_resource", "resource_key", "created_at"),
-    # PRD §6.2 invariant 1, enforced by the database: one active task per repository.
+    # Enforced by the database, not by Python: one active task per repository.
     Index(
         "ux_tasks_one_active_per_repo",
         "repo_key",

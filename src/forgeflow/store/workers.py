@@ -1,4 +1,4 @@
-"""Worker nodes: registration, heartbeats, and repository affinity hand-over (§7)."""
+"""Worker nodes: registration, heartbeats, and repository affinity hand-over."""
 
 from __future__ import annotations
 
