@@ -14,7 +14,7 @@ from sqlalchemy import Connection
 
 from forgeflow.api.auth import require_admin
 from forgeflow.api.errors import ApiError
-from forgeflow.api.inputs import MAX_INT64, no_nul_parameters
+from forgeflow.api.inputs import MAX_INT32, no_nul_parameters
 from forgeflow.api.schemas import ADMIN_ERRORS, UNMATCHED, answer, derived, error
 from forgeflow.domain import records
 from forgeflow.services import Services
@@ -50,7 +50,7 @@ router = APIRouter(
 async def transcript(
     request: Request,
     taskId: str,
-    after: Annotated[int, Query(ge=0, le=MAX_INT64)] = 0,
+    after: Annotated[int, Query(ge=0, le=MAX_INT32)] = 0,  # seq is a 32-bit integer
     limit: Annotated[int, Query(ge=1, le=1000)] = 200,
 ) -> dict[str, Any]:
     """The task's transcript entries after ``after``, oldest first."""
