@@ -1,4 +1,5 @@
-"""The Gitea client's connection limits, against a real socket that never answers."""
+"""The Gitea client: its connection limits against a real socket that never answers, and
+its permission cache against the emulator."""
 
 from __future__ import annotations
 
@@ -7,11 +8,13 @@ import socket
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
 from forgeflow.config import Permission
-from forgeflow.gitea.client import GiteaClient, GiteaUnavailable
+from forgeflow.gitea.client import GiteaClient, GiteaUnavailable, PermissionCache
+from forgeflow_testkit.gitea_emulator import GiteaEmulator
 
 SLOTS = 16  # forgeflow.gitea.client._CONNECTIONS: what a burst of tasks may hold at once
 
@@ -188,3 +191,35 @@ def test_the_proxy_of_the_environment_applies_unless_no_proxy_names_the_host(
         ]
         assert outcome is Permission.WRITE
         assert silent.connections == 0
+
+
+def test_a_burst_of_permission_lookups_for_one_commenter_is_one_request(
+    tmp_path: Path,
+) -> None:
+    gitea = GiteaEmulator(tmp_path / "repos")
+    gitea.start()
+    try:
+        token = gitea.add_user("bot")
+        gitea.add_user("alice")
+        gitea.add_repo("acme", "widget")
+        gitea.set_permission("acme", "widget", "alice", "write")
+        gitea.set_permission("acme", "widget", "bot", "admin")
+        # The look-up takes a while, as a busy Gitea's does: all ten ask meanwhile.
+        gitea.fail_next("GET", "/collaborators/alice/permission", status=0, delay=0.3)
+
+        async def burst() -> list[Permission]:
+            client = GiteaClient(gitea.url, token)
+            cache = PermissionCache(client, ttl_seconds=60)
+            try:
+                return await asyncio.gather(
+                    *(cache.permission("acme", "widget", "alice") for _ in range(10))
+                )
+            finally:
+                await client.aclose()
+
+        answers = asyncio.run(burst())
+        assert answers == [Permission.WRITE] * 10, gitea.requests
+        asked = [r for r in gitea.requests if r[1].endswith("/collaborators/alice/permission")]
+        assert len(asked) == 1, asked
+    finally:
+        gitea.stop()

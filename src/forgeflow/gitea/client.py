@@ -305,6 +305,9 @@ class PermissionCache:
         self._client = client
         self._ttl = ttl_seconds
         self._entries: dict[tuple[str, str, str], tuple[float, Permission]] = {}
+        # Look-ups under way: a burst of mentions by one commenter (a fresh cache after
+        # a start) waits for the one request instead of sending its own.
+        self._asking: dict[tuple[str, str, str], asyncio.Future[Permission]] = {}
 
     def cached(self, owner: str, repo: str, login: str) -> Permission | None:
         """The answer still fresh in the cache, or None (then :meth:`permission` asks)."""
@@ -318,8 +321,20 @@ class PermissionCache:
         if hit is not None:
             return hit
         key = (owner.lower(), repo.lower(), login.lower())
+        asking = self._asking.get(key)
+        if asking is None:
+            # A task of its own: one caller's cancellation does not cancel the others'.
+            asking = self._asking[key] = asyncio.ensure_future(self._ask(key, owner, repo, login))
+        return await asyncio.shield(asking)
+
+    async def _ask(
+        self, key: tuple[str, str, str], owner: str, repo: str, login: str
+    ) -> Permission:
         now = time.monotonic()
-        value = await self._client.repo_permission(owner, repo, login)
+        try:
+            value = await self._client.repo_permission(owner, repo, login)
+        finally:
+            del self._asking[key]
         if len(self._entries) > 10_000:
             self._entries.clear()
         self._entries[key] = (now, value)
