@@ -7,13 +7,16 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import socket
 import sqlite3
 import subprocess
 import sys
+import tempfile
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -268,3 +271,16 @@ class World:
 
     def stop(self) -> None:
         self.emu.stop()
+
+
+@contextmanager
+def scratch(prefix: str, *, keep: bool, parent: str | None = None) -> Iterator[Path]:
+    """A temporary folder for one benchmark run, removed afterwards unless ``keep``."""
+    root = Path(tempfile.mkdtemp(prefix=prefix, dir=parent))
+    try:
+        yield root
+    finally:
+        if keep:
+            print(f"kept {root}", file=sys.stderr)
+        else:
+            shutil.rmtree(root, ignore_errors=True)

@@ -36,11 +36,10 @@ import os
 import shutil
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
-from common import ROOT, Serve, World, machine, write_result
+from common import ROOT, Serve, World, machine, scratch, write_result
 
 ISSUES = 8
 # Hands out the pre-built requests of $FF_REQUESTS (each prefixed by its length in ten
@@ -239,14 +238,8 @@ def main() -> int:
     p.add_argument("--keep", action="store_true", help="keep the temporary directory")
     args = p.parse_args()
     ensure_wrk()
-    root = Path(tempfile.mkdtemp(prefix="forgeflow-ingest-"))
-    try:
+    with scratch("forgeflow-ingest-", keep=args.keep) as root:
         res = run(args, root)
-    finally:
-        if args.keep:
-            print(f"kept {root}", file=sys.stderr)
-        else:
-            shutil.rmtree(root, ignore_errors=True)
     table = markdown(res)
     out = write_result("ingest", res)
     print(table)

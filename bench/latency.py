@@ -39,11 +39,9 @@ import http.client
 import itertools
 import json
 import os
-import shutil
 import statistics
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -63,6 +61,7 @@ from common import (
     World,
     epoch,
     machine,
+    scratch,
     summary_ms,
     wait_for,
     write_result,
@@ -768,14 +767,8 @@ def main() -> int:
     p.add_argument("--keep", action="store_true", help="keep the temporary directory")
     args = p.parse_args()
     # Not under /tmp: there Codex declines to make its helper binaries in CODEX_HOME.
-    root = Path(tempfile.mkdtemp(prefix="forgeflow-latency-", dir="/var/tmp"))
-    try:
+    with scratch("forgeflow-latency-", keep=args.keep, parent="/var/tmp") as root:
         res = run(args, root)
-    finally:
-        if args.keep:
-            print(f"kept {root}", file=sys.stderr)
-        else:
-            shutil.rmtree(root, ignore_errors=True)
     out = write_result("latency", res)
     print(markdown(res))
     print(f"wrote {out.relative_to(ROOT)}", file=sys.stderr)
