@@ -248,7 +248,9 @@ class Blocks:
         self.dropped = 0
 
     def add(self, host: str, port: int, reason: str) -> None:
-        key = (host[:253], port)
+        # The host is the agent's text and ends up in a comment: host characters only.
+        clean = "".join(c if c.isascii() and (c.isalnum() or c in ".-_:") else "?" for c in host)
+        key = (clean[:253], port)
         if key not in self.counts and len(self.counts) >= self.LIMIT:
             self.dropped += 1
             return
