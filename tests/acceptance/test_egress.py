@@ -148,7 +148,8 @@ def attack_script(loop: Canary, loop6: Canary, outer: Canary, outer_host: str) -
         "for t in sys.argv[1:]:\n"
         "    h,_,p=t.rpartition(':')\n"
         "    try:\n"
-        "        socket.create_connection((h.strip('[]'),int(p)),timeout=3).close(); print(t,'open')\n"
+        "        socket.create_connection((h.strip('[]'),int(p)),timeout=3).close()\n"
+        "        print(t,'open')\n"
         "    except OSError as e: print(t,'closed',type(e).__name__)\n"
     )
     # --noproxy '': NO_PROXY names loopback (the brokers), so the agent overrides it to
@@ -176,7 +177,8 @@ def allowed_script(port: int) -> str:
             f"echo '== plain'; curl -s -m 5 {url}/npm/jailpkg | head -c 18; echo",
             f"echo '== tunnel'; curl -s -m 5 -p {url}/npm/jailpkg | head -c 18; echo",
             "echo '== pip'; python3 -m pip download --no-index --disable-pip-version-check"
-            f" --trusted-host {INDEX} --find-links {url}/ -d /tmp/dl jailpkg > /tmp/pip.log 2>&1 && ls /tmp/dl"
+            f" --trusted-host {INDEX} --find-links {url}/ -d /tmp/dl jailpkg > /tmp/pip.log 2>&1"
+            " && ls /tmp/dl"
             " || cat /tmp/pip.log",
             f"echo '== npm'; npm view jailpkg version --registry {url}/npm/"
             " --no-update-notifier 2>&1 | tail -3",
