@@ -78,14 +78,18 @@ def parse_head(head: bytes) -> Target:
     path = url.path or "/"
     if url.query:
         path += "?" + url.query
-    # Proxy headers are ours; one request per upstream connection keeps it simple.
+    # Proxy headers are ours; one request per upstream connection keeps it simple; the
+    # Host is the checked one (no other site of a shared server by its Host header).
     kept = [
         h
         for h in rest.split("\r\n")
-        if h and not h.lower().startswith(("proxy-", "connection:", "keep-alive:"))
+        if h and not h.lower().startswith(("proxy-", "connection:", "keep-alive:", "host:"))
     ]
-    rewritten = "\r\n".join([f"{method} {path} {version}", *kept, "Connection: close", "", ""])
-    return Target(normalise_host(url.hostname), port, rewritten.encode("latin-1"))
+    host = normalise_host(url.hostname)
+    authority = f"[{host}]" if ":" in host else host
+    authority += f":{port}" if port != 80 else ""
+    lines = [f"{method} {path} {version}", f"Host: {authority}", *kept, "Connection: close"]
+    return Target(host, port, "\r\n".join([*lines, "", ""]).encode("latin-1"))
 
 
 class EgressProxy:
@@ -127,6 +131,9 @@ class EgressProxy:
         self._tasks.add(task)
         try:
             if self._slots.locked():
+                # The head read first: closing on unread bytes would reset the answer.
+                with contextlib.suppress(TimeoutError, asyncio.LimitOverrunError):
+                    await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 5.0)
                 await _answer(writer, 503, "too many connections from this jail")
                 return
             async with self._slots:
