@@ -108,7 +108,7 @@ def _check_agent(settings: Settings, role: Role) -> None:
     except ProviderError as exc:
         typer.echo(f"forgeflow: cannot read the model provider: {exc}", err=True)
         raise typer.Exit(2) from None
-    if warning is not None:
+    if settings.sandbox == "none":
         return
     try:
         probe()

@@ -16,6 +16,16 @@ from pydantic_settings import (
     SettingsConfigDict,
 )
 
+from forgeflow.domain.egress import (
+    DEFAULT_ALLOW,
+    DEFAULT_PORTS,
+    EgressPolicy,
+    PolicyError,
+    parse_hosts,
+    parse_pins,
+    parse_ports,
+)
+
 ENV_PREFIX = "FORGEFLOW_"
 
 
@@ -80,7 +90,13 @@ class Settings(BaseSettings):
     codex_command: str = "codex app-server"
     gitea_mcp_command: str = "gitea-mcp -t stdio"
     sandbox: Literal["bwrap", "none"] = "bwrap"
-    agent_network: Literal["on", "off"] = "on"
+    agent_network: Literal["proxy", "on", "off"] = "proxy"
+    # The egress proxy's policy (agent_network=proxy; docs/security.md "Network").
+    egress_allow: str = ",".join(DEFAULT_ALLOW)
+    egress_ports: str = ",".join(str(p) for p in DEFAULT_PORTS)
+    egress_resolve: str = ""  # name=address pins, for an internal mirror without DNS
+    # Per repository ("owner/repo" = [hosts]): forgeflow's own configuration only.
+    egress_repos: dict[str, list[str]] = Field(default_factory=dict)
     agent_idle_seconds: float = Field(default=300.0, gt=0)
     model_base_url: str | None = None
     model_api_key: SecretStr | None = None
@@ -119,6 +135,40 @@ class Settings(BaseSettings):
             self.price_input_per_mtok,
             self.price_output_per_mtok,
         )
+
+    def egress_policy(self) -> EgressPolicy:
+        """The egress proxy's policy; the settings were checked at load."""
+        return EgressPolicy(
+            parse_hosts(self.egress_allow, "FORGEFLOW_EGRESS_ALLOW"),
+            parse_ports(self.egress_ports, "FORGEFLOW_EGRESS_PORTS"),
+            parse_pins(self.egress_resolve, "FORGEFLOW_EGRESS_RESOLVE"),
+            {
+                key.lower(): parse_hosts(hosts, "FORGEFLOW_EGRESS_REPOS")
+                for key, hosts in self.egress_repos.items()
+            },
+        )
+
+    @field_validator("egress_allow", "egress_ports", "egress_resolve")
+    @classmethod
+    def _check_egress(cls, value: str, info: Any) -> str:
+        parse = {"egress_allow": parse_hosts, "egress_ports": parse_ports}
+        try:
+            parse.get(info.field_name, parse_pins)(value, "value")
+        except PolicyError as exc:
+            raise ValueError(str(exc).removeprefix("value: ")) from None
+        return value
+
+    @field_validator("egress_repos")
+    @classmethod
+    def _check_egress_repos(cls, value: dict[str, list[str]]) -> dict[str, list[str]]:
+        for key, hosts in value.items():
+            if key.count("/") != 1 or not all(key.split("/")):
+                raise ValueError(f"{key!r} is not owner/repo")
+            try:
+                parse_hosts(hosts, key)
+            except PolicyError as exc:
+                raise ValueError(str(exc)) from None
+        return value
 
     @field_validator("gitea_url", "public_url", "model_base_url")
     @classmethod
@@ -289,6 +339,12 @@ def sandbox_warning(settings: Settings) -> str | None:
     """The loud line of FORGEFLOW_SANDBOX=none, shown at start, in /readyz and on the
     overview page."""
     if settings.sandbox != "none":
+        if settings.agent_network == "on":
+            return (
+                "FORGEFLOW_AGENT_NETWORK=on: the jail shares the host's network and reaches "
+                "every service on its loopback (the database included), private networks "
+                "and the cloud metadata address; prefer the default, proxy"
+            )
         return None
     return (
         "FORGEFLOW_SANDBOX=none: the agent runs unjailed as forgeflow's own user and can "

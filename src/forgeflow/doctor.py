@@ -197,7 +197,11 @@ async def _sandbox(s: Settings) -> Check:
         await asyncio.to_thread(jail.probe)
     except jail.JailUnavailable as exc:
         return Check("sandbox", False, "bubblewrap cannot run here", str(exc))
-    network = "on" if s.agent_network == "on" else "off (brokers only)"
+    network = {
+        "on": "on (the host's network)",
+        "off": "off (brokers only)",
+        "proxy": "proxy (allow-listed hosts)",
+    }[s.agent_network]
     return Check("sandbox", True, f"bubblewrap runs a jail here; agent network {network}")
 
 

@@ -77,7 +77,8 @@ def test_other_processes_and_their_environments_are_out_of_sight(agentic: Agenti
         (bwrap,) = app_server_groups(agentic.ff.settings.data_dir)
         watched.extend([os.getpid(), gitea_mcp, bwrap])
         return (
-            "echo '== environ'; cat /proc/*/environ | tr '\\0' '\\n'\n"
+            # Each distinct line once: Codex cuts a long output in its middle.
+            "echo '== environ'; cat /proc/*/environ | tr '\\0' '\\n' | sort -u\n"
             "echo '== count'; ls /proc | grep -E '^[0-9]+$' | wc -l\n"
             "echo '== cmdlines'; for f in /proc/[0-9]*/cmdline; do tr '\\0' ' ' < $f; echo; done\n"
             "echo '== host pids'\n" + "".join(f"cat /proc/{pid}/cmdline\n" for pid in watched)
@@ -217,14 +218,17 @@ def test_loopback_services_want_a_capability_and_writes_stay_inside(agentic: Age
         f"for p in /usr/{probe} /opt/{probe} {codex}/{probe}; do touch $p; done\n"
         f"for p in /{probe} /etc/{probe} {data_dir}/{probe}; do touch $p; done",
     )
-    assert section(out, "admin").split() == ["401", "401"], out
+    # The default network (the egress proxy): the host's loopback is not the jail's,
+    # so forgeflow's own port cannot even be reached (curl's 000).
+    assert section(out, "admin").split() == ["000", "000"], out
     broker = section(out, "broker").strip()
     assert re.fullmatch(r"http://127\.0\.0\.1:\d+", broker) and broker != agentic.ff.url
     assert section(out, "mcp").split() == ["401", "401", "401"], out
     assert section(out, "model").split() == ["401", "401"], out
     write = section(out, "write")
     assert f"touch: cannot touch '/usr/{probe}': Read-only file system" in write, write
-    assert f"touch: cannot touch '/opt/{probe}': No such file or directory" in write, write
+    # /opt holds the forwarder (/opt/forgeflow/forward.py), so it exists, read-only.
+    assert f"touch: cannot touch '/opt/{probe}': Read-only file system" in write, write
     assert f"touch: cannot touch '{codex}/{probe}': Read-only file system" in write, write
     # The jail's root (bwrap's tmpfs with the mount points) is read-only as well. (The
     # data folder of this test lies under /tmp, which in the jail is its private tmpfs:
@@ -280,15 +284,42 @@ def package_index(tmp_path: Path) -> Iterator[str]:
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
-        yield f"http://127.0.0.1:{server.server_address[1]}/"
+        yield f"http://{INDEX_NAME}:{server.server_address[1]}/"
     finally:
         server.shutdown()
         server.server_close()
 
 
+INDEX_NAME = "jail-index.test"  # the operator's "internal mirror", on loopback
+
+
+@pytest.fixture
+def agentic_with_index(
+    gitea: GiteaEmulator,
+    model: ScriptedModel,
+    tmp_path: Path,
+    sqlite_url: str,
+    monkeypatch: pytest.MonkeyPatch,
+    package_index: str,
+) -> Iterator[Agentic]:
+    """The default network (the egress proxy) with the index allow-listed by name."""
+    port = package_index.rstrip("/").rsplit(":", 1)[1]
+    yield from start_agentic(
+        gitea,
+        model,
+        tmp_path,
+        sqlite_url,
+        monkeypatch,
+        egress_allow=INDEX_NAME,
+        egress_ports=port,
+        egress_resolve=f"{INDEX_NAME}=127.0.0.1",
+    )
+
+
 def test_the_agent_still_works_in_its_worktree_home_and_tmp(
-    agentic: Agentic, package_index: str
+    agentic_with_index: Agentic, package_index: str
 ) -> None:
+    agentic = agentic_with_index
     root = agentic.ff.settings.resolved_workspace_root
     worktree = root / ".sessions/default/acme/widget" / f"issue-{agentic.issue}"
     home = root / ".homes/default/acme/widget"
@@ -303,7 +334,8 @@ def test_the_agent_still_works_in_its_worktree_home_and_tmp(
         f"echo '== write'; echo in-home > ~/{scratch} && echo in-tmp > /tmp/{scratch} &&"
         f" cat ~/{scratch} /tmp/{scratch}\n"
         "echo '== pip'; python3 -m pip install --user --break-system-packages --no-index"
-        f" --disable-pip-version-check --find-links {package_index} jailpkg > /tmp/pip.log 2>&1"
+        f" --disable-pip-version-check --trusted-host {INDEX_NAME} --find-links {package_index}"
+        " jailpkg > /tmp/pip.log 2>&1"
         " || cat /tmp/pip.log\n"
         "echo '== import'; cd / && python3 -c 'import jailpkg; print(\"imported\", jailpkg.VALUE)'",
     )

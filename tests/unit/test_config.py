@@ -5,7 +5,13 @@ from pathlib import Path
 
 import pytest
 
-from forgeflow.config import ConfigError, Permission, capability_warnings, load_settings
+from forgeflow.config import (
+    ConfigError,
+    Permission,
+    capability_warnings,
+    load_settings,
+    sandbox_warning,
+)
 
 
 def test_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -79,3 +85,53 @@ def test_missing_gitea_settings_are_warnings_not_errors(monkeypatch: pytest.Monk
         for line in lines
     )
     assert len(lines) == 3
+
+
+def test_the_egress_policy_defaults_to_the_registries_through_the_proxy(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    for var in ("FORGEFLOW_AGENT_NETWORK", "FORGEFLOW_EGRESS_ALLOW", "FORGEFLOW_EGRESS_PORTS"):
+        monkeypatch.delenv(var, raising=False)
+    s = load_settings()
+    assert s.agent_network == "proxy"
+    policy = s.egress_policy()
+    assert policy.check_name("pypi.org", 443).allowed
+    assert policy.check_name("registry.npmjs.org", 443).allowed
+    assert not policy.check_name("github.com", 443).allowed
+    assert not policy.check_name("pypi.org", 5432).allowed
+    assert sandbox_warning(s) is None
+
+
+def test_per_repository_hosts_come_from_forgeflows_toml(tmp_path: Path) -> None:
+    cfg = tmp_path / "forgeflow.toml"
+    cfg.write_text('[forgeflow.egress_repos]\n"acme/widget" = ["github.com", "*.github.io"]\n')
+    policy = load_settings(cfg).egress_policy()
+    assert policy.for_repository("acme/widget").check_name("docs.github.io", 443).allowed
+    assert not policy.for_repository("acme/other").check_name("github.com", 443).allowed
+    cfg.write_text('[forgeflow.egress_repos]\n"widget" = ["github.com"]\n')
+    with pytest.raises(ConfigError, match=r"FORGEFLOW_EGRESS_REPOS: .*is not owner/repo"):
+        load_settings(cfg)
+
+
+@pytest.mark.parametrize(
+    ("var", "value", "message"),
+    [
+        ("FORGEFLOW_EGRESS_ALLOW", "pypi.org,bad host", "is not a host, \\*.suffix or \\*"),
+        ("FORGEFLOW_EGRESS_PORTS", "443,99999", "ports are 1 to 65535"),
+        ("FORGEFLOW_EGRESS_RESOLVE", "mirror.internal", "is not name=address"),
+        ("FORGEFLOW_AGENT_NETWORK", "open", "'proxy', 'on' or 'off'"),
+    ],
+)
+def test_a_bad_egress_setting_is_named(
+    monkeypatch: pytest.MonkeyPatch, var: str, value: str, message: str
+) -> None:
+    monkeypatch.setenv(var, value)
+    with pytest.raises(ConfigError, match=f"{var}: .*{message}"):
+        load_settings()
+
+
+def test_the_hosts_network_is_a_loud_choice(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("FORGEFLOW_AGENT_NETWORK", "on")
+    monkeypatch.setenv("FORGEFLOW_SANDBOX", "bwrap")
+    warning = sandbox_warning(load_settings())
+    assert warning is not None and "the database included" in warning

@@ -37,6 +37,23 @@ log = structlog.get_logger("forgeflow.appserver")
 
 _FORWARD_IN_JAIL = "/opt/forgeflow/forward.py"
 _SOCKET_IN_JAIL = "/run/forgeflow/broker.sock"
+_EGRESS_IN_JAIL = "/run/forgeflow/egress.sock"
+# NO_PROXY: the brokers are on the jail's own loopback (forward.py), never the proxy.
+_NO_PROXY = "127.0.0.1,localhost,::1"
+
+
+def egress_port(broker_port: int) -> int:
+    """The proxy's port on the jail's loopback: any but the broker's."""
+    return 3128 if broker_port != 3128 else 3129
+
+
+def proxy_env(port: int) -> dict[str, str]:
+    """What makes pip, npm, apt, curl and git use the egress proxy unasked."""
+    url = f"http://127.0.0.1:{port}"
+    env = {k: url for k in ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy")}
+    env.update({"NO_PROXY": _NO_PROXY, "no_proxy": _NO_PROXY, "npm_config_proxy": url})
+    env["npm_config_https_proxy"] = url
+    return env
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,13 +66,14 @@ class Launch:
     installation: tuple[Path, ...]  # the Codex installation, read-only
     read_only: bool  # a draft space's jail: the repository read-only
     jailed: bool
-    network: bool
+    network: str  # FORGEFLOW_AGENT_NETWORK: "proxy", "off" or "on" (the host's)
     config: Json  # the jail's Codex config.toml
     log_path: Path
     pgid_file: Path
     bwrap: str = "bwrap"
     broker_socket: Path | None = None  # without network: the brokers' Unix socket
     broker_port: int = 0
+    egress_socket: Path | None = None  # "proxy": this jail's egress proxy socket
     git_name: str = "forgeflow-agent"
 
     def _offline(self) -> tuple[list[str], tuple[tuple[str, str, str], ...], tuple[Path, ...]]:
@@ -63,11 +81,15 @@ class Launch:
         host's base Python (read-only in the jail) before the app-server."""
         assert self.broker_socket is not None
         python = Path(sys.base_prefix) / "bin" / "python3"
-        argv = [str(python), _FORWARD_IN_JAIL, str(self.broker_port), _SOCKET_IN_JAIL, "--"]
-        placed = (
+        argv = [str(python), _FORWARD_IN_JAIL, str(self.broker_port), _SOCKET_IN_JAIL]
+        placed: tuple[tuple[str, str, str], ...] = (
             ("--ro-bind", forward.__file__, _FORWARD_IN_JAIL),
             ("--bind", str(self.broker_socket), _SOCKET_IN_JAIL),
         )
+        if self.egress_socket is not None:
+            argv += [str(egress_port(self.broker_port)), _EGRESS_IN_JAIL]
+            placed += (("--bind", str(self.egress_socket), _EGRESS_IN_JAIL),)
+        argv.append("--")
         base = Path(sys.base_prefix)
         readable = () if base == Path("/usr") or Path("/usr") in base.parents else (base,)
         return [*argv, *self.argv], placed, readable
@@ -81,15 +103,17 @@ class Launch:
                 writable, readable = (), readable + self.repository
             argv = self.argv
             placed: tuple[tuple[str, str, str], ...] = ()
-            if not self.network:
+            if self.network != "on":
                 argv, placed, python = self._offline()
                 readable += python
+            if self.egress_socket is not None:
+                extra.update(proxy_env(egress_port(self.broker_port)))
             protected = jail.git_protected(self.repository[0]) if writable else ()
             spec = jail.JailSpec(
                 self.home,
                 writable,
                 readable,
-                network=self.network,
+                network=self.network == "on",
                 env=extra,
                 protected=tuple(p for p in protected if p.exists()),
                 placed=placed,

@@ -50,6 +50,7 @@ from forgeflow.agent.port import (
     TurnSpec,
     TurnStatus,
 )
+from forgeflow.agent.proxy import Blocks, EgressProxy
 from forgeflow.agent.threads import mcp_ready, open_thread, thread_params
 from forgeflow.agent.tools import GiteaTools, Publish, mcp_env
 from forgeflow.config import Settings
@@ -72,7 +73,7 @@ class CodexRuntime:
             elicitation=cfg.elicitation_policy,
             publish=publish,
         )
-        offline = cfg.jailed and not cfg.network
+        offline = cfg.jailed and cfg.network != "on"
         self.broker = Broker(
             cfg.provider,
             self.tools.handle,
@@ -85,6 +86,8 @@ class CodexRuntime:
         self._readable: tuple[Path, ...] | None = None
         self._swept = False
         self._tool: CommentTool | None = None
+        self._proxies: dict[str, EgressProxy] = {}
+        self._blocked: dict[str, Blocks] = {}  # turn id -> its refused requests
 
     @classmethod
     def from_settings(cls, settings: Settings, publish: Publish | None = None) -> CodexRuntime:
@@ -115,6 +118,7 @@ class CodexRuntime:
             pgid_file=pgid_file(self.cfg.data_dir / "run", server_key(owner, repo, read_only)),
             broker_socket=self.broker.unix_socket,
             broker_port=self.broker.port,
+            egress_socket=self._egress_socket(server_key(owner, repo, read_only)),
             git_name=self.cfg.bot_login,
         )
 
@@ -130,6 +134,7 @@ class CodexRuntime:
             if not self._swept:
                 self._swept = True
                 end_leftovers(self.cfg.data_dir / "run")
+            await self._start_proxy(key, f"{owner}/{repo}")
             grant = Grant(key, owner, repo)
             server = AppServer(key, owner, repo, read_only, grant, self.broker.grant(grant))
             proc = await server.start(
@@ -171,6 +176,32 @@ class CodexRuntime:
         for thread in [t for t, s in self._threads.items() if s is server]:
             del self._threads[thread]
         await server.stop()
+        proxy = self._proxies.pop(server.key, None)
+        if proxy is not None:
+            await proxy.aclose()
+
+    # -- egress (FORGEFLOW_AGENT_NETWORK=proxy) -------------------------------------------
+
+    def _egress_socket(self, key: str) -> Path | None:
+        if not (self.cfg.jailed and self.cfg.network == "proxy"):
+            return None
+        return pgid_file(self.cfg.data_dir / "run", key).with_suffix(".egress.sock")
+
+    async def _start_proxy(self, key: str, repo_key: str) -> None:
+        """One proxy per jail, on its own socket: what it refuses is this jail's."""
+        path = self._egress_socket(key)
+        if path is None or key in self._proxies:
+            return
+        policy = self.cfg.egress.for_repository(repo_key)
+        proxy = EgressProxy(policy, path, partial(self._refused_egress, key))
+        await proxy.start()
+        self._proxies[key] = proxy
+
+    def _refused_egress(self, key: str, host: str, port: int, reason: str) -> None:
+        log.warning("egress.blocked", repo=key, host=host[:253], port=port, reason=reason)
+        for turn in self._turns.values():
+            if turn.server.key == key and not turn.done:
+                self._blocked.setdefault(turn.handle.turn_id, Blocks()).add(host, port, reason)
 
     async def _watch(self, server: AppServer, proc: RpcProcess) -> None:
         await proc.closed.wait()
@@ -224,7 +255,9 @@ class CodexRuntime:
 
     async def start_turn(self, thread_id: str, turn: TurnSpec) -> TurnHandle:
         server = self._server_of(thread_id)
-        policy = sandbox_policy(turn.read_only, jailed=self.cfg.jailed, network=self.cfg.network)
+        policy = sandbox_policy(
+            turn.read_only, jailed=self.cfg.jailed, network=self.cfg.network != "off"
+        )
         params: Json = {
             "threadId": thread_id,
             "input": [{"type": "text", "text": turn.prompt, "text_elements": []}],
@@ -307,6 +340,9 @@ class CodexRuntime:
     def _complete(self, turn: TurnState, status: TurnStatus, **kw: Any) -> None:
         """End a turn once: the broker's count of its model use, then its completion;
         its app-server may go idle from now on."""
+        blocks = self._blocked.pop(turn.handle.turn_id, None)
+        if blocks is not None and not turn.done:
+            turn.put(Notice(turn.next_seq(), "egress.blocked", blocks.metadata()))
         if not turn.finish(status, **kw):
             return
         turn.server.active = max(0, turn.server.active - 1)

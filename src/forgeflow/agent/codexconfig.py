@@ -11,6 +11,7 @@ from forgeflow.agent.jsonrpc import Json
 from forgeflow.agent.port import AgentError
 from forgeflow.agent.provider import ModelProvider, load_provider
 from forgeflow.config import Settings
+from forgeflow.domain.egress import EgressPolicy
 
 
 @dataclass(frozen=True, slots=True)
@@ -23,7 +24,8 @@ class CodexConfig:
     workspace_root: Path
     provider: ModelProvider
     jailed: bool = True
-    network: bool = True
+    network: str = "proxy"  # FORGEFLOW_AGENT_NETWORK
+    egress: EgressPolicy = field(default_factory=EgressPolicy)
     idle_seconds: float = 300.0
     model: str | None = None
     reasoning_effort: str | None = None
@@ -86,7 +88,8 @@ def config_from_settings(settings: Settings) -> CodexConfig:
         workspace_root=settings.resolved_workspace_root,
         provider=provider,
         jailed=settings.sandbox == "bwrap",
-        network=settings.agent_network == "on",
+        network=settings.agent_network,
+        egress=settings.egress_policy(),
         idle_seconds=settings.agent_idle_seconds,
         model=settings.model,
         reasoning_effort=settings.reasoning_effort,

@@ -23,7 +23,7 @@ from forgeflow.store import Store, leases
 from forgeflow.store import comments as comment_q
 from forgeflow.store import turns as turn_q
 from forgeflow.store.types import utcnow
-from forgeflow.tasks import drafts
+from forgeflow.tasks import drafts, egress
 from forgeflow.tasks.dispatch import Preparing
 from forgeflow.tasks.moves import TaskMoves
 from forgeflow.tasks.prepare import Prepared, Preparer
@@ -194,7 +194,8 @@ class Execution:
     async def _note_answer(self, task: Task, found: Verification, outcome: Outcome | None) -> None:
         """The agent's answer says what happened to the work (pushed where, or refused
         why) and, with a public URL, links to the task's page."""
-        lines = [outcome.note() if outcome is not None else None, self.replies.link(task)]
+        blocked = egress.note(await self.store.read(lambda c: egress.refused(c, task.task_id)))
+        lines = [outcome.note() if outcome is not None else None, blocked, self.replies.link(task)]
         note = "\n".join(line for line in lines if line)
         marker = parse_marker(found.body or "")
         if not note or marker is None or marker.kind is not MarkerKind.FINAL:

@@ -19,6 +19,7 @@ from forgeflow.domain.paths import session_worktree
 from forgeflow.domain.states import ACTIVE_STATES, CANCELLABLE_STATES, TaskState, values
 from forgeflow.store import audit, deliveries, repos, sessions, tasks, transcripts
 from forgeflow.store.details import overview_snapshot, task_detail_snapshot
+from forgeflow.tasks import egress
 from forgeflow.web.render import PAGE_SIZE, UiRoute, render, services
 from forgeflow.web.security import NotFound, UiSession, require_session
 
@@ -134,6 +135,7 @@ async def task_page(request: Request, session: Session, task_id: str) -> Respons
             "repo": repo_row.json() if repo_row else None,
             "thread": session_row.json() if session_row else None,
             "transcript": transcripts.of_task(conn, task_id, limit=TRANSCRIPT_SHOWN),
+            "egress_refused": egress.refused(conn, task_id),
         }
 
     data = await services(request).store.read(_read)
