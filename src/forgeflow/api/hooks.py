@@ -63,7 +63,8 @@ def signature_valid(token: str, body: bytes, header: str | None) -> bool:
     if not header or not header.startswith("sha256="):
         return False
     expected = hmac.new(token.encode("utf-8"), body, hashlib.sha256).hexdigest()
-    return hmac.compare_digest(header.removeprefix("sha256=").strip().lower(), expected)
+    given = header.removeprefix("sha256=").strip().lower().encode("utf-8", "replace")
+    return hmac.compare_digest(given, expected.encode("ascii"))  # bytes: non-ASCII is wrong
 
 
 def _delivery(request: Request, body: bytes | None) -> str | None:

@@ -14,6 +14,7 @@ from fastapi import APIRouter, Depends, Request
 from fastapi.responses import RedirectResponse, Response
 from sqlalchemy import Connection
 
+from forgeflow.api.guard import TokenGuard
 from forgeflow.store import repos
 from forgeflow.tasks import controls
 from forgeflow.web.render import UiRoute, render, services
@@ -22,7 +23,6 @@ from forgeflow.web.security import (
     Posted,
     check_login_nonce,
     check_same_site,
-    check_token,
     end_session,
     login_nonce,
     read_form,
@@ -66,7 +66,15 @@ async def login(request: Request) -> Response:
     if not OPERATOR_RE.match(operator):
         message = "operator: letters, digits and _ . @ - only (at most 100)"
         return _login_page(request, next_url, "admin", message, 400)
-    if not check_token(request, form.get("token", "")):
+    guard: TokenGuard = request.app.state.guard
+    address = request.client.host if request.client else "unknown"
+    wait = await guard.refuse_throttled(address, "ui.signin.reject")
+    if wait is not None:
+        message = f"Too many wrong tokens from your address; try again in {int(wait) + 1} s."
+        page = _login_page(request, next_url, operator, message, 429)
+        page.headers["Retry-After"] = str(int(wait) + 1)
+        return page
+    if not await guard.check(form.get("token", ""), address, "ui.signin.reject"):
         return _login_page(request, next_url, operator, "That is not the admin token.", 401)
     response = RedirectResponse(next_url, status_code=303)
     start_session(request, response, operator)

@@ -22,6 +22,8 @@ from urllib.parse import parse_qs
 from fastapi import Request
 from fastapi.responses import Response
 
+from forgeflow.api.guard import same_secret
+
 SESSION_COOKIE = "ff_session"
 LOGIN_COOKIE = "ff_login"
 FLASH_COOKIE = "ff_flash"
@@ -193,13 +195,8 @@ def remember_login_nonce(request: Request, response: Response, nonce: str) -> No
 def check_login_nonce(request: Request, submitted: str) -> None:
     payload = unsign(_key(request), "l", request.cookies.get(LOGIN_COOKIE), LOGIN_SECONDS)
     nonce = payload.get("n") if payload else None
-    if not isinstance(nonce, str) or not hmac.compare_digest(nonce, submitted):
+    if not isinstance(nonce, str) or not same_secret(submitted, nonce):
         raise Forbidden("the sign-in form expired; load it again")
-
-
-def check_token(request: Request, submitted: str) -> bool:
-    expected: str = request.app.state.services.admin_token
-    return hmac.compare_digest(submitted.encode(), expected.encode())
 
 
 def set_flash(request: Request, response: Response, ok: bool, text: str) -> None:
@@ -251,7 +248,7 @@ async def require_post(request: Request) -> Posted:
         raise Forbidden("not signed in")
     check_same_site(request)
     form = await read_form(request)
-    if not hmac.compare_digest(form.get("csrf", "").encode(), session.csrf.encode()):
+    if not same_secret(form.get("csrf", ""), session.csrf):
         raise Forbidden("missing or wrong CSRF token")
     return Posted(session, form)
 
