@@ -127,6 +127,8 @@ class Settings(BaseSettings):
     rejection_retention_days: int = Field(default=30, ge=1)
     auth_failures_allowed: int = Field(default=10, ge=1)
     auth_failure_window_seconds: float = Field(default=300.0, gt=0)
+    # Tests only: a page reading a value its data lacks fails instead of rendering empty.
+    ui_strict_templates: bool = False
 
     def budgets(self) -> Any:
         """Budget defaults and prices (``forgeflow.store.usage.Budgets``)."""
