@@ -123,6 +123,7 @@ class Settings(BaseSettings):
     form_max_body_bytes: int = Field(default=64 * 1024, ge=1024)
     json_max_depth: int = Field(default=64, ge=4, le=1000)
     trigger_replay_window_seconds: int = Field(default=86400, ge=60)
+    trigger_timestamp_tolerance_seconds: int = Field(default=300, ge=10)
     rejection_interval_seconds: float = Field(default=60.0, gt=0)
     rejection_retention_days: int = Field(default=30, ge=1)
     auth_failures_allowed: int = Field(default=10, ge=1)
