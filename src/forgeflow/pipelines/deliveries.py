@@ -84,13 +84,17 @@ def fire(conn: Connection, call: Call, payload: dict[str, Any]) -> tuple[Started
     :class:`PipelineError` as :func:`firing.fire_webhook` does (the caller logs the
     refusal in a transaction of its own, since this one rolls back)."""
     assert call.call_key is not None
-    replayed = _replayed_body(conn, call)
+    trigger_id = call.trigger["trigger_id"]
+    # A repeat of the same delivery is the usual duplicate; only a new identity with
+    # already-accepted content is a replay.
+    known = q.run_by_dedupe(conn, firing.webhook_dedupe_key(trigger_id, call.call_key))
+    replayed = None if known is not None else _replayed_body(conn, call)
     if replayed is not None:
         delivery_id = record(
             conn, call, "duplicate", 200, reason="replayed_body", run_id=replayed.run["run_id"]
         )
         return replayed, delivery_id
-    started = firing.fire_webhook(conn, call.trigger["trigger_id"], payload, call.call_key)
+    started = firing.fire_webhook(conn, trigger_id, payload, call.call_key)
     status: Status = "accepted" if started.created else "duplicate"
     delivery_id = record(
         conn,
