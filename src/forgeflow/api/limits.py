@@ -36,6 +36,7 @@ class BodyLimits:
     form: int
     json_depth: int
     body_timeout: float
+    header_bytes: int
 
     @classmethod
     def of(cls, s: Settings) -> BodyLimits:
@@ -46,6 +47,7 @@ class BodyLimits:
             form=s.form_max_body_bytes,
             json_depth=s.json_max_depth,
             body_timeout=s.http_body_timeout_seconds,
+            header_bytes=s.http_max_header_bytes,
         )
 
     def for_path(self, path: str) -> int:
@@ -88,6 +90,9 @@ class BoundsMiddleware:
             await self.app(scope, receive, send)
             return
         try:
+            # h11 bounds a head that arrives in pieces; one that came whole is counted here.
+            if sum(len(k) + len(v) + 4 for k, v in scope["headers"]) > self.limits.header_bytes:
+                raise Refused(431, "headers_too_large", "the request headers are too large")
             if scope["path"].startswith(AUTHENTICATED):
                 await self._authenticate(scope)
             body = await self._read(scope, receive)
