@@ -13,7 +13,17 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 import forgeflow
 from forgeflow import web
-from forgeflow.api import control, errors, hooks, openapi, ops, pipelines, transcripts, webhook
+from forgeflow.api import (
+    control,
+    errors,
+    hooks,
+    openapi,
+    ops,
+    pipelines,
+    transcripts,
+    ui_sessions,
+    webhook,
+)
 from forgeflow.api.guard import FailureThrottle, TokenGuard
 from forgeflow.api.limits import BodyLimits, BoundsMiddleware
 from forgeflow.metrics import Metrics
@@ -88,6 +98,7 @@ def create_app(
     app.include_router(hooks.router)  # POST /webhooks/{token}: pipeline webhook triggers
     app.include_router(control.router)
     app.include_router(transcripts.router)
+    app.include_router(ui_sessions.router)
     app.include_router(pipelines.router)
     app.include_router(ops.router)
     app.include_router(web.router)  # the admin pages under /ui/

@@ -24,9 +24,9 @@ from forgeflow.web.security import (
     check_login_nonce,
     check_same_site,
     end_session,
+    live_session,
     login_nonce,
     read_form,
-    read_session,
     remember_login_nonce,
     require_post,
     safe_next,
@@ -51,7 +51,7 @@ def _login_page(
 
 @router.get("/login")
 async def login_form(request: Request, next: str | None = None) -> Response:
-    if read_session(request) is not None:
+    if await live_session(request) is not None:
         return RedirectResponse(safe_next(next), status_code=303)
     return _login_page(request, safe_next(next), "admin", None, 200)
 
@@ -77,14 +77,14 @@ async def login(request: Request) -> Response:
     if not await guard.check(form.get("token", ""), address, "ui.signin.reject"):
         return _login_page(request, next_url, operator, "That is not the admin token.", 401)
     response = RedirectResponse(next_url, status_code=303)
-    start_session(request, response, operator)
+    await start_session(request, response, operator)
     return response
 
 
 @router.post("/logout")
-async def logout(request: Request, _posted: Post) -> Response:
+async def logout(request: Request, posted: Post) -> Response:
     response = RedirectResponse("/ui/login", status_code=303)
-    end_session(request, response)
+    await end_session(request, response, posted.session)
     return response
 
 
