@@ -29,7 +29,7 @@ from sqlalchemy import create_engine, func, select
 from forgeflow.store.schema import audit_events
 from forgeflow_testkit.gitea_emulator import GiteaEmulator
 from tests.support.forgeflow import ADMIN_TOKEN, WEBHOOK_SECRET
-from tests.support.process import clean_env, free_port, start_serve, wait_healthy
+from tests.support.process import FORGEFLOW, clean_env, free_port, start_serve, wait_healthy
 
 RSS_MARGIN = 48 * 1024 * 1024  # resident size after an attack, at most this above before
 ANSWER_BOUND = 2.0  # seconds a signed webhook may take while the server is under attack
@@ -392,3 +392,22 @@ def test_no_500_from_any_header_or_body(
         return  # h11 closed a connection it could not parse: no answer, no crash
     status = _status(answer)
     assert status < 500, (path, headers, body, answer[:500])
+
+
+def test_a_short_admin_token_is_refused_at_start_with_one_line(tmp_path: Path) -> None:
+    env = clean_env(
+        FORGEFLOW_DATA_DIR=str(tmp_path / "data"),
+        FORGEFLOW_DATABASE_URL=f"sqlite:///{tmp_path / 'db.sqlite'}",
+        FORGEFLOW_ADMIN_TOKEN="hunter2",
+        FORGEFLOW_SANDBOX="none",
+    )
+    done = subprocess.run(
+        [str(Path(FORGEFLOW)), "serve", "--role", "ingress", "--port", str(free_port())],
+        env=env,
+        capture_output=True,
+        timeout=60,
+    )
+    lines = done.stderr.decode().strip().splitlines()
+    assert done.returncode == 2, done.stderr
+    assert len(lines) == 1 and "FORGEFLOW_ADMIN_TOKEN" in lines[0] and "20 characters" in lines[0]
+    assert "hunter2" not in done.stderr.decode()
