@@ -121,6 +121,7 @@ class Settings(BaseSettings):
     trigger_max_body_bytes: int = Field(default=1024 * 1024, ge=1024)
     api_max_body_bytes: int = Field(default=1024 * 1024, ge=1024)
     form_max_body_bytes: int = Field(default=64 * 1024, ge=1024)
+    http_max_inflight_body_bytes: int = Field(default=64 * 1024 * 1024, ge=1024 * 1024)
     json_max_depth: int = Field(default=64, ge=4, le=1000)
     trigger_replay_window_seconds: int = Field(default=86400, ge=60)
     trigger_timestamp_tolerance_seconds: int = Field(default=300, ge=10)

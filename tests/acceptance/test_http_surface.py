@@ -9,6 +9,7 @@ speed test; the measured figure is printed).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import select as sockets
 import socket
@@ -286,6 +287,46 @@ def test_many_slow_connections_do_not_stop_the_webhook(server: Server) -> None:
     time.sleep(0.5)
     assert server.open_fds() <= before_fds + 5, (before_fds, server.open_fds())
     assert server.rss() - before_rss < RSS_MARGIN
+
+
+def test_many_large_bodies_at_once_are_bounded_in_total(server: Server) -> None:
+    """Each body fits the webhook's limit, but not all of them at once: past the total
+    of bodies being received (64 MiB) a request is 503 server_busy, and memory stays
+    bounded; the webhook is answered again once they are gone."""
+    before = server.rss()
+    piece = b" " * (1024 * 1024)
+    held = []
+    for _ in range(12):  # 12 x 7 MiB announced, 6 MiB sent, none finished
+        s = socket.create_connection(("127.0.0.1", server.port), timeout=30)
+        s.sendall(_post_head(WEBHOOK, 7 * 1024 * 1024))
+        held.append(s)
+    answers = []
+    try:
+        for _ in range(6):
+            for s in held:
+                with contextlib.suppress(OSError):  # refused and closed: answer read below
+                    s.sendall(piece)
+        time.sleep(1)
+        for s in held:
+            s.settimeout(0.5)
+            try:
+                answers.append(s.recv(4096))
+            except TimeoutError:
+                answers.append(b"")  # still being received
+        peak = server.rss()
+    finally:
+        for s in held:
+            s.close()
+    busy = [a for a in answers if a.startswith(b"HTTP/1.1 503")]
+    print(
+        f"12 bodies of 6 MiB at once: {len(busy)} refused busy; RSS {before >> 20} -> "
+        f"{peak >> 20} MiB"
+    )
+    assert busy and all(b"server_busy" in a for a in busy)
+    assert peak - before < 64 * 1024 * 1024 + RSS_MARGIN
+    time.sleep(0.5)
+    status, seconds = server.signed_webhook()
+    assert status == 202 and seconds < ANSWER_BOUND
 
 
 def test_brute_force_is_slowed_per_address_and_audited_bounded(server: Server) -> None:

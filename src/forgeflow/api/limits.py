@@ -37,6 +37,7 @@ class BodyLimits:
     json_depth: int
     body_timeout: float
     header_bytes: int
+    inflight: int
 
     @classmethod
     def of(cls, s: Settings) -> BodyLimits:
@@ -48,6 +49,7 @@ class BodyLimits:
             json_depth=s.json_max_depth,
             body_timeout=s.http_body_timeout_seconds,
             header_bytes=s.http_max_header_bytes,
+            inflight=s.http_max_inflight_body_bytes,
         )
 
     def for_path(self, path: str) -> int:
@@ -84,6 +86,9 @@ class BoundsMiddleware:
         self.app = app
         self.limits = limits
         self.guard = guard
+        # Bytes of bodies being read now, over all requests: each fits its route, but
+        # hundreds of connections at the webhook's limit at once would not fit a host.
+        self.inflight = 0
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -125,7 +130,7 @@ class BoundsMiddleware:
                 raise Refused(413, "payload_too_large", f"the body is limited to {limit} bytes")
         try:
             async with asyncio.timeout(self.limits.body_timeout):
-                body = await _collect(receive, limit)
+                body = await self._collect(receive, limit)
         except TimeoutError:
             raise Refused(408, "request_timeout", "the body did not arrive in time") from None
         ctype = (_header(scope, b"content-type") or b"").lower()
@@ -134,21 +139,28 @@ class BoundsMiddleware:
             raise Refused(400, "invalid_payload", message)
         return body
 
-
-async def _collect(receive: Receive, limit: int) -> bytes:
-    chunks: list[bytes] = []
-    size = 0
-    while True:
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            raise Refused(400, "invalid_request", "the client went away")
-        chunk = message.get("body", b"")
-        size += len(chunk)
-        if size > limit:
-            raise Refused(413, "payload_too_large", f"the body is limited to {limit} bytes")
-        chunks.append(chunk)
-        if not message.get("more_body", False):
-            return b"".join(chunks)
+    async def _collect(self, receive: Receive, limit: int) -> bytes:
+        chunks: list[bytes] = []
+        size = 0
+        try:
+            while True:
+                message = await receive()
+                if message["type"] == "http.disconnect":
+                    raise Refused(400, "invalid_request", "the client went away")
+                chunk = message.get("body", b"")
+                size += len(chunk)
+                if size > limit:
+                    why = f"the body is limited to {limit} bytes"
+                    raise Refused(413, "payload_too_large", why)
+                if self.inflight + len(chunk) > self.limits.inflight:
+                    why = "too many large bodies are being received; retry"
+                    raise Refused(503, "server_busy", why, retry_after=1)
+                self.inflight += len(chunk)
+                chunks.append(chunk)
+                if not message.get("more_body", False):
+                    return b"".join(chunks)
+        finally:
+            self.inflight -= sum(len(c) for c in chunks)
 
 
 def _replay(body: bytes, receive: Receive) -> Callable[[], Awaitable[Message]]:
@@ -182,7 +194,7 @@ async def _answer(send: Send, exc: Refused) -> None:
     headers = [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(body))]
     if exc.retry_after:
         headers.append((b"retry-after", b"%d" % max(1, round(exc.retry_after))))
-    if exc.status in (408, 413):
+    if exc.status in (408, 413, 503):
         headers.append((b"connection", b"close"))  # the rest of the body is not read
     await send({"type": "http.response.start", "status": exc.status, "headers": headers})
     await send({"type": "http.response.body", "body": body})
