@@ -131,15 +131,8 @@ async def _serve(services: Services, settings: Settings) -> None:
         await services.start()
         app_module = await asyncio.to_thread(importlib.import_module, "forgeflow.api.app")
         app = app_module.create_app(services, lifecycle=False)
-        config = uvicorn.Config(
-            app,
-            host=settings.host,
-            port=settings.port,
-            log_level="warning",
-            access_log=False,
-            loop="none",
-        )
-        await uvicorn.Server(config).serve()
+        server_module = await asyncio.to_thread(importlib.import_module, "forgeflow.api.server")
+        await uvicorn.Server(server_module.server_config(app, settings)).serve()
     finally:
         await services.aclose()
 

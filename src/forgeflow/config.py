@@ -29,6 +29,9 @@ from forgeflow.domain.egress import (
 ENV_PREFIX = "FORGEFLOW_"
 
 
+MIN_ADMIN_TOKEN = 20
+
+
 class Permission(StrEnum):
     """Gitea repository access levels, weakest first."""
 
@@ -123,6 +126,27 @@ class Settings(BaseSettings):
     budget_threshold: float = Field(default=0.8, gt=0, le=1)
     price_input_per_mtok: float | None = Field(default=None, ge=0)
     price_output_per_mtok: float | None = Field(default=None, ge=0)
+    # The HTTP surface (docs/security.md "The HTTP surface").
+    http_max_header_bytes: int = Field(default=16 * 1024, ge=1024, le=1024 * 1024)
+    http_header_timeout_seconds: float = Field(default=10.0, gt=0)
+    http_body_timeout_seconds: float = Field(default=30.0, gt=0)
+    http_keep_alive_seconds: float = Field(default=5.0, gt=0)
+    http_max_connections: int = Field(default=512, ge=8)
+    http_graceful_shutdown_seconds: float = Field(default=10.0, ge=0)
+    webhook_max_body_bytes: int = Field(default=8 * 1024 * 1024, ge=1024)
+    trigger_max_body_bytes: int = Field(default=1024 * 1024, ge=1024)
+    api_max_body_bytes: int = Field(default=1024 * 1024, ge=1024)
+    form_max_body_bytes: int = Field(default=64 * 1024, ge=1024)
+    http_max_inflight_body_bytes: int = Field(default=64 * 1024 * 1024, ge=1024 * 1024)
+    json_max_depth: int = Field(default=64, ge=4, le=1000)
+    trigger_replay_window_seconds: int = Field(default=86400, ge=60)
+    trigger_timestamp_tolerance_seconds: int = Field(default=300, ge=10)
+    rejection_interval_seconds: float = Field(default=60.0, gt=0)
+    rejection_retention_days: int = Field(default=30, ge=1)
+    auth_failures_allowed: int = Field(default=10, ge=1)
+    auth_failure_window_seconds: float = Field(default=300.0, gt=0)
+    # Tests only: a page reading a value its data lacks fails instead of rendering empty.
+    ui_strict_templates: bool = False
 
     def budgets(self) -> Any:
         """Budget defaults and prices (``forgeflow.store.usage.Budgets``)."""
@@ -187,6 +211,18 @@ class Settings(BaseSettings):
         scheme = value.get_secret_value().split(":", 1)[0]
         if scheme.split("+", 1)[0] not in {"sqlite", "postgresql", "postgres"}:
             raise ValueError("must be a sqlite:/// or postgresql:// URL")
+        return value
+
+    @field_validator("admin_token")
+    @classmethod
+    def _check_admin_token(cls, value: SecretStr | None) -> SecretStr | None:
+        # An outsider can try tokens at the sign-in form and the API: a short one falls
+        # to guessing despite the per-address slow-down.
+        if value is not None and len(value.get_secret_value().strip()) < MIN_ADMIN_TOKEN:
+            raise ValueError(
+                f"is shorter than {MIN_ADMIN_TOKEN} characters; use a random one "
+                "(python -c 'import secrets; print(secrets.token_urlsafe(32))')"
+            )
         return value
 
     @field_validator("bot_login")

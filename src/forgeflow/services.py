@@ -28,6 +28,7 @@ from forgeflow.pipelines.seeds import seed_builtins
 from forgeflow.pipelines.triggers import TriggerLoops
 from forgeflow.pipelines.wiring import build_engine
 from forgeflow.redaction import register_secrets
+from forgeflow.rejections import RejectionLog
 from forgeflow.store import Store
 from forgeflow.tasks.dispatch import Wakeup
 from forgeflow.tasks.intake import WebhookIngress
@@ -49,6 +50,8 @@ class Services:
     ingress: WebhookIngress
     gitea: GiteaClient | None
     admin_token: str
+    # The bounded audit of requests refused at the door (forgeflow.rejections).
+    rejections: RejectionLog
     role: Role = Role.ALL
     worker_id: str = ""
     owner: str = ""
@@ -271,11 +274,15 @@ def build_services(settings: Settings, *, migrate: bool = True, role: Role = Rol
         permissions = PermissionCache(gitea, settings.permission_cache_seconds)
     worker_id = default_worker_id(settings)
     wakeup = Wakeup()
+    rejections = RejectionLog(
+        store, settings.rejection_interval_seconds, settings.rejection_retention_days
+    )
     services = Services(
         settings=settings,
         store=store,
         metrics=Metrics(),
-        ingress=WebhookIngress(settings, store, permissions, on_accept=wakeup.set),
+        ingress=WebhookIngress(settings, store, permissions, rejections, on_accept=wakeup.set),
+        rejections=rejections,
         wakeup=wakeup,
         gitea=gitea,
         admin_token=admin_token,

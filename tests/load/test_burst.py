@@ -15,7 +15,8 @@ keep-alive connections to 127.0.0.1:
 Everything is counted exactly: no 5xx; 401s == bad signatures; 400s == malformed; one
 202 and one task per distinct comment, every duplicate answered 200 with that task's id;
 the deliveries table holds one ``accepted`` row per comment and one ``duplicate`` row
-per replay; one ``webhook.reject`` audit row per bad signature; the server's own
+per replay; ``webhook.reject`` audit rows bounded (one per source and interval, with a
+count: every bad signature came from 127.0.0.1); the server's own
 ``forgeflow_webhook_deliveries_total`` counters agree.
 """
 
@@ -325,4 +326,5 @@ def test_ten_thousand_deliveries_counted_exactly(
     assert {r.task_id for r in rows} == {next(iter(ids)) for ids in task_of.values()}
     assert {r.state for r in rows} == {"queued"}  # role ingress: nothing ran them
     assert stored == {"accepted": len(distinct), "duplicate": sent["replay"]}, stored
-    assert rejects == sent["bad_signature"]
+    # One row per reason, source and 60 s interval (plus one count row per interval over).
+    assert 1 <= rejects <= 2 * (2 + int(seconds // 60)), (rejects, sent["bad_signature"])

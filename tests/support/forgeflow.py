@@ -45,6 +45,7 @@ def run_forgeflow(
         "database_url": db_url,
         "webhook_secret": WEBHOOK_SECRET,
         "admin_token": ADMIN_TOKEN,
+        "ui_strict_templates": True,  # a page reading a missing value fails the test
     }
     values.update(overrides)
     settings = load_settings(**{k: v for k, v in values.items() if v is not None})

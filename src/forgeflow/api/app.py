@@ -13,7 +13,19 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 import forgeflow
 from forgeflow import web
-from forgeflow.api import control, errors, hooks, openapi, ops, pipelines, transcripts, webhook
+from forgeflow.api import (
+    control,
+    errors,
+    hooks,
+    openapi,
+    ops,
+    pipelines,
+    transcripts,
+    ui_sessions,
+    webhook,
+)
+from forgeflow.api.guard import FailureThrottle, TokenGuard
+from forgeflow.api.limits import BodyLimits, BoundsMiddleware
 from forgeflow.metrics import Metrics
 from forgeflow.services import Services
 from forgeflow.store import StoreUnavailable
@@ -58,9 +70,11 @@ def create_app(
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
         if not lifecycle:
             yield
+            await services.rejections.flush()
             return
         await services.start()
         yield
+        await services.rejections.flush()
         if close_on_shutdown:
             await services.aclose()
 
@@ -72,6 +86,10 @@ def create_app(
         redoc_url=None,
     )
     app.state.services = services
+    settings = services.settings
+    throttle = FailureThrottle(settings.auth_failures_allowed, settings.auth_failure_window_seconds)
+    # One guard for the API and the sign-in form: a guess counts the same at either.
+    app.state.guard = TokenGuard(services.admin_token, throttle, services.rejections)
     app.add_exception_handler(errors.ApiError, errors.api_error)
     app.add_exception_handler(RequestValidationError, errors.validation_error)
     app.add_exception_handler(StarletteHTTPException, errors.http_error)
@@ -80,9 +98,13 @@ def create_app(
     app.include_router(hooks.router)  # POST /webhooks/{token}: pipeline webhook triggers
     app.include_router(control.router)
     app.include_router(transcripts.router)
+    app.include_router(ui_sessions.router)
     app.include_router(pipelines.router)
     app.include_router(ops.router)
     app.include_router(web.router)  # the admin pages under /ui/
+    app.add_middleware(
+        BoundsMiddleware, limits=BodyLimits.of(settings), guard=lambda: app.state.guard
+    )
     app.add_middleware(_LatencyMiddleware, metrics=services.metrics)
     openapi.install(app)  # 400 instead of FastAPI's phantom 422
     return app

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import hmac
 from typing import Annotated
 
 from fastapi import Request, Security
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from forgeflow.api.errors import ApiError
+from forgeflow.api.guard import same_secret
 
 # Declares the ``bearerAuth`` scheme in /openapi.json (clients and schemathesis then know
 # every control route needs the token). ``auto_error=False``: a missing or malformed
@@ -26,5 +26,5 @@ def require_admin(
 ) -> None:
     expected: str = request.app.state.services.admin_token
     token = credentials.credentials.strip() if credentials is not None else ""
-    if not token or not hmac.compare_digest(token.encode(), expected.encode()):
+    if not token or not same_secret(token, expected):
         raise ApiError(401, "unauthorized", "a valid 'Authorization: Bearer <token>' is required")

@@ -10,6 +10,14 @@ its body): a repeat answers 200 with the run the first call started. Every call 
 names a trigger is logged (:mod:`forgeflow.pipelines.deliveries`). The JSON object
 body is the run's ``event``; its ``inputs`` object (or its top-level values named like
 the template's inputs) are the run's inputs.
+
+Replays: the delivery headers are not signed, so a call is also identified by the
+digest of what is signed; an accepted call blocks the same signed content for
+``trigger_replay_window_seconds``. A sender that can add ``X-Forgeflow-Timestamp: <unix
+seconds>`` signs ``<timestamp>.<body>`` instead of the body, and a call whose timestamp
+is more than ``trigger_timestamp_tolerance_seconds`` away from now is refused
+(401 ``stale_timestamp``): identical bodies sent at different times then stay distinct
+calls, and a captured call is useless after the tolerance (docs/pipelines.md).
 """
 
 from __future__ import annotations
@@ -17,6 +25,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import re
+import time
 from dataclasses import replace
 from datetime import timedelta
 from typing import Annotated, Any, Literal
@@ -28,15 +37,16 @@ from pydantic import BaseModel
 from sqlalchemy import Connection
 
 from forgeflow.gitea.webhook import InvalidPayload, parse_json
-from forgeflow.pipelines import deliveries, firing
+from forgeflow.pipelines import deliveries
 from forgeflow.pipelines.runs import PipelineError
+from forgeflow.rejections import Rejection
 from forgeflow.services import Services
 from forgeflow.store import triggers as tq
 
 log = structlog.get_logger("forgeflow.api.hooks")
 router = APIRouter(tags=["webhook"])
 
-MAX_BODY = 1024 * 1024
+TIMESTAMP = "x-forgeflow-timestamp"
 # Tokens are minted by ``secrets.token_urlsafe``; anything else cannot name a trigger
 # (and a NUL or an overlong value never reaches the database).
 _TOKEN = re.compile(r"^[A-Za-z0-9_-]{1,100}$")
@@ -58,17 +68,23 @@ def _error(status: int, code: str, message: str) -> JSONResponse:
     return JSONResponse({"error": code, "message": message}, status_code=status)
 
 
+def signed_content(body: bytes, timestamp: str | None) -> bytes:
+    """What the signature covers: the body, or ``<timestamp>.<body>`` when timestamped."""
+    return body if timestamp is None else timestamp.encode("ascii") + b"." + body
+
+
 def signature_valid(token: str, body: bytes, header: str | None) -> bool:
     """``sha256=<hex>`` of HMAC-SHA256(body, token), compared in constant time."""
     if not header or not header.startswith("sha256="):
         return False
     expected = hmac.new(token.encode("utf-8"), body, hashlib.sha256).hexdigest()
-    return hmac.compare_digest(header.removeprefix("sha256=").strip().lower(), expected)
+    given = header.removeprefix("sha256=").strip().lower().encode("utf-8", "replace")
+    return hmac.compare_digest(given, expected.encode("ascii"))  # bytes: non-ASCII is wrong
 
 
 def _delivery(request: Request, body: bytes | None) -> str | None:
     """The identity of a call: its delivery header, else (``body`` given: a verified
-    call) the hash of its body."""
+    call) the hash of what it signed."""
     for name in ("x-gitea-delivery", "x-github-delivery", "idempotency-key"):
         value = request.headers.get(name, "").strip()
         if value:
@@ -118,14 +134,26 @@ async def pipeline_webhook(
     if trigger is None:
         return _error(404, "trigger_not_found", "no webhook trigger has this token")
     body = await request.body()
-    retention = timedelta(days=services.settings.delivery_retention_days)
+    settings = services.settings
+    retention = timedelta(days=settings.delivery_retention_days)
     # A refused call is logged by the caller's delivery header only, never its body.
-    call = deliveries.Call(trigger, retention, len(body), _delivery(request, None))
-    if len(body) > MAX_BODY:
-        return await _refuse(
-            services, call, 413, "payload_too_large", "a webhook body is at most 1 MiB"
-        )
-    if not signature_valid(token, body, x_hub_signature_256):
+    call = deliveries.Call(
+        trigger,
+        retention,
+        len(body),
+        _delivery(request, None),
+        replay_window=timedelta(seconds=settings.trigger_replay_window_seconds),
+    )
+    limit = settings.trigger_max_body_bytes
+    if len(body) > limit:  # the bounds middleware refuses it first; kept for direct use
+        message = f"a webhook body is at most {limit} bytes"
+        return await _refuse(services, call, 413, "payload_too_large", message)
+    stamp = request.headers.get(TIMESTAMP)
+    if stamp is not None and not _fresh(stamp, settings.trigger_timestamp_tolerance_seconds):
+        message = f"{TIMESTAMP} is not unix seconds within the allowed clock skew of now"
+        return await _refuse(services, call, 401, "stale_timestamp", message, "stale")
+    signed = signed_content(body, stamp)
+    if not signature_valid(token, signed, x_hub_signature_256):
         log.warning("pipeline.webhook.invalid_signature", trigger_id=trigger["trigger_id"])
         reason = "missing" if not x_hub_signature_256 else "mismatch"
         message = "X-Hub-Signature-256 missing or invalid"
@@ -134,7 +162,15 @@ async def pipeline_webhook(
         payload: dict[str, Any] = parse_json(body) if body.strip() else {}
     except InvalidPayload as exc:
         return await _refuse(services, call, 400, "invalid_payload", str(exc))
-    return await _fire(services, call, _delivery(request, body), payload)
+    call = replace(call, body_digest=hashlib.sha256(signed).hexdigest())
+    return await _fire(services, call, _delivery(request, signed), payload)
+
+
+def _fresh(stamp: str, tolerance: int) -> bool:
+    """A timestamp header of unix seconds within ``tolerance`` of now."""
+    if not stamp.isascii() or not stamp.isdigit() or len(stamp) > 12:
+        return False
+    return abs(time.time() - int(stamp)) <= tolerance
 
 
 async def _refuse(
@@ -148,9 +184,11 @@ async def _refuse(
 ) -> JSONResponse:
     """Answer a refused call and log it; the answer does not depend on the log's write."""
 
+    if signature is not None:  # an unverified call: audited one row per interval, counted
+        source = str(call.trigger["trigger_id"])
+        await services.rejections.record(Rejection("pipeline.webhook.reject", code, source))
+
     def _log(conn: Connection) -> None:
-        if signature is not None:
-            firing.reject_webhook(conn, call.trigger, signature)
         deliveries.record(conn, call, "refused", status, reason=code)
 
     try:

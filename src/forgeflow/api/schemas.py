@@ -388,6 +388,8 @@ def error(description: str) -> dict[str, Any]:
 ADMIN_ERRORS: Responses = {
     400: error("invalid_request: a parameter or body field is missing or malformed"),
     401: error("unauthorized: the bearer token is missing or wrong"),
+    413: error("payload_too_large: the body is over api_max_body_bytes"),
+    429: error("too_many_attempts: too many wrong tokens from this address; see Retry-After"),
     503: error("store_unavailable: the database is unavailable; retry"),
 }
 

@@ -41,7 +41,8 @@ async def gitea_webhook(request: Request) -> JSONResponse:
     """Receive a Gitea/Forgejo webhook delivery: verified, deduplicated, accepted."""
     services: Services = request.app.state.services
     try:
-        reply = await services.ingress.handle(request.headers, await request.body())
+        source = request.client.host if request.client else "-"
+        reply = await services.ingress.handle(request.headers, await request.body(), source)
     except StoreUnavailable:
         services.metrics.deliveries.labels("unavailable").inc()
         body = error_body("store_unavailable", "the database is unavailable; retry")

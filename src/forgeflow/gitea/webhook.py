@@ -51,7 +51,9 @@ def verify_signature(secret: str, body: bytes, headers: Mapping[str, str]) -> bo
         candidates.append(hub.removeprefix("sha256="))
     valid = False
     for candidate in candidates:
-        if candidate is not None and hmac.compare_digest(candidate.lower(), expected):
+        # Compared as bytes: compare_digest raises on non-ASCII text (an outsider's 500).
+        given = candidate.lower().encode("utf-8", "replace") if candidate is not None else None
+        if given is not None and hmac.compare_digest(given, expected.encode("ascii")):
             valid = True
     return valid
 

@@ -24,6 +24,7 @@ from forgeflow.pipelines.runs import PipelineError, Started
 from forgeflow.redaction import redact
 from forgeflow.store import audit
 from forgeflow.store import hook_deliveries as dq
+from forgeflow.store import pipelines as q
 from forgeflow.store import triggers as tq
 from forgeflow.store.types import iso, utcnow
 
@@ -41,6 +42,9 @@ class Call:
     retention: timedelta
     body_bytes: int
     call_key: str | None = None
+    # A verified call's content digest, and how long an accepted one blocks its replay.
+    body_digest: str | None = None
+    replay_window: timedelta = timedelta(days=1)
 
 
 def record(
@@ -66,6 +70,7 @@ def record(
             "reason": reason,
             "response_code": response_code,
             "call_key": call.call_key[:300] if call.call_key else None,
+            "body_digest": call.body_digest if status == "accepted" else None,
             "run_id": run_id,
             "body": redact(kept) if kept is not None else None,
             "body_bytes": call.body_bytes,
@@ -79,7 +84,17 @@ def fire(conn: Connection, call: Call, payload: dict[str, Any]) -> tuple[Started
     :class:`PipelineError` as :func:`firing.fire_webhook` does (the caller logs the
     refusal in a transaction of its own, since this one rolls back)."""
     assert call.call_key is not None
-    started = firing.fire_webhook(conn, call.trigger["trigger_id"], payload, call.call_key)
+    trigger_id = call.trigger["trigger_id"]
+    # A repeat of the same delivery is the usual duplicate; only a new identity with
+    # already-accepted content is a replay.
+    known = q.run_by_dedupe(conn, firing.webhook_dedupe_key(trigger_id, call.call_key))
+    replayed = None if known is not None else _replayed_body(conn, call)
+    if replayed is not None:
+        delivery_id = record(
+            conn, call, "duplicate", 200, reason="replayed_body", run_id=replayed.run["run_id"]
+        )
+        return replayed, delivery_id
+    started = firing.fire_webhook(conn, trigger_id, payload, call.call_key)
     status: Status = "accepted" if started.created else "duplicate"
     delivery_id = record(
         conn,
@@ -91,6 +106,18 @@ def fire(conn: Connection, call: Call, payload: dict[str, Any]) -> tuple[Started
         body=payload,
     )
     return started, delivery_id
+
+
+def _replayed_body(conn: Connection, call: Call) -> Started | None:
+    """The run of an accepted call with the same signed content within the replay
+    window: the same body and signature sent again under new delivery headers starts
+    nothing (the headers are not signed, so anyone who saw one call could change them)."""
+    if call.body_digest is None:
+        return None
+    since = utcnow() - call.replay_window
+    earlier = dq.accepted_with_digest(conn, call.trigger["trigger_id"], call.body_digest, since)
+    run = q.get_run(conn, earlier["run_id"]) if earlier and earlier["run_id"] else None
+    return Started(run, False) if run is not None else None
 
 
 def _digest(value: str) -> str:

@@ -269,8 +269,3 @@ def fire_webhook(conn: Connection, trigger_id: str, body: dict[str, Any], delive
     )
     tq.mark_fired(conn, trigger_id)
     return started
-
-
-def reject_webhook(conn: Connection, trigger: Row, reason: str) -> None:
-    """Audit a webhook call whose signature did not verify (never the token)."""
-    _audit(conn, "pipeline.webhook.reject", trigger, "invalid_signature", reason)

@@ -41,7 +41,25 @@ def prune(conn: Connection, now: datetime) -> int:
     return len(ids)
 
 
-_SUMMARY = [c for c in log.c if c.name != "body"]
+def accepted_with_digest(
+    conn: Connection, trigger_id: str, digest: str, since: datetime
+) -> Row | None:
+    """The latest accepted call of ``trigger_id`` with this body digest since ``since``."""
+    row = conn.execute(
+        select(log.c.delivery_id, log.c.run_id)
+        .where(
+            log.c.trigger_id == trigger_id,
+            log.c.body_digest == digest,
+            log.c.status == "accepted",
+            log.c.received_at >= since,
+        )
+        .order_by(log.c.received_at.desc())
+        .limit(1)
+    ).first()
+    return dict(row._mapping) if row is not None else None
+
+
+_SUMMARY = [c for c in log.c if c.name not in ("body", "body_digest")]
 
 
 def page(

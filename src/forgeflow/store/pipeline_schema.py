@@ -128,10 +128,13 @@ pipeline_hook_deliveries = Table(
     Column("response_code", Integer, nullable=False),
     # The caller's identity of the call (``x-gitea-delivery:<id>``, …, ``body:<sha256>``).
     Column("call_key", String(300)),
+    # SHA-256 of an accepted call's signed content: a replay under new headers is found.
+    Column("body_digest", String(64)),
     Column("run_id", String(64)),
     Column("body", JSONText),
     Column("body_bytes", Integer, nullable=False),
     Column("expires_at", UTCDateTime(), nullable=False),
     Index("ix_pipeline_hook_deliveries_trigger", "trigger_id", "received_at"),
     Index("ix_pipeline_hook_deliveries_expires", "expires_at"),
+    Index("ix_pipeline_hook_deliveries_digest", "trigger_id", "body_digest"),
 )

@@ -295,6 +295,21 @@ repo_leases = Table(
     Column("expires_at", UTCDateTime(), nullable=False),
 )
 
+# Sign-in sessions of the admin pages: the cookie names a row, so signing out (or an
+# operator ending it) stops a copied cookie on every process.
+ui_sessions = Table(
+    "ui_sessions",
+    metadata,
+    Column("session_id", String(64), primary_key=True),
+    Column("operator", String(100), nullable=False),
+    Column("address", String(64)),
+    Column("created_at", UTCDateTime(), nullable=False),
+    Column("expires_at", UTCDateTime(), nullable=False),
+    Column("ended_at", UTCDateTime()),
+    Column("ended_by", String(200)),
+    Index("ix_ui_sessions_expires", "expires_at"),
+)
+
 # The pipeline tables live in their own module on this same metadata; importing it here
 # keeps ``metadata`` complete for whoever imports only this module (migrations, tests).
 from forgeflow.store import pipeline_schema as _pipeline_schema  # noqa: E402, F401

@@ -26,7 +26,8 @@ from forgeflow.domain.paths import repo_workspace
 from forgeflow.gitea import events as gitea_events
 from forgeflow.gitea import webhook
 from forgeflow.gitea.client import GiteaError, GiteaPermissionDenied, PermissionCache
-from forgeflow.store import Store, audit, commands, deliveries
+from forgeflow.rejections import Rejection, RejectionLog, cut
+from forgeflow.store import Store, commands, deliveries
 from forgeflow.store import events as store_events
 from forgeflow.store.deliveries import DeliveryRecord
 
@@ -56,9 +57,11 @@ class WebhookIngress:
         settings: Settings,
         store: Store,
         permissions: PermissionCache | None,
+        rejections: RejectionLog,
         on_accept: Callable[[], None] | None = None,
     ) -> None:
         self.on_accept = on_accept
+        self._rejections = rejections
         self._settings = settings
         self._store = store
         self._permissions = permissions
@@ -67,14 +70,15 @@ class WebhookIngress:
         self._budgets = settings.budgets()
         self._bot = settings.bot_login
 
-    async def handle(self, headers: Mapping[str, str], body: bytes) -> Reply:
+    async def handle(self, headers: Mapping[str, str], body: bytes, source: str = "-") -> Reply:
+        """``source``: the client address, for the audit of a refusal."""
         secret = self._settings.webhook_secret
         if secret is None:
             return _error(
                 503, "not_configured", "FORGEFLOW_WEBHOOK_SECRET is not set", "not_configured"
             )
         if not webhook.verify_signature(secret.get_secret_value(), body, headers):
-            await self._security_alert(headers)
+            await self._security_alert(headers, source)
             return _error(401, "invalid_signature", "signature missing or invalid", "unauthorized")
         try:
             payload = webhook.parse_json(body)
@@ -325,20 +329,11 @@ class WebhookIngress:
             body.update(taskId=r.task_id, state=r.task_state)
         return Reply(200, body, r.status)
 
-    async def _security_alert(self, headers: Mapping[str, str]) -> None:
-        delivery_id = webhook.delivery_id_of(headers)
-        log.warning("webhook.invalid_signature", delivery_id=delivery_id)
-        try:
-            await self._store.write(
-                lambda c: audit.append(
-                    c,
-                    audit.AuditEvent(
-                        action="webhook.reject",
-                        actor="gitea:unverified",
-                        error_code="invalid_signature",
-                        delivery_id=(delivery_id or "")[:200] or None,
-                    ),
-                )
-            )
-        except Exception:  # the 401 must not depend on the audit write
-            log.exception("webhook.audit_failed")
+    async def _security_alert(self, headers: Mapping[str, str], source: str) -> None:
+        """A delivery with a wrong signature: audited, one row per source and interval
+        with a count (:mod:`forgeflow.rejections`; never raises)."""
+        delivery_id = cut(webhook.delivery_id_of(headers))
+        log.warning("webhook.invalid_signature", delivery_id=delivery_id, source=source)
+        await self._rejections.record(
+            Rejection("webhook.reject", "invalid_signature", source, delivery_id=delivery_id)
+        )

@@ -14,6 +14,7 @@ from fastapi import APIRouter, Depends, Request
 from fastapi.responses import RedirectResponse, Response
 from sqlalchemy import Connection
 
+from forgeflow.api.guard import TokenGuard
 from forgeflow.store import repos
 from forgeflow.tasks import controls
 from forgeflow.web.render import UiRoute, render, services
@@ -22,11 +23,10 @@ from forgeflow.web.security import (
     Posted,
     check_login_nonce,
     check_same_site,
-    check_token,
     end_session,
+    live_session,
     login_nonce,
     read_form,
-    read_session,
     remember_login_nonce,
     require_post,
     safe_next,
@@ -51,7 +51,7 @@ def _login_page(
 
 @router.get("/login")
 async def login_form(request: Request, next: str | None = None) -> Response:
-    if read_session(request) is not None:
+    if await live_session(request) is not None:
         return RedirectResponse(safe_next(next), status_code=303)
     return _login_page(request, safe_next(next), "admin", None, 200)
 
@@ -66,17 +66,25 @@ async def login(request: Request) -> Response:
     if not OPERATOR_RE.match(operator):
         message = "operator: letters, digits and _ . @ - only (at most 100)"
         return _login_page(request, next_url, "admin", message, 400)
-    if not check_token(request, form.get("token", "")):
+    guard: TokenGuard = request.app.state.guard
+    address = request.client.host if request.client else "unknown"
+    wait = await guard.refuse_throttled(address, "ui.signin.reject")
+    if wait is not None:
+        message = f"Too many wrong tokens from your address; try again in {int(wait) + 1} s."
+        page = _login_page(request, next_url, operator, message, 429)
+        page.headers["Retry-After"] = str(int(wait) + 1)
+        return page
+    if not await guard.check(form.get("token", ""), address, "ui.signin.reject"):
         return _login_page(request, next_url, operator, "That is not the admin token.", 401)
     response = RedirectResponse(next_url, status_code=303)
-    start_session(request, response, operator)
+    await start_session(request, response, operator)
     return response
 
 
 @router.post("/logout")
-async def logout(request: Request, _posted: Post) -> Response:
+async def logout(request: Request, posted: Post) -> Response:
     response = RedirectResponse("/ui/login", status_code=303)
-    end_session(request, response)
+    await end_session(request, response, posted.session)
     return response
 
 

@@ -13,7 +13,7 @@ from fastapi import Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from fastapi.routing import APIRoute
-from jinja2 import Environment, PackageLoader, StrictUndefined
+from jinja2 import ChainableUndefined, Environment, PackageLoader, StrictUndefined
 
 from forgeflow.domain.ids import InvalidName, parse_repo_key, parse_resource_key
 from forgeflow.services import Services
@@ -83,6 +83,10 @@ templates.globals["pretty"] = lambda value: json.dumps(
 )
 templates.globals["new_request_id"] = lambda: str(uuid.uuid4())
 templates.globals["path"] = lambda value: quote(value, safe="/:@")
+# What users get: a value a page expects but the data lacks renders empty instead of
+# failing the page. Tests run with FORGEFLOW_UI_STRICT_TEMPLATES=true (``templates``,
+# StrictUndefined), so a template reading a missing value fails loudly there.
+lenient = templates.overlay(undefined=ChainableUndefined)
 
 
 class GiteaLinks:
@@ -134,7 +138,8 @@ def render(
     makes its ``data-live`` regions update in place when something changes."""
     flash = read_flash(request) if session is not None else None
     here = request.url.path + (f"?{request.url.query}" if request.url.query else "")
-    body = templates.get_template(name).render(
+    env = templates if services(request).settings.ui_strict_templates else lenient
+    body = env.get_template(name).render(
         session=session,
         flash=flash,
         here=here,

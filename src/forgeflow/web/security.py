@@ -1,9 +1,11 @@
 """Sign-in sessions, CSRF tokens and the checks every admin page goes through.
 
-The session is a signed cookie (HMAC-SHA256 over a small JSON payload), so any
-forgeflow process of an installation accepts it without shared state; its key is
-derived from the admin token, so changing the token signs everyone out. Hand-written
-because starlette's SessionMiddleware would need ``itsdangerous`` for twenty lines.
+The session is a signed cookie (HMAC-SHA256 over a small JSON payload) naming a row of
+``ui_sessions``: the signature is checked first (no database read for a forged
+cookie), then the row, so signing out or an operator ending the session stops a copied
+cookie on every process. The key is derived from the admin token, so changing the token
+signs everyone out. Hand-written because starlette's SessionMiddleware would need
+``itsdangerous`` for twenty lines and keeps no server-side record to end.
 """
 
 from __future__ import annotations
@@ -21,6 +23,10 @@ from urllib.parse import parse_qs
 
 from fastapi import Request
 from fastapi.responses import Response
+
+from forgeflow.api.guard import same_secret
+from forgeflow.store import ui_sessions
+from forgeflow.store.types import utcnow
 
 SESSION_COOKIE = "ff_session"
 LOGIN_COOKIE = "ff_login"
@@ -82,6 +88,7 @@ class NotFound(UiError):
 class UiSession:
     operator: str
     csrf: str
+    session_id: str = ""
 
     @property
     def actor(self) -> str:
@@ -140,12 +147,26 @@ def read_session(request: Request) -> UiSession | None:
         return None
     if not isinstance(csrf, str) or len(csrf) < 32:
         return None
-    return UiSession(operator, csrf)
+    sid = payload.get("sid")
+    if not isinstance(sid, str) or not 16 <= len(sid) <= 64:
+        return None
+    return UiSession(operator, csrf, sid)
 
 
-def require_session(request: Request) -> UiSession:
-    """Dependency of every page: the session, or off to the sign-in page."""
+async def live_session(request: Request) -> UiSession | None:
+    """The session of a validly signed cookie whose row is neither ended nor expired."""
     session = read_session(request)
+    if session is None:
+        return None
+    store = request.app.state.services.store
+    sid = session.session_id
+    alive = await store.read(lambda c: ui_sessions.is_live(c, sid, utcnow()))
+    return session if alive else None
+
+
+async def require_session(request: Request) -> UiSession:
+    """Dependency of every page: the session, or off to the sign-in page."""
+    session = await live_session(request)
     if session is None:
         target = request.url.path + (f"?{request.url.query}" if request.url.query else "")
         raise SignInRequired(target)
@@ -168,13 +189,24 @@ def _clear_cookie(request: Request, response: Response, name: str) -> None:
     _set_cookie(request, response, name, "", 0)
 
 
-def start_session(request: Request, response: Response, operator: str) -> None:
-    value = sign(_key(request), "s", {"op": operator, "csrf": secrets.token_urlsafe(32)})
-    _set_cookie(request, response, SESSION_COOKIE, value, SESSION_SECONDS)
+async def start_session(request: Request, response: Response, operator: str) -> None:
+    sid = secrets.token_urlsafe(24)
+    address = request.client.host if request.client else "unknown"
+    store = request.app.state.services.store
+    await store.write(lambda c: ui_sessions.start(c, sid, operator, address, SESSION_SECONDS))
+    payload = {"op": operator, "csrf": secrets.token_urlsafe(32), "sid": sid}
+    _set_cookie(
+        request, response, SESSION_COOKIE, sign(_key(request), "s", payload), SESSION_SECONDS
+    )
     _clear_cookie(request, response, LOGIN_COOKIE)
 
 
-def end_session(request: Request, response: Response) -> None:
+async def end_session(request: Request, response: Response, session: UiSession) -> None:
+    """Sign out: the row is ended (a copy of the cookie stops working) and the cookie
+    cleared."""
+    store = request.app.state.services.store
+    sid = session.session_id
+    await store.write(lambda c: ui_sessions.end(c, sid, session.actor))
     _clear_cookie(request, response, SESSION_COOKIE)
 
 
@@ -193,13 +225,8 @@ def remember_login_nonce(request: Request, response: Response, nonce: str) -> No
 def check_login_nonce(request: Request, submitted: str) -> None:
     payload = unsign(_key(request), "l", request.cookies.get(LOGIN_COOKIE), LOGIN_SECONDS)
     nonce = payload.get("n") if payload else None
-    if not isinstance(nonce, str) or not hmac.compare_digest(nonce, submitted):
+    if not isinstance(nonce, str) or not same_secret(submitted, nonce):
         raise Forbidden("the sign-in form expired; load it again")
-
-
-def check_token(request: Request, submitted: str) -> bool:
-    expected: str = request.app.state.services.admin_token
-    return hmac.compare_digest(submitted.encode(), expected.encode())
 
 
 def set_flash(request: Request, response: Response, ok: bool, text: str) -> None:
@@ -246,12 +273,12 @@ class Posted:
 
 async def require_post(request: Request) -> Posted:
     """Dependency of every state-changing route: session, same site and CSRF token."""
-    session = read_session(request)
+    session = await live_session(request)
     if session is None:
         raise Forbidden("not signed in")
     check_same_site(request)
     form = await read_form(request)
-    if not hmac.compare_digest(form.get("csrf", "").encode(), session.csrf.encode()):
+    if not same_secret(form.get("csrf", ""), session.csrf):
         raise Forbidden("missing or wrong CSRF token")
     return Posted(session, form)
 

@@ -1,0 +1,68 @@
+"""Queries of ``ui_sessions``: the admin pages' sign-in sessions (the signed cookie names
+a row; a session is live while its row is neither ended nor expired)."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import Connection, delete, insert, select, update
+
+from forgeflow.store.schema import ui_sessions as t
+from forgeflow.store.types import iso, utcnow
+
+# Rows kept after they end or expire, for the operator's list; then deleted.
+KEPT = timedelta(days=7)
+
+
+def start(conn: Connection, session_id: str, operator: str, address: str, ttl: float) -> None:
+    now = utcnow()
+    conn.execute(delete(t).where(t.c.expires_at < now - KEPT))
+    conn.execute(
+        insert(t).values(
+            session_id=session_id,
+            operator=operator,
+            address=address[:64],
+            created_at=now,
+            expires_at=now + timedelta(seconds=ttl),
+        )
+    )
+
+
+def is_live(conn: Connection, session_id: str, now: datetime) -> bool:
+    row = conn.execute(
+        select(t.c.session_id).where(
+            t.c.session_id == session_id, t.c.ended_at.is_(None), t.c.expires_at > now
+        )
+    ).first()
+    return row is not None
+
+
+def end(conn: Connection, session_id: str, by: str) -> bool:
+    """End a live session; False when there is none by that id (or it already ended)."""
+    done = conn.execute(
+        update(t)
+        .where(t.c.session_id == session_id, t.c.ended_at.is_(None))
+        .values(ended_at=utcnow(), ended_by=by[:200])
+    )
+    return bool(done.rowcount)
+
+
+def listing(conn: Connection, *, live_only: bool) -> list[dict[str, Any]]:
+    now = utcnow()
+    q = select(t).order_by(t.c.created_at.desc()).limit(500)
+    if live_only:
+        q = q.where(t.c.ended_at.is_(None), t.c.expires_at > now)
+    return [
+        {
+            "sessionId": r.session_id,
+            "operator": r.operator,
+            "address": r.address,
+            "createdAt": iso(r.created_at),
+            "expiresAt": iso(r.expires_at),
+            "endedAt": iso(r.ended_at) if r.ended_at else None,
+            "endedBy": r.ended_by,
+            "live": r.ended_at is None and r.expires_at > now,
+        }
+        for r in conn.execute(q)
+    ]

@@ -1,0 +1,66 @@
+"""Pages never fail on missing data: the task page of a task in every state, on an issue
+and on a pull request (commented as Gitea >= 1.21 and Forgejo send it), renders. The
+in-process server runs with strict templates, so a template reading a value the task
+lacks fails here instead of rendering empty."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import httpx
+from sqlalchemy import update
+
+from forgeflow.domain.states import TaskState
+from forgeflow.store.schema import tasks
+from tests.support.forgeflow import ADMIN_TOKEN
+from tests.support.world import World
+
+
+@contextmanager
+def _signed_in(world: World) -> Iterator[httpx.Client]:
+    with httpx.Client(base_url=world.ff.url, timeout=30) as client:
+        form = client.get("/ui/login")
+        csrf = re.search(r'name="csrf" value="([^"]+)"', form.text)
+        assert csrf is not None
+        r = client.post(
+            "/ui/login", data={"csrf": csrf.group(1), "token": ADMIN_TOKEN, "operator": "ops"}
+        )
+        assert r.status_code == 303, r.text
+        yield client
+
+
+def _task(world: World, index: int) -> str:
+    world.gitea.post_comment("acme", "widget", index, author="alice", body="@ccweb-bot look")
+    reply = world.gitea.deliveries[-1]
+    assert reply.status_code == 202, reply.response
+    task_id: str = json.loads(reply.response)["taskId"]
+    return task_id
+
+
+def _set(world: World, task_id: str, **values: object) -> None:
+    # The test's own write: a task is put in each state as the store would hold it.
+    world.ff.services.store.db.write_sync(
+        lambda c: c.execute(update(tasks).where(tasks.c.task_id == task_id).values(**values))
+    )
+
+
+# The refs of a pull-request task before it is prepared, as forgeflow.gitea.webhook reads
+# them from the ``pull_request`` object Gitea >= 1.21 and Forgejo send (no upstreamMoved).
+UNPREPARED_REFS = {"base": "main", "head": "feature", "headSha": "ab" * 20, "headRepo": None}
+
+
+def test_task_page_renders_in_every_state_of_every_resource_kind(world: World) -> None:
+    on_issue, on_pull = _task(world, world.issue), _task(world, world.pull)
+    _set(world, on_pull, refs=UNPREPARED_REFS)
+    with _signed_in(world) as client:
+        for task_id, kind in ((on_issue, "issue"), (on_pull, "pull request")):
+            for state in TaskState:
+                _set(world, task_id, state=state)
+                r = client.get(f"/ui/tasks/{task_id}")
+                assert r.status_code == 200, (kind, state, r.text[:500])
+                assert f"s-{state.value}" in r.text, (kind, state)
+        # A pull request's page shows its refs (present only on pull-request tasks).
+        assert "Pull request" in client.get(f"/ui/tasks/{on_pull}").text
