@@ -50,10 +50,7 @@ class _TomlSource(PydanticBaseSettingsSource):
         super().__init__(settings_cls)
         self._data: dict[str, Any] = {}
         if path is not None:
-            with path.open("rb") as fh:
-                raw = tomllib.load(fh)
-            table = raw.get("forgeflow", raw)
-            self._data = {str(k).lower().removeprefix("forgeflow_"): v for k, v in table.items()}
+            self._data = read_toml(path, set(settings_cls.model_fields))
 
     def get_field_value(self, field: Any, field_name: str) -> tuple[Any, str, bool]:
         return self._data.get(field_name), field_name, False
@@ -246,14 +243,40 @@ def _url_password(url: str) -> str | None:
         return None
 
 
+def read_toml(path: Path, known: set[str]) -> dict[str, Any]:
+    """The settings of a TOML file (a ``[forgeflow]`` table or the top level), keyed by
+    field name; :class:`ConfigError` naming the file and the key for anything else: a
+    typo that were ignored would leave the setting at its default without a word."""
+    if path.is_dir():
+        raise ConfigError(f"--config: {path} is a folder, not a TOML file")
+    if not path.exists():
+        raise ConfigError(f"--config: file {path} does not exist")
+    try:
+        with path.open("rb") as fh:
+            raw = tomllib.load(fh)
+    except OSError as exc:
+        raise ConfigError(f"--config: cannot read {path} ({exc.strerror})") from None
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"--config: {path} is not valid TOML ({exc})") from None
+    prefix, table = "", raw
+    if isinstance(raw.get("forgeflow"), dict):
+        beside = [k for k in raw if k != "forgeflow"]
+        if beside:
+            raise ConfigError(f"--config: {path}: unknown key {beside[0]!r} beside [forgeflow]")
+        prefix, table = "[forgeflow] ", raw["forgeflow"]
+    data: dict[str, Any] = {}
+    for key, value in table.items():
+        name = str(key).lower().removeprefix("forgeflow_")
+        if name not in known:
+            raise ConfigError(f"--config: {path}: unknown key {prefix}{key!r}")
+        data[name] = value
+    return data
+
+
 def load_settings(config_file: Path | None = None, **overrides: Any) -> Settings:
     """Load settings or raise :class:`ConfigError` with one line naming the variable."""
-    if config_file is not None and not config_file.is_file():
-        raise ConfigError(f"--config: file {config_file} does not exist")
     try:
         return _settings_class(config_file)(**overrides)
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"--config: {config_file} is not valid TOML ({exc})") from exc
     except ValidationError as exc:
         err = exc.errors()[0]
         name = ENV_PREFIX + str(err["loc"][0]).upper() if err["loc"] else "configuration"

@@ -135,3 +135,23 @@ def test_serve_refuses_an_unreadable_model_provider_with_one_line(tmp_path: Path
     assert out.returncode == 2, out.stderr
     last = out.stderr.strip().splitlines()[-1]
     assert "cannot read the model provider" in last and str(home / "config.toml") in last
+
+
+def test_a_config_typo_or_folder_stops_serve_with_one_line(tmp_path: Path) -> None:
+    env = clean_env(FORGEFLOW_DATA_DIR=str(tmp_path / "data"))
+    typo = tmp_path / "forgeflow.toml"
+    typo.write_text('[forgeflow]\nwebhook_secet = "x"\n')
+    for config, named in (
+        (typo, f"{typo}: unknown key [forgeflow] 'webhook_secet'"),
+        (tmp_path, f"{tmp_path} is a folder"),
+    ):
+        out = subprocess.run(
+            [FORGEFLOW, "serve", "--config", str(config)],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert out.returncode == 2, out.stderr
+        [line] = out.stderr.strip().splitlines()
+        assert line.startswith("forgeflow: invalid configuration: --config: ") and named in line
