@@ -17,6 +17,10 @@ from pydantic_settings import (
 )
 
 ENV_PREFIX = "FORGEFLOW_"
+# The checkout forgeflow is installed from (scripts/setup.sh installs it editable), and
+# the Codex CLI that setup pinned there (tools/node/package-lock.json).
+INSTALLATION = Path(__file__).resolve().parents[2]
+PINNED_CODEX = INSTALLATION / "tools" / "node" / "node_modules" / ".bin" / "codex"
 
 
 class Permission(StrEnum):
@@ -188,7 +192,13 @@ class Settings(BaseSettings):
 
     @property
     def codex_argv(self) -> list[str]:
-        return shlex.split(self.codex_command)
+        """The Codex command; a bare ``codex`` is the one scripts/setup.sh pinned in this
+        installation when it is there, so ``.venv/bin/forgeflow`` run from anywhere (a
+        service unit, another folder) finds it without ``PATH``, else ``codex`` on PATH."""
+        argv = shlex.split(self.codex_command)
+        if argv[0] == "codex" and PINNED_CODEX.is_file():
+            argv[0] = str(PINNED_CODEX)
+        return argv
 
     @property
     def gitea_mcp_argv(self) -> list[str]:

@@ -3,6 +3,8 @@ against the emulator's hook API — real processes, real sockets."""
 
 from __future__ import annotations
 
+import os
+import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -63,6 +65,25 @@ def test_doctor_passes_when_everything_is_there(good_env: dict[str, str]) -> Non
     ]
     assert all(line.startswith("[ok  ]") for line in lines)
     assert good_env["SCRIPTED_MODEL_API_KEY"] not in out.stdout  # named, never shown
+
+
+def test_doctor_finds_the_pinned_codex_from_anywhere(
+    good_env: dict[str, str], tmp_path: Path
+) -> None:
+    # As the README has it: `.venv/bin/forgeflow doctor`, run from another folder, with
+    # neither the Codex command set nor tools/node on PATH.
+    env = dict(good_env)
+    env.pop("FORGEFLOW_CODEX_COMMAND")
+    env["PATH"] = os.pathsep.join(
+        p for p in env.get("PATH", "").split(os.pathsep) if "node_modules" not in p
+    )
+    assert shutil.which("codex", path=env["PATH"]) is None
+    out = subprocess.run(
+        [FORGEFLOW, "doctor"], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=120
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    [codex] = [line for line in out.stdout.splitlines() if line.startswith("[ok  ] codex:")]
+    assert "app-server answers initialize" in codex
 
 
 @pytest.mark.parametrize(
