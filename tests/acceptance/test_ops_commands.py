@@ -166,7 +166,16 @@ def test_connect_creates_then_updates_then_has_nothing_to_change(
     updated = _run(env, "gitea", "connect", "acme/widget")
     assert updated.stdout.startswith(f"update hook {hook['id']}") and "events" in updated.stdout
     same = _run(env, "gitea", "connect", "acme/widget")
-    assert same.stdout.strip() == f"hook {hook['id']} on acme/widget is up to date"
+    first, second = same.stdout.strip().splitlines()
+    assert first == f"hook {hook['id']} on acme/widget is up to date"
+    # Gitea never shows a hook's secret: connect says it cannot know it, and how to set it.
+    assert "cannot be known" in second and "--update-secret" in second
+    assert gitea.hook_secret(hook["id"]) == WEBHOOK_SECRET
+    rotated = env | {"FORGEFLOW_WEBHOOK_SECRET": "a-rotated-secret"}
+    again = _run(rotated, "gitea", "connect", "acme/widget", "--update-secret")
+    assert again.stdout.strip() == f"update hook {hook['id']} on acme/widget: secret"
+    assert gitea.hook_secret(hook["id"]) == "a-rotated-secret"
+    assert "a-rotated-secret" not in again.stdout + again.stderr
     assert len(_hooks(gitea, env)) == 1
     removed = _run(env, "gitea", "disconnect", "acme/widget")
     assert removed.stdout.startswith("removed 1") and _hooks(gitea, env) == []
@@ -179,3 +188,28 @@ def test_connect_refuses_bad_input(good_env: dict[str, str]) -> None:
     assert out.returncode == 2 and "not a valid Gitea name" in out.stderr
     out = _run(good_env, "gitea", "connect", "acme/widget")
     assert out.returncode == 2 and "FORGEFLOW_PUBLIC_URL" in out.stderr
+
+
+def test_connect_says_unreachable_for_a_gitea_it_cannot_reach(good_env: dict[str, str]) -> None:
+    env = good_env | {
+        "FORGEFLOW_PUBLIC_URL": "http://127.0.0.1:1",
+        "FORGEFLOW_GITEA_URL": f"http://127.0.0.1:{free_port()}",
+    }
+    for command in ("connect", "disconnect"):
+        out = _run(env, "gitea", command, "acme/widget")
+        assert out.returncode == 1
+        [line] = out.stderr.strip().splitlines()
+        assert line.startswith(f"forgeflow: Gitea at {env['FORGEFLOW_GITEA_URL']} is unreachable")
+        assert "refused" not in line
+
+
+def test_connect_says_refused_with_gitea_s_code(
+    gitea: GiteaEmulator, good_env: dict[str, str]
+) -> None:
+    gitea.add_repo("acme", "widget")
+    gitea.set_permission("acme", "widget", BOT, "read")  # hooks need admin access
+    env = good_env | {"FORGEFLOW_PUBLIC_URL": "http://127.0.0.1:1"}
+    out = _run(env, "gitea", "connect", "acme/widget")
+    assert out.returncode == 1
+    [line] = out.stderr.strip().splitlines()
+    assert line.startswith("forgeflow: Gitea refused: ") and "HTTP 403" in line, line
