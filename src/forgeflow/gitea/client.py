@@ -244,6 +244,34 @@ class GiteaClient:
             raise GiteaError("label list is not a JSON array")
         return result
 
+    async def list_labels(self, owner: str, repo: str) -> list[str]:
+        """The names of the repository's labels (GET /repos/{o}/{r}/labels, paged)."""
+        names: list[str] = []
+        for page in range(1, 51):  # 2,500 labels: more than any repository has
+            found = await self._json(
+                "GET",
+                f"{self._repo_path(owner, repo)}/labels",
+                (200,),
+                params={"page": str(page), "limit": "50"},
+            )
+            if not isinstance(found, list):
+                raise GiteaError("label list is not a JSON array")
+            names += [str(x.get("name")) for x in found if isinstance(x, dict)]
+            if len(found) < 50:
+                break
+        return names
+
+    async def create_label(
+        self, owner: str, repo: str, name: str, *, color: str, description: str
+    ) -> None:
+        """Gitea CreateLabel (POST /repos/{o}/{r}/labels, CreateLabelOption)."""
+        await self._json(
+            "POST",
+            f"{self._repo_path(owner, repo)}/labels",
+            (201,),
+            json={"name": name, "color": color, "description": description},
+        )
+
     async def create_comment(self, owner: str, repo: str, index: int, body: str) -> dict[str, Any]:
         comment: dict[str, Any] = await self._json(
             "POST",
