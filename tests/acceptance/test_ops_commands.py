@@ -213,3 +213,23 @@ def test_connect_says_refused_with_gitea_s_code(
     assert out.returncode == 1
     [line] = out.stderr.strip().splitlines()
     assert line.startswith("forgeflow: Gitea refused: ") and "HTTP 403" in line, line
+
+
+def test_the_shipped_systemd_unit_is_accepted_as_written(tmp_path: Path) -> None:
+    unit = (ROOT / "deploy" / "forgeflow.service").read_text()
+    # systemd reads a '#' after a value as part of the value: comments only on their own line.
+    for number, line in enumerate(unit.splitlines(), 1):
+        if "=" in line and not line.lstrip().startswith("#"):
+            assert "#" not in line, f"forgeflow.service:{number}: {line}"
+    env = (ROOT / "deploy" / "forgeflow.env.example").read_text().splitlines()
+    assert all("#" not in line for line in env if not line.startswith("#"))
+    # The unit as installed in this checkout instead of /srv/forgeflow: every command it
+    # names exists, every value parses (a warning on stderr is a failure).
+    here = tmp_path / "forgeflow.service"
+    here.write_text(unit.replace("/srv/forgeflow", str(ROOT)))
+    analyze = shutil.which("systemd-analyze")
+    assert analyze is not None, "systemd-analyze is part of Debian's systemd package"
+    out = subprocess.run(
+        [analyze, "verify", str(here)], capture_output=True, text=True, timeout=60
+    )
+    assert out.returncode == 0 and out.stderr == "", out.stderr
