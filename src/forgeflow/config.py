@@ -67,7 +67,7 @@ class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="ignore")
     toml_file: ClassVar[Path | None] = None
 
-    data_dir: Path = Path("./.forgeflow")
+    data_dir: Path = Field(default_factory=lambda: default_data_dir())
     database_url: SecretStr | None = None
     workspace_root: Path | None = None
     host: str = "127.0.0.1"
@@ -225,6 +225,16 @@ class Settings(BaseSettings):
             if password:
                 values.append(password)
         return values
+
+
+def default_data_dir() -> Path:
+    """``.forgeflow`` in the checkout forgeflow is installed from (where scripts/serve.sh
+    keeps its data), so ``.venv/bin/forgeflow doctor`` or ``migrate`` run from another
+    folder look at the same database; ``./.forgeflow`` for an installation that is not a
+    checkout."""
+    if (INSTALLATION / "scripts" / "serve.sh").is_file():
+        return INSTALLATION / ".forgeflow"
+    return Path(".forgeflow")
 
 
 def default_max_preparations() -> int:
