@@ -93,7 +93,7 @@ def served(
         )
     try:
         wait_for(lambda: _healthy(base, proc), timeout=600, what="serve.sh serving")
-        print(f"first run: serving after {time.monotonic() - started:.1f} s")  # noqa: T201
+        print(f"first run: serving after {time.monotonic() - started:.1f} s")
         yield env, base, log
     finally:
         os.killpg(proc.pid, signal.SIGTERM)
@@ -121,7 +121,10 @@ def _healthy(base: str, proc: subprocess.Popen[bytes]) -> bool:
 
 
 def test_the_readme_first_command_answers_the_first_mention(
-    served: tuple[dict[str, str], str, Path], clone: Path, gitea: GiteaEmulator, model: ScriptedModel
+    served: tuple[dict[str, str], str, Path],
+    clone: Path,
+    gitea: GiteaEmulator,
+    model: ScriptedModel,
 ) -> None:
     env, base, log = served
     forgeflow = str(clone / ".venv/bin/forgeflow")
@@ -152,14 +155,18 @@ def test_the_readme_first_command_answers_the_first_mention(
     task_id = json.loads(delivery.response)["taskId"]
     with httpx.Client(base_url=base, headers={"Authorization": f"Bearer {token}"}) as admin:
         detail = wait_for(
-            lambda: (d := admin.get(f"/api/gitea-workflow/tasks/{task_id}").json())["terminal"]
-            and d,
+            lambda: (
+                (d := admin.get(f"/api/gitea-workflow/tasks/{task_id}").json())["terminal"] and d
+            ),
             timeout=180,
             what="the first mention answered",
         )
-        assert detail["task"]["state"] == "succeeded", (detail, log.read_text())
+        task, audit = detail["task"], detail["audit"]
+        why = [(e["action"], e["errorCode"]) for e in audit if e["errorCode"]]
+        assert task["state"] == "succeeded", (task["errorCode"], task["executionError"], why)
         assert any(e["action"] == "reply.found" for e in detail["audit"]), detail["audit"]
-    bodies = [c["body"] for c in gitea.comments("acme", "widget", issue) if c["user"]["login"] == BOT]
+    comments = gitea.comments("acme", "widget", issue)
+    bodies = [c["body"] for c in comments if c["user"]["login"] == BOT]
     assert [b.rsplit("kind=", 1)[1] for b in bodies] == ["receipt -->", "final -->"]
     assert bodies[1].startswith("forgeflow ran on its first try.")
     assert "mcp_command_missing" not in log.read_text()

@@ -229,7 +229,5 @@ def test_the_shipped_systemd_unit_is_accepted_as_written(tmp_path: Path) -> None
     here.write_text(unit.replace("/srv/forgeflow", str(ROOT)))
     analyze = shutil.which("systemd-analyze")
     assert analyze is not None, "systemd-analyze is part of Debian's systemd package"
-    out = subprocess.run(
-        [analyze, "verify", str(here)], capture_output=True, text=True, timeout=60
-    )
+    out = subprocess.run([analyze, "verify", str(here)], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0 and out.stderr == "", out.stderr
