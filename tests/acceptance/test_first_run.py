@@ -69,6 +69,11 @@ def served(
         FORGEFLOW_WEBHOOK_SECRET=SECRET,
         FORGEFLOW_MODEL_BASE_URL=model.url,
         FORGEFLOW_MODEL_API_KEY=API_KEY,
+        # The scripted model offers codex no model catalogue: named, codex treats it as a
+        # plain Responses-API model and lists the Gitea tools as functions. (Codex's
+        # default, gpt-6.2-sol, gets its MCP tools in a shape the scripted model does not
+        # read: it saw no tools at all.) A user names their provider's model the same way.
+        FORGEFLOW_MODEL="scripted-model",
         FORGEFLOW_PUBLIC_URL=base,
         FORGEFLOW_PORT=str(port),
         CODEX_HOME=str(home),
