@@ -205,7 +205,7 @@ class CodexRuntime:
     # -- sessions -----------------------------------------------------------------------
 
     async def comment_tool(self) -> CommentTool:
-        return self.tools.comment_tool()
+        return await self.tools.comment_tool()
 
     async def ensure_session(self, spec: SessionSpec) -> str:
         server = await self._server(spec.owner, spec.repo, spec.read_only)

@@ -23,10 +23,12 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+import anyio
 import structlog
 from mcp import ClientSession, StdioServerParameters, types
 from mcp.client.stdio import stdio_client
 from mcp.shared.context import RequestContext
+from mcp.shared.exceptions import McpError
 
 from forgeflow.agent.broker import Grant
 from forgeflow.agent.gitea_tools.args import check_name, check_path
@@ -156,6 +158,41 @@ def _elicitation(policy: str) -> Any:
     return answer
 
 
+def _leaves(exc: BaseException) -> list[BaseException]:
+    if isinstance(exc, BaseExceptionGroup):
+        return [leaf for inner in exc.exceptions for leaf in _leaves(inner)]
+    return [exc]
+
+
+def _start_error(exc: Exception) -> AgentError:
+    """The stable code of a failed start: the process exited, or the handshake failed."""
+    leaves = _leaves(exc)
+    for leaf in leaves:
+        if isinstance(leaf, AgentError):
+            return leaf
+    closed = any(
+        (isinstance(leaf, McpError) and leaf.error.code == types.CONNECTION_CLOSED)
+        or isinstance(
+            leaf,
+            anyio.ClosedResourceError
+            | anyio.BrokenResourceError
+            | anyio.EndOfStream
+            | BrokenPipeError,
+        )
+        for leaf in leaves
+    )
+    if closed:
+        return AgentError(
+            "mcp_exited", "the Gitea MCP server exited during start-up", retryable=False
+        )
+    first = leaves[0]
+    return AgentError(
+        "mcp_initialize_failed",
+        f"the Gitea MCP handshake failed: {type(first).__name__}: {str(first)[:300]}",
+        retryable=False,
+    )
+
+
 class External:
     """One external server for the process: started on first use, again if it died."""
 
@@ -182,9 +219,10 @@ class External:
         async with self._lock:
             if self._session is not None and self._task is not None and not self._task.done():
                 return self._session
+            command = resolve_command(self._argv)
             ready: asyncio.Future[ClientSession] = asyncio.get_running_loop().create_future()
             self._stop = asyncio.Event()
-            self._task = asyncio.create_task(self._serve(ready), name="gitea-mcp")
+            self._task = asyncio.create_task(self._serve(command, ready), name="gitea-mcp")
             try:
                 async with asyncio.timeout(self._timeout):
                     self._session = await ready
@@ -197,10 +235,9 @@ class External:
                 ) from None
             return self._session
 
-    async def _serve(self, ready: asyncio.Future[ClientSession]) -> None:
+    async def _serve(self, command: str, ready: asyncio.Future[ClientSession]) -> None:
         # The SDK's client is a pair of context managers (anyio task groups): they are
         # entered and left in this one task, which lives as long as the connection.
-        command = resolve_command(self._argv)
         base = {k: v for k, v in os.environ.items() if k in ("PATH", "HOME", "LANG", "TMPDIR")}
         params = StdioServerParameters(
             command=command, args=self._argv[1:], env={**base, **self._env}
@@ -228,13 +265,7 @@ class External:
         if ready.done():
             log.warning("mcp.external_gone", error=type(exc).__name__)
             return
-        if not isinstance(exc, AgentError):
-            exc = AgentError(
-                "mcp_initialize_failed",
-                f"the Gitea MCP server did not start: {type(exc).__name__}: {exc}",
-                retryable=False,
-            )
-        ready.set_exception(exc)
+        ready.set_exception(_start_error(exc))
 
     async def tools(self, *, exclude: set[str]) -> list[types.Tool]:
         await self._connected()

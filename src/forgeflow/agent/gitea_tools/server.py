@@ -190,7 +190,11 @@ class GiteaTools:
         self._server = server
         self._manager = StreamableHTTPSessionManager(server, json_response=True, stateless=True)
 
-    def comment_tool(self) -> CommentTool:
+    async def comment_tool(self) -> CommentTool:
+        """The answer's tool; with an external server configured, that server must be up
+        first (a turn's preflight: its failure code fails the task once)."""
+        if self._external is not None:
+            await self._external.tools(exclude=set())
         return COMMENT_TOOL
 
     @asynccontextmanager
