@@ -25,8 +25,12 @@ class Confirm(BaseModel):
 
 @server.tool()
 async def comment_after_asking(
-    owner: str, repo: str, issue_number: int, body: str, ctx: Context
-) -> str:  # type: ignore[type-arg]
+    owner: str,
+    repo: str,
+    issue_number: int,
+    body: str,
+    ctx: Context,  # type: ignore[type-arg]
+) -> str:
     """Add a comment to an issue or pull request, after the client agrees."""
     answer = await ctx.elicit(f"Post a comment on {owner}/{repo}#{issue_number}?", Confirm)
     if answer.action != "accept":
