@@ -33,8 +33,6 @@ from tests.support.process import clean_env, free_port
 from tests.support.world import BOT
 
 ROOT = Path(__file__).resolve().parents[2]
-# The PyPI gitea-mcp of the test extra, until forgeflow serves its own Gitea tools.
-GITEA_MCP = Path(sys.executable).parent / "gitea-mcp"
 SECRET = "first-run-webhook-secret-0123456789"
 
 
@@ -79,8 +77,6 @@ def served(
         CODEX_HOME=str(home),
         PYTHON=sys.executable,
     )
-    if not _own_gitea_tools(clone):
-        env["FORGEFLOW_GITEA_MCP_COMMAND"] = str(GITEA_MCP)
     # Nothing of this checkout on PATH: the clone must find what its own set-up installed.
     env["PATH"] = os.pathsep.join(
         p for p in env["PATH"].split(os.pathsep) if not p.startswith(str(ROOT))
@@ -107,13 +103,6 @@ def served(
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait(timeout=30)
-
-
-def _own_gitea_tools(clone: Path) -> bool:
-    """Whether the clone's forgeflow serves its Gitea tools itself (issue 22's first
-    items): then the external gitea-mcp is an opt-in and the first run needs none."""
-    config = (clone / "src/forgeflow/config.py").read_text()
-    return 'gitea_mcp_command: str = "gitea-mcp' not in config
 
 
 def _healthy(base: str, proc: subprocess.Popen[bytes]) -> bool:
@@ -173,4 +162,6 @@ def test_the_readme_first_command_answers_the_first_mention(
     bodies = [c["body"] for c in comments if c["user"]["login"] == BOT]
     assert [b.rsplit("kind=", 1)[1] for b in bodies] == ["receipt -->", "final -->"]
     assert bodies[1].startswith("forgeflow ran on its first try.")
+    # forgeflow's own Gitea tools answered: no external MCP server was set or needed.
+    assert "FORGEFLOW_GITEA_MCP_COMMAND" not in env
     assert "mcp_command_missing" not in log.read_text()
