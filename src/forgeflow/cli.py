@@ -13,7 +13,7 @@ import typer
 
 import forgeflow
 from forgeflow.cli_ops import ConfigOption, doctor, gitea_app, settings_or_exit
-from forgeflow.config import Role, Settings, capability_warnings, sandbox_warning
+from forgeflow.config import Role, Settings, sandbox_warning
 from forgeflow.pipelines.cli import app as pipelines_app
 
 if TYPE_CHECKING:
@@ -59,12 +59,20 @@ def serve(
     """Run forgeflow: webhook ingress, control API and workers."""
     from forgeflow.logs import configure
     from forgeflow.services import WorkerIdInUse, build_services, ensure_admin_token
+    from forgeflow.startup import DataFolderInUse, DataFolderLock, admin_pages_line, cannot_do_yet
 
     settings = settings_or_exit(config, host=host, port=port)
+    lock = DataFolderLock(settings.data_dir)
+    try:
+        lock.acquire()
+    except DataFolderInUse as exc:
+        typer.echo(f"forgeflow: {exc}", err=True)
+        raise typer.Exit(1) from None
     configure(settings.log_level)
-    for line in capability_warnings(settings):
+    for line in cannot_do_yet(settings, role):
         typer.echo(f"forgeflow: {line}", err=True)
     _check_agent(settings, role)
+    from_file = settings.admin_token is None
     token, generated = ensure_admin_token(settings)
     if generated:
         typer.echo(
@@ -80,6 +88,7 @@ def serve(
         f"(role {role.value}, database {services.store.dialect})",
         err=True,
     )
+    typer.echo(f"forgeflow: {admin_pages_line(settings, token_from_file=from_file)}", err=True)
     try:
         # asyncio's own loop, not uvloop: libuv starts every git child with fork(),
         # copying the page tables of this large process while the loop waits, where
@@ -88,6 +97,8 @@ def serve(
     except WorkerIdInUse as exc:
         typer.echo(f"forgeflow: {exc}", err=True)
         raise typer.Exit(1) from None
+    finally:
+        lock.release()
 
 
 def _check_agent(settings: Settings, role: Role) -> None:

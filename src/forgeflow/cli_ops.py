@@ -62,11 +62,28 @@ def _client(s: Settings) -> object:
     return GiteaClient(s.gitea_url, s.gitea_token.get_secret_value())
 
 
+def _gitea_failed(s: Settings, exc: Exception) -> typer.Exit:
+    """One line for a Gitea that could not be reached, or that answered with an error."""
+    from forgeflow.gitea.client import GiteaUnavailable
+
+    if isinstance(exc, GiteaUnavailable) and exc.status is None:
+        typer.echo(f"forgeflow: Gitea at {s.gitea_url} is unreachable: {exc}", err=True)
+    else:
+        typer.echo(f"forgeflow: Gitea refused: {exc}", err=True)
+    return typer.Exit(1)
+
+
 @gitea_app.command()
 def connect(
     target: Annotated[str, typer.Argument(help="OWNER/REPO or ORG")],
     url: Annotated[str | None, typer.Option(help="forgeflow's public base URL.")] = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Only say what would change.")] = False,
+    update_secret: Annotated[
+        bool,
+        typer.Option(
+            "--update-secret", help="Set the secret of a hook that is otherwise up to date."
+        ),
+    ] = False,
     config: ConfigOption = None,
 ) -> None:
     """Create or update the webhook of a repository or organisation (idempotent)."""
@@ -91,15 +108,21 @@ def connect(
 
     async def go() -> hooks.Plan:
         try:
-            return await hooks.connect(client, where, url=hook_url, secret=secret, dry_run=dry_run)
+            return await hooks.connect(
+                client,
+                where,
+                url=hook_url,
+                secret=secret,
+                dry_run=dry_run,
+                update_secret=update_secret,
+            )
         finally:
             await client.aclose()
 
     try:
         plan = asyncio.run(go())
     except GiteaError as exc:
-        typer.echo(f"forgeflow: Gitea refused: {exc}", err=True)
-        raise typer.Exit(1) from None
+        raise _gitea_failed(s, exc) from None
     prefix = "would " if dry_run else ""
     if plan.action == "create":
         typer.echo(
@@ -107,9 +130,17 @@ def connect(
             + ("" if dry_run else f" (hook {plan.hook_id})")
         )
     elif plan.action == "update":
-        typer.echo(f"{prefix}update hook {plan.hook_id} on {where}: {', '.join(plan.changes)}")
+        typer.echo(
+            f"{prefix}update hook {plan.hook_id} on {where}: {', '.join(plan.changes)}"
+            + ("" if "secret" in plan.changes else " (and its secret)")
+        )
     else:
         typer.echo(f"hook {plan.hook_id} on {where} is up to date")
+        typer.echo(
+            "  its secret is not compared: Gitea never shows a hook's secret, so whether it "
+            "is the current FORGEFLOW_WEBHOOK_SECRET cannot be known; --update-secret sets "
+            "it again"
+        )
 
 
 @gitea_app.command()
@@ -120,11 +151,16 @@ def disconnect(
     config: ConfigOption = None,
 ) -> None:
     """Remove forgeflow's webhook from a repository or organisation."""
+    from forgeflow.domain.ids import InvalidName
     from forgeflow.gitea import hooks
-    from forgeflow.gitea.client import GiteaClient
+    from forgeflow.gitea.client import GiteaClient, GiteaError
 
     s = settings_or_exit(config)
-    where = hooks.Target.parse(target)
+    try:
+        where = hooks.Target.parse(target)
+    except InvalidName as exc:
+        typer.echo(f"forgeflow: {exc}", err=True)
+        raise typer.Exit(2) from None
     hook_url = _hook_url(s, url)
     client = _client(s)
     assert isinstance(client, GiteaClient)
@@ -135,7 +171,10 @@ def disconnect(
         finally:
             await client.aclose()
 
-    ids = asyncio.run(go())
+    try:
+        ids = asyncio.run(go())
+    except GiteaError as exc:
+        raise _gitea_failed(s, exc) from None
     verb = "would remove" if dry_run else "removed"
     typer.echo(
         f"{verb} {len(ids)} webhook(s) from {where}" if ids else f"no forgeflow webhook on {where}"

@@ -9,7 +9,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
-from pydantic import Field, SecretStr, ValidationError, field_validator
+from pydantic import Field, SecretStr, ValidationError, ValidationInfo, field_validator
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -27,6 +27,10 @@ from forgeflow.domain.egress import (
 )
 
 ENV_PREFIX = "FORGEFLOW_"
+# The checkout forgeflow is installed from (scripts/setup.sh installs it editable), and
+# the Codex CLI that setup pinned there (tools/node/package-lock.json).
+INSTALLATION = Path(__file__).resolve().parents[2]
+PINNED_CODEX = INSTALLATION / "tools" / "node" / "node_modules" / ".bin" / "codex"
 
 
 MIN_ADMIN_TOKEN = 20
@@ -63,10 +67,7 @@ class _TomlSource(PydanticBaseSettingsSource):
         super().__init__(settings_cls)
         self._data: dict[str, Any] = {}
         if path is not None:
-            with path.open("rb") as fh:
-                raw = tomllib.load(fh)
-            table = raw.get("forgeflow", raw)
-            self._data = {str(k).lower().removeprefix("forgeflow_"): v for k, v in table.items()}
+            self._data = read_toml(path, set(settings_cls.model_fields))
 
     def get_field_value(self, field: Any, field_name: str) -> tuple[Any, str, bool]:
         return self._data.get(field_name), field_name, False
@@ -79,7 +80,7 @@ class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="ignore")
     toml_file: ClassVar[Path | None] = None
 
-    data_dir: Path = Path("./.forgeflow")
+    data_dir: Path = Field(default_factory=lambda: default_data_dir())
     database_url: SecretStr | None = None
     workspace_root: Path | None = None
     host: str = "127.0.0.1"
@@ -91,7 +92,9 @@ class Settings(BaseSettings):
     bot_login: str = "ccweb-bot"
     admin_token: SecretStr | None = None
     codex_command: str = "codex app-server"
-    gitea_mcp_command: str = "gitea-mcp -t stdio"
+    # Empty (the default): forgeflow's own Gitea tools only; set, an external Gitea MCP
+    # server (stdio) whose tools are offered after forgeflow's, through the same scope.
+    gitea_mcp_command: str = ""
     sandbox: Literal["bwrap", "none"] = "bwrap"
     agent_network: Literal["proxy", "on", "off"] = "proxy"
     # The egress proxy's policy (agent_network=proxy; docs/security.md "Network").
@@ -234,12 +237,12 @@ class Settings(BaseSettings):
 
     @field_validator("codex_command", "gitea_mcp_command")
     @classmethod
-    def _check_command(cls, value: str) -> str:
+    def _check_command(cls, value: str, info: ValidationInfo) -> str:
         try:
             parts = shlex.split(value)
         except ValueError as exc:
             raise ValueError(f"is not a valid command line ({exc})") from exc
-        if not parts:
+        if not parts and info.field_name == "codex_command":
             raise ValueError("must not be empty")
         return value
 
@@ -277,7 +280,13 @@ class Settings(BaseSettings):
 
     @property
     def codex_argv(self) -> list[str]:
-        return shlex.split(self.codex_command)
+        """The Codex command; a bare ``codex`` is the one scripts/setup.sh pinned in this
+        installation when it is there, so ``.venv/bin/forgeflow`` run from anywhere (a
+        service unit, another folder) finds it without ``PATH``, else ``codex`` on PATH."""
+        argv = shlex.split(self.codex_command)
+        if argv[0] == "codex" and PINNED_CODEX.is_file():
+            argv[0] = str(PINNED_CODEX)
+        return argv
 
     @property
     def gitea_mcp_argv(self) -> list[str]:
@@ -306,6 +315,16 @@ class Settings(BaseSettings):
         return values
 
 
+def default_data_dir() -> Path:
+    """``.forgeflow`` in the checkout forgeflow is installed from (where scripts/serve.sh
+    keeps its data), so ``.venv/bin/forgeflow doctor`` or ``migrate`` run from another
+    folder look at the same database; ``./.forgeflow`` for an installation that is not a
+    checkout."""
+    if (INSTALLATION / "scripts" / "serve.sh").is_file():
+        return INSTALLATION / ".forgeflow"
+    return Path(".forgeflow")
+
+
 def default_max_preparations() -> int:
     """How many tasks prepare their workspace (clone or fetch, worktree) at once: one
     per core this process may run on, and at least two.
@@ -332,14 +351,40 @@ def _url_password(url: str) -> str | None:
         return None
 
 
+def read_toml(path: Path, known: set[str]) -> dict[str, Any]:
+    """The settings of a TOML file (a ``[forgeflow]`` table or the top level), keyed by
+    field name; :class:`ConfigError` naming the file and the key for anything else: a
+    typo that were ignored would leave the setting at its default without a word."""
+    if path.is_dir():
+        raise ConfigError(f"--config: {path} is a folder, not a TOML file")
+    if not path.exists():
+        raise ConfigError(f"--config: file {path} does not exist")
+    try:
+        with path.open("rb") as fh:
+            raw = tomllib.load(fh)
+    except OSError as exc:
+        raise ConfigError(f"--config: cannot read {path} ({exc.strerror})") from None
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"--config: {path} is not valid TOML ({exc})") from None
+    prefix, table = "", raw
+    if isinstance(raw.get("forgeflow"), dict):
+        beside = [k for k in raw if k != "forgeflow"]
+        if beside:
+            raise ConfigError(f"--config: {path}: unknown key {beside[0]!r} beside [forgeflow]")
+        prefix, table = "[forgeflow] ", raw["forgeflow"]
+    data: dict[str, Any] = {}
+    for key, value in table.items():
+        name = str(key).lower().removeprefix("forgeflow_")
+        if name not in known:
+            raise ConfigError(f"--config: {path}: unknown key {prefix}{key!r}")
+        data[name] = value
+    return data
+
+
 def load_settings(config_file: Path | None = None, **overrides: Any) -> Settings:
     """Load settings or raise :class:`ConfigError` with one line naming the variable."""
-    if config_file is not None and not config_file.is_file():
-        raise ConfigError(f"--config: file {config_file} does not exist")
     try:
         return _settings_class(config_file)(**overrides)
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"--config: {config_file} is not valid TOML ({exc})") from exc
     except ValidationError as exc:
         err = exc.errors()[0]
         name = ENV_PREFIX + str(err["loc"][0]).upper() if err["loc"] else "configuration"

@@ -135,3 +135,105 @@ def test_serve_refuses_an_unreadable_model_provider_with_one_line(tmp_path: Path
     assert out.returncode == 2, out.stderr
     last = out.stderr.strip().splitlines()[-1]
     assert "cannot read the model provider" in last and str(home / "config.toml") in last
+
+
+def test_a_config_typo_or_folder_stops_serve_with_one_line(tmp_path: Path) -> None:
+    env = clean_env(FORGEFLOW_DATA_DIR=str(tmp_path / "data"))
+    typo = tmp_path / "forgeflow.toml"
+    typo.write_text('[forgeflow]\nwebhook_secet = "x"\n')
+    for config, named in (
+        (typo, f"{typo}: unknown key [forgeflow] 'webhook_secet'"),
+        (tmp_path, f"{tmp_path} is a folder"),
+    ):
+        out = subprocess.run(
+            [FORGEFLOW, "serve", "--config", str(config)],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert out.returncode == 2, out.stderr
+        [line] = out.stderr.strip().splitlines()
+        assert line.startswith("forgeflow: invalid configuration: --config: ") and named in line
+
+
+def test_a_second_serve_on_one_data_folder_is_refused_and_a_killed_ones_lock_is_free(
+    tmp_path: Path,
+) -> None:
+    data = tmp_path / "data"
+    port = free_port()
+    env = clean_env(FORGEFLOW_DATA_DIR=str(data), FORGEFLOW_PORT=str(port))
+    first = start_serve(env, stderr_path=tmp_path / "first.log")
+    try:
+        wait_healthy(f"http://127.0.0.1:{port}", first)
+        # Another port, the same folder: refused before it migrates or binds anything.
+        second = subprocess.run(
+            [FORGEFLOW, "serve", "--port", str(free_port())],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert second.returncode == 1
+        [line] = second.stderr.strip().splitlines()
+        assert f"the data folder {data} is in use by forgeflow (pid {first.pid}," in line
+        assert "FORGEFLOW_DATA_DIR" in line
+    finally:
+        first.kill()  # SIGKILL: no clean-up, the kernel drops the lock
+        first.wait(timeout=30)
+    assert (data / "serve.lock").read_text().strip() == str(first.pid)
+    again = start_serve(env, stderr_path=tmp_path / "again.log")
+    try:
+        wait_healthy(f"http://127.0.0.1:{port}", again)
+        assert (data / "serve.lock").read_text().strip() == str(again.pid)
+    finally:
+        again.terminate()
+        again.wait(timeout=30)
+
+
+def test_serve_names_what_it_cannot_do_and_where_the_admin_pages_are(tmp_path: Path) -> None:
+    port = free_port()
+    home = tmp_path / "codex-home"  # no provider configured, no key anywhere
+    home.mkdir()
+    env = clean_env(
+        FORGEFLOW_DATA_DIR=str(tmp_path / "data"),
+        FORGEFLOW_PORT=str(port),
+        FORGEFLOW_GITEA_MCP_COMMAND="/nonexistent/gitea-mcp",
+        CODEX_HOME=str(home),
+    )
+    env.pop("OPENAI_API_KEY", None)
+    log = tmp_path / "serve.log"
+    proc = start_serve(env, stderr_path=log)
+    try:
+        wait_healthy(f"http://127.0.0.1:{port}", proc)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+    lines = log.read_text().splitlines()
+
+    def one(start: str) -> str:
+        [line] = [x for x in lines if x.startswith("forgeflow: " + start)]
+        return line
+
+    assert "503 not_configured" in one("FORGEFLOW_WEBHOOK_SECRET is not set")
+    assert one("FORGEFLOW_GITEA_URL is not set")
+    assert one("FORGEFLOW_GITEA_TOKEN is not set")
+    model = one("FORGEFLOW_MODEL_BASE_URL and FORGEFLOW_MODEL_API_KEY are not set")
+    assert "https://api.openai.com/v1" in model and "turns fail" in model
+    assert "mcp_command_missing" in one("FORGEFLOW_GITEA_MCP_COMMAND names '/nonexistent/")
+    pages = one("admin pages at ")
+    assert pages == (
+        f"forgeflow: admin pages at http://127.0.0.1:{port}/ui/ "
+        f"(sign in with the admin token in {tmp_path / 'data' / 'admin_token'})"
+    )
+    # With a base URL and no key, the line names the key and the address.
+    proc = start_serve(env | {"FORGEFLOW_MODEL_BASE_URL": "http://127.0.0.1:9/v1"}, stderr_path=log)
+    try:
+        wait_healthy(f"http://127.0.0.1:{port}", proc)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+    assert any(
+        x.startswith("forgeflow: FORGEFLOW_MODEL_API_KEY is not set: http://127.0.0.1:9/v1 ")
+        for x in log.read_text().splitlines()
+    )

@@ -16,7 +16,7 @@ from forgeflow_testkit.agents import answering_agent, asking_agent, read_turn
 from forgeflow_testkit.codex_home import API_KEY, write_codex_home
 from forgeflow_testkit.gitea_emulator import GiteaEmulator
 from forgeflow_testkit.model_server import RecordedRequest, ScriptedModel, last_input_is_tool_output
-from forgeflow_testkit.model_steps import Step, delay, gitea_comment, message
+from forgeflow_testkit.model_steps import Step, ToolCall, delay, gitea_comment, gitea_tool, message
 from tests.support.agentic import CODEX, GITEA_MCP, Agentic, app_server_groups, start_agentic
 from tests.support.cluster import wait_for
 from tests.support.forgeflow import WEBHOOK_SECRET
@@ -309,12 +309,30 @@ def test_the_tool_broker_answers_a_servers_elicitation_by_the_policy(
         gitea_mcp_command=asking,
         elicitation_policy=policy,
     ):
-        answering_agent(world.model)
+        _asking_agent_tool(world.model)
         task = world.mention()
         detail = world.finished(task)
         outputs = [o["output"] for r in world.model.requests for o in r.function_call_outputs()]
         assert outputs and all(said in o for o in outputs), outputs
         assert detail["task"]["state"] == state
+
+
+def _asking_agent_tool(model: ScriptedModel) -> None:
+    """Each turn answers through the external server's ``comment_after_asking``."""
+
+    def turn(request: RecordedRequest) -> Step:
+        ask = read_turn(request)
+        assert ask is not None
+        args = {
+            "owner": ask.owner,
+            "repo": ask.repo,
+            "issue_number": ask.number,
+            "body": f"Answer.\n\n{ask.marker}",
+        }
+        return ToolCall("comment_after_asking", args, "mcp__gitea")
+
+    model.respond(last_input_is_tool_output(), lambda _r: message("done"))
+    model.respond(lambda r: read_turn(r) is not None, turn)
 
 
 def _group_alive(pgid: int) -> bool:
@@ -370,7 +388,8 @@ def test_a_gitea_tool_call_on_another_repository_is_refused_and_audited(
     agentic: Agentic,
 ) -> None:
     """The agent, talked into it by the issue, comments on another repository through
-    its Gitea tools: the broker refuses, nothing lands there, the turn goes on."""
+    its Gitea tools: no tool takes a repository, so the call is refused (and audited),
+    nothing lands there, the turn goes on."""
     agentic.gitea.add_repo("acme", "secret")
     agentic.gitea.set_permission("acme", "secret", BOT, "admin")
     target = agentic.gitea.add_issue("acme", "secret", title="t", author=BOT)
@@ -381,7 +400,8 @@ def test_a_gitea_tool_call_on_another_repository_is_refused_and_audited(
         ask = read_turn(request)
         assert ask is not None
         asks.append(ask)
-        return gitea_comment("acme", "secret", target, "pwned", call_id=stray)
+        crafted = {"owner": "acme", "repo": "secret", "issue_number": target, "body": "pwned"}
+        return gitea_tool("add_comment", crafted, call_id=stray)
 
     def then(_request: RecordedRequest) -> Step:
         ask = asks[0]
@@ -397,14 +417,14 @@ def test_a_gitea_tool_call_on_another_repository_is_refused_and_audited(
     assert agentic.gitea.comments("acme", "secret", target) == []
     refused = [e["metadata"] for e in detail["audit"] if e["action"] == "mcp.refused"]
     assert len(refused) == 1 and refused[0]["tool"] == "add_comment"
-    assert "acme/widget only" in refused[0]["reason"]
+    assert "owner: Extra inputs are not permitted" in refused[0]["reason"]
     outputs = [
         o["output"]
         for r in agentic.model.requests
         for o in r.function_call_outputs()
         if o.get("call_id") == stray
     ]
-    assert outputs and "acme/widget only" in json.dumps(outputs[0])
+    assert outputs and "refused: invalid arguments" in json.dumps(outputs[0])
 
 
 def _descendants() -> dict[int, tuple[str, int]]:
@@ -443,9 +463,9 @@ def test_idle_sessions_hold_no_process_and_little_memory(
     sqlite_url: str,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """100 sessions (10 issues on each of 10 repositories) answered: one Gitea MCP
-    server for all of them (the report of the issue: one per thread, ~125 MB each), and
-    once they are idle no app-server and no jail; the broker's one server stays."""
+    """100 sessions (10 issues on each of 10 repositories) answered with forgeflow's own
+    Gitea tools: no Gitea MCP process at all (the external one was ~100 MB), and once
+    they are idle no app-server and no jail."""
     for world in start_agentic(
         gitea, model, tmp_path, sqlite_url, monkeypatch, agent_idle_seconds=3
     ):
@@ -481,7 +501,7 @@ def test_idle_sessions_hold_no_process_and_little_memory(
             time.sleep(0.2)
         for task in tasks:
             assert world.detail(task)["task"]["state"] == "succeeded", task
-        assert most_mcp == 1  # one Gitea MCP server for every session
+        assert most_mcp == 0  # the tools are served by forgeflow itself
         assert 1 <= most_servers <= len(repos)  # app-servers follow repositories with work
         wait_for(
             lambda d=world.ff.settings.data_dir: app_server_groups(d) == [],
@@ -490,6 +510,6 @@ def test_idle_sessions_hold_no_process_and_little_memory(
         )
         left = _descendants()
         assert not [c for c, _ in left.values() if "app-server" in c or "bwrap" in c], left
-        assert len([c for c, _ in left.values() if str(GITEA_MCP) in c]) == 1
+        assert not [c for c, _ in left.values() if str(GITEA_MCP) in c], left
         rss_mb = sum(r for _, r in left.values()) / 1024
         assert rss_mb < 300, f"{rss_mb:.0f} MB held by forgeflow's children when idle: {left}"

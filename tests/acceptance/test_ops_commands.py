@@ -3,6 +3,8 @@ against the emulator's hook API — real processes, real sockets."""
 
 from __future__ import annotations
 
+import os
+import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -63,6 +65,25 @@ def test_doctor_passes_when_everything_is_there(good_env: dict[str, str]) -> Non
     ]
     assert all(line.startswith("[ok  ]") for line in lines)
     assert good_env["SCRIPTED_MODEL_API_KEY"] not in out.stdout  # named, never shown
+
+
+def test_doctor_finds_the_pinned_codex_from_anywhere(
+    good_env: dict[str, str], tmp_path: Path
+) -> None:
+    # As the README has it: `.venv/bin/forgeflow doctor`, run from another folder, with
+    # neither the Codex command set nor tools/node on PATH.
+    env = dict(good_env)
+    env.pop("FORGEFLOW_CODEX_COMMAND")
+    env["PATH"] = os.pathsep.join(
+        p for p in env.get("PATH", "").split(os.pathsep) if "node_modules" not in p
+    )
+    assert shutil.which("codex", path=env["PATH"]) is None
+    out = subprocess.run(
+        [FORGEFLOW, "doctor"], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=120
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    [codex] = [line for line in out.stdout.splitlines() if line.startswith("[ok  ] codex:")]
+    assert "app-server answers initialize" in codex
 
 
 @pytest.mark.parametrize(
@@ -145,7 +166,16 @@ def test_connect_creates_then_updates_then_has_nothing_to_change(
     updated = _run(env, "gitea", "connect", "acme/widget")
     assert updated.stdout.startswith(f"update hook {hook['id']}") and "events" in updated.stdout
     same = _run(env, "gitea", "connect", "acme/widget")
-    assert same.stdout.strip() == f"hook {hook['id']} on acme/widget is up to date"
+    first, second = same.stdout.strip().splitlines()
+    assert first == f"hook {hook['id']} on acme/widget is up to date"
+    # Gitea never shows a hook's secret: connect says it cannot know it, and how to set it.
+    assert "cannot be known" in second and "--update-secret" in second
+    assert gitea.hook_secret(hook["id"]) == WEBHOOK_SECRET
+    rotated = env | {"FORGEFLOW_WEBHOOK_SECRET": "a-rotated-secret"}
+    again = _run(rotated, "gitea", "connect", "acme/widget", "--update-secret")
+    assert again.stdout.strip() == f"update hook {hook['id']} on acme/widget: secret"
+    assert gitea.hook_secret(hook["id"]) == "a-rotated-secret"
+    assert "a-rotated-secret" not in again.stdout + again.stderr
     assert len(_hooks(gitea, env)) == 1
     removed = _run(env, "gitea", "disconnect", "acme/widget")
     assert removed.stdout.startswith("removed 1") and _hooks(gitea, env) == []
@@ -158,3 +188,46 @@ def test_connect_refuses_bad_input(good_env: dict[str, str]) -> None:
     assert out.returncode == 2 and "not a valid Gitea name" in out.stderr
     out = _run(good_env, "gitea", "connect", "acme/widget")
     assert out.returncode == 2 and "FORGEFLOW_PUBLIC_URL" in out.stderr
+
+
+def test_connect_says_unreachable_for_a_gitea_it_cannot_reach(good_env: dict[str, str]) -> None:
+    env = good_env | {
+        "FORGEFLOW_PUBLIC_URL": "http://127.0.0.1:1",
+        "FORGEFLOW_GITEA_URL": f"http://127.0.0.1:{free_port()}",
+    }
+    for command in ("connect", "disconnect"):
+        out = _run(env, "gitea", command, "acme/widget")
+        assert out.returncode == 1
+        [line] = out.stderr.strip().splitlines()
+        assert line.startswith(f"forgeflow: Gitea at {env['FORGEFLOW_GITEA_URL']} is unreachable")
+        assert "refused" not in line
+
+
+def test_connect_says_refused_with_gitea_s_code(
+    gitea: GiteaEmulator, good_env: dict[str, str]
+) -> None:
+    gitea.add_repo("acme", "widget")
+    gitea.set_permission("acme", "widget", BOT, "read")  # hooks need admin access
+    env = good_env | {"FORGEFLOW_PUBLIC_URL": "http://127.0.0.1:1"}
+    out = _run(env, "gitea", "connect", "acme/widget")
+    assert out.returncode == 1
+    [line] = out.stderr.strip().splitlines()
+    assert line.startswith("forgeflow: Gitea refused: ") and "HTTP 403" in line, line
+
+
+def test_the_shipped_systemd_unit_is_accepted_as_written(tmp_path: Path) -> None:
+    unit = (ROOT / "deploy" / "forgeflow.service").read_text()
+    # systemd reads a '#' after a value as part of the value: comments only on their own line.
+    for number, line in enumerate(unit.splitlines(), 1):
+        if "=" in line and not line.lstrip().startswith("#"):
+            assert "#" not in line, f"forgeflow.service:{number}: {line}"
+    env = (ROOT / "deploy" / "forgeflow.env.example").read_text().splitlines()
+    assert all("#" not in line for line in env if not line.startswith("#"))
+    # The unit as installed in this checkout instead of /srv/forgeflow: every command it
+    # names exists, every value parses (a warning on stderr is a failure).
+    here = tmp_path / "forgeflow.service"
+    here.write_text(unit.replace("/srv/forgeflow", str(ROOT)))
+    analyze = shutil.which("systemd-analyze")
+    assert analyze is not None, "systemd-analyze is part of Debian's systemd package"
+    out = subprocess.run([analyze, "verify", str(here)], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0 and out.stderr == "", out.stderr

@@ -393,3 +393,82 @@ def test_the_command_line(tmp_path: Path) -> None:
     bad.write_text(TRIAGE.replace("kind: terminal", "kind: terminal, bodyKey: x"))
     out = cli("apply", str(bad))
     assert out.returncode == 1 and "nodes[done].bodyKey: a terminal node has no body" in out.stderr
+
+
+LABELS = """
+key: labels
+name: Label with and without creating
+enabled: true
+inputs: [{name: issue, type: integer, required: true}, {name: repo, type: string}]
+nodes:
+  - {id: start, kind: trigger}
+  - id: label
+    kind: listen
+    bodyKey: gitea.label
+    outputKey: labels
+    inputs: {repo: "{{ inputs.repo }}", number: "{{ inputs.issue }}", labels: [LABEL]CREATE}
+edges: [{from: start, to: label}]
+triggers: [{type: manual}]
+"""
+
+
+def _label_run(admin: httpx.Client, key: str, body: str, issue: int, repo: str) -> Any:
+    r = admin.post("/api/pipelines/templates", content=body.replace("labels", key, 1), headers=YAML)
+    assert r.status_code == 201, r.text
+    r = admin.post(
+        f"/api/pipelines/templates/{key}/runs",
+        json={"requestId": key, "inputs": {"issue": issue, "repo": repo}},
+    )
+    run_id = r.json()["run"]["runId"]
+    return wait_for(lambda: (x := _run(admin, run_id))["status"] != "running" and x)
+
+
+def test_a_label_step_creates_a_missing_label_or_names_it_and_gitea_refusals_keep_their_code(
+    worker: tuple[GiteaEmulator, Running],
+) -> None:
+    from forgeflow.pipelines.seeds import load_builtins  # the shipped definitions
+
+    # The built-in task_failed_notice asks for its label to be created: a fresh Gitea
+    # has no forgeflow-failed label.
+    [builtin] = [x.definition for x in load_builtins() if x.definition.key == "task_failed_notice"]
+    [step] = [n for n in builtin.nodes if n.bodyKey == "gitea.label"]
+    assert step.inputs["labels"] == ["forgeflow-failed"] and step.inputs["createMissing"] is True
+    gitea, ff = worker
+    issue = gitea.add_issue("acme", "widget", title="Broken", author="alice")
+    with ff.admin() as admin:
+        named = _label_run(
+            admin,
+            "plain",
+            LABELS.replace("LABEL", "forgeflow-failed").replace("CREATE", ""),
+            issue,
+            "acme/widget",
+        )
+        assert named["status"] == "failed", named
+        failed = _step(named, "label")
+        assert failed["errorCode"] == "label_missing"
+        assert "forgeflow-failed" in failed["error"] and "createMissing" in failed["error"]
+        assert gitea.issue("acme", "widget", issue)["labels"] == []
+        made = _label_run(
+            admin,
+            "creating",
+            LABELS.replace("LABEL", "forgeflow-failed").replace("CREATE", ", createMissing: true"),
+            issue,
+            "acme/widget",
+        )
+        assert made["status"] == "succeeded", made
+        assert made["state"]["labels"] == {"labels": ["forgeflow-failed"]}
+        assert [x["name"] for x in gitea.issue("acme", "widget", issue)["labels"]] == [
+            "forgeflow-failed"
+        ]
+        # A Gitea 4xx is reported with its own code, not as gitea_unavailable.
+        gitea.set_permission("acme", "gadget", BOT, "read")
+        other = gitea.add_issue("acme", "gadget", title="Other", author="alice")
+        refused = _label_run(
+            admin,
+            "refused",
+            LABELS.replace("LABEL", "x").replace("CREATE", ", createMissing: true"),
+            other,
+            "acme/gadget",
+        )
+        assert refused["status"] == "failed"
+        assert _step(refused, "label")["errorCode"] == "gitea_forbidden", refused

@@ -318,3 +318,24 @@ def test_no_page_reveals_a_secret(world: World) -> None:
     for body in bodies:
         for secret in secrets:
             assert secret not in body
+
+
+def test_the_bare_address_leads_to_the_pages_and_unknown_pages_are_html(world: World) -> None:
+    with httpx.Client(base_url=world.ff.url, timeout=30) as client:
+        root = client.get("/")
+        assert root.status_code == 303 and root.headers["location"] == "/ui/"
+        # Signed in or not, an address no page answers is the pages' own not-found page.
+        missing = client.get("/ui/no-such-page/at/all")
+        assert missing.status_code == 404
+        assert missing.headers["content-type"].startswith("text/html")
+        assert "Not found" in missing.text and "Sign in" in missing.text
+        assert missing.headers["x-frame-options"] == "DENY"
+    with _sign_in(world) as client:
+        missing = client.get("/ui/tasks/x/y/z")
+        assert missing.status_code == 404 and missing.headers["content-type"].startswith(
+            "text/html"
+        )
+        assert "Back to the overview" in missing.text
+    # The API keeps its JSON.
+    api = httpx.get(world.ff.url + "/api/gitea-workflow/no-such")
+    assert api.status_code == 404 and api.json()["error"] == "not_found"

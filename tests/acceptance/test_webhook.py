@@ -187,6 +187,39 @@ def test_incomplete_payload_is_400(world: World) -> None:
     r = httpx.post(world.ff.webhook_url, content=garbage, headers=headers)
     assert r.status_code == 400 and r.json()["error"] == "invalid_payload"
     assert _count(world, tasks) == 0
+    # Both refusals are in the deliveries and the audit, with their code, not their body.
+    refused = _refusals(world)
+    assert [(d["event_type"], d["response_code"], d["reason"]) for d in refused] == [
+        ("issue_comment", 400, "invalid_payload")
+    ] * 2
+    assert _count(world, audit_events, audit_events.c.error_code == "invalid_payload") == 2
+
+
+def _refusals(world: World) -> list[dict[str, Any]]:
+    rows = world.ff.services.store.db.read_sync(
+        lambda c: c.execute(
+            select(webhook_deliveries).where(webhook_deliveries.c.status == "rejected")
+        ).all()
+    )
+    return [dict(r._mapping) for r in rows]
+
+
+def test_an_empty_comment_delivery_is_kept_under_its_event(world: World) -> None:
+    headers, body = world.gitea.build_delivery(
+        "acme", "widget", "issue_comment", {}, secret=WEBHOOK_SECRET
+    )
+    r = httpx.post(world.ff.webhook_url, content=body, headers=headers)
+    assert r.status_code == 400
+    assert r.json() == {"error": "invalid_payload", "message": "missing field action"}
+    [row] = _refusals(world)
+    assert row["event_type"] == "issue_comment" and row["reason"] == "invalid_payload"
+    assert row["delivery_id"] == headers["X-Gitea-Delivery"]
+    with world.ff.admin() as admin:
+        [event] = admin.get(
+            "/api/gitea-workflow/audit", params={"action": "webhook.reject"}
+        ).json()["items"]
+    assert event["errorCode"] == "invalid_payload"
+    assert event["metadata"] == {"eventType": "issue_comment", "responseCode": 400}
 
 
 def test_commenter_without_write_is_rejected(world: World) -> None:
@@ -244,7 +277,17 @@ def test_bot_that_cannot_read_permissions_is_a_clear_503(world: World) -> None:
     answer = json.loads(d.response)
     assert answer["error"] == "permission_check_forbidden"
     assert "admin" in answer["message"]
-    assert _count(world, tasks) == 0 and _count(world, webhook_deliveries) == 0
+    assert _count(world, tasks) == 0
+    # Recorded with its code and Gitea's delivery id; the comment's text is nowhere.
+    [row] = _refusals(world)
+    assert (row["response_code"], row["reason"]) == (503, "permission_check_forbidden")
+    assert row["delivery_id"] == d.delivery_id and row["comment_id"] is None
+    assert _count(world, audit_events, audit_events.c.error_code == "permission_check_forbidden")
+    # Given admin access, Gitea's redelivery of the same delivery is handled afresh.
+    world.gitea.set_permission("acme", "widget", BOT, "admin")
+    again = world.gitea.redeliver(d, new_id=False)
+    assert again.status_code == 202, again.response
+    assert _count(world, tasks, tasks.c.state == "queued") == 1
 
 
 def test_permission_is_not_needed_when_configured_so(

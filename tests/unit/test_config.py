@@ -36,7 +36,7 @@ def test_preparations_default_to_one_per_usable_core_and_at_least_two(
 
 def test_environment_wins_over_toml(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     cfg = tmp_path / "forgeflow.toml"
-    cfg.write_text('port = 9000\nbot_login = "file-bot"\n[ignored]\nx = 1\n')
+    cfg.write_text('port = 9000\nbot_login = "file-bot"\n')
     monkeypatch.setenv("FORGEFLOW_PORT", "9100")
     s = load_settings(cfg)
     assert s.port == 9100
@@ -74,6 +74,41 @@ def test_bad_toml_is_a_config_error(tmp_path: Path) -> None:
         load_settings(cfg)
     with pytest.raises(ConfigError, match="does not exist"):
         load_settings(tmp_path / "missing.toml")
+
+
+@pytest.mark.parametrize(
+    ("text", "named"),
+    [
+        ("prot = 9000\n", "unknown key 'prot'"),
+        ('[forgeflow]\nbot_logn = "x"\n', "unknown key [forgeflow] 'bot_logn'"),
+        ("[forgeflow]\nport = 1\n[other]\nx = 1\n", "unknown key 'other' beside [forgeflow]"),
+        ("port = 1\n[ignored]\nx = 1\n", "unknown key 'ignored'"),
+    ],
+)
+def test_an_unknown_toml_key_is_named(tmp_path: Path, text: str, named: str) -> None:
+    cfg = tmp_path / "forgeflow.toml"
+    cfg.write_text(text)
+    with pytest.raises(ConfigError) as info:
+        load_settings(cfg)
+    assert str(info.value) == f"--config: {cfg}: {named}"
+
+
+def test_prefixed_keys_in_either_case_are_known(tmp_path: Path) -> None:
+    cfg = tmp_path / "forgeflow.toml"
+    cfg.write_text("[forgeflow]\nFORGEFLOW_PORT = 9001\n")
+    assert load_settings(cfg).port == 9001
+
+
+def test_a_folder_or_an_unreadable_config_is_named(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError) as info:
+        load_settings(tmp_path)
+    assert str(info.value) == f"--config: {tmp_path} is a folder, not a TOML file"
+    # A file that exists and that even root cannot read (these tests may run as root,
+    # for whom a mode of 000 means nothing): reading /proc/self/mem at 0 is EIO.
+    unreadable = Path("/proc/self/mem")
+    with pytest.raises(ConfigError) as info:
+        load_settings(unreadable)
+    assert str(info.value) == f"--config: cannot read {unreadable} (Input/output error)"
 
 
 def test_missing_gitea_settings_are_warnings_not_errors(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -103,7 +103,8 @@ def on_item(turn: TurnState, item: Json) -> None:
         comment_id = None
         result = item.get("result") or {}
         for part in result.get("content") or []:
-            with contextlib.suppress(ValueError, TypeError, AttributeError):
+            # A JSON answer without an id (any tool but a comment's) binds nothing.
+            with contextlib.suppress(ValueError, TypeError, AttributeError, KeyError):
                 comment_id = int(json.loads(part.get("text", ""))["id"])
                 break
         error = item.get("error") or {}

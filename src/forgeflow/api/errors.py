@@ -6,7 +6,7 @@ from typing import Any
 
 from fastapi import Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 
@@ -40,8 +40,12 @@ async def validation_error(_: Request, exc: Exception) -> JSONResponse:
     )
 
 
-async def http_error(request: Request, exc: Exception) -> JSONResponse:
+async def http_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, StarletteHTTPException)
+    if exc.status_code == 404 and request.url.path.startswith("/ui/"):
+        from forgeflow.web.render import not_found_page
+
+        return not_found_page(request)
     code = {401: "unauthorized", 404: "not_found", 405: "method_not_allowed"}.get(
         exc.status_code, "http_error"
     )

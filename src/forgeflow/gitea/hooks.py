@@ -90,9 +90,19 @@ def plan_connect(hooks: list[dict[str, Any]], url: str) -> Plan:
 
 
 async def connect(
-    client: GiteaClient, target: Target, *, url: str, secret: str, dry_run: bool
+    client: GiteaClient,
+    target: Target,
+    *,
+    url: str,
+    secret: str,
+    dry_run: bool,
+    update_secret: bool = False,
 ) -> Plan:
+    """``update_secret``: set the secret of a hook that is otherwise up to date (Gitea
+    never shows it, so only the operator knows whether it changed)."""
     plan = plan_connect(await client.list_hooks(target.base), url)
+    if update_secret and plan.action == "none":
+        plan = Plan("update", plan.hook_id, ["secret"])
     if dry_run or plan.action == "none":
         return plan
     body = desired(url, secret)

@@ -82,7 +82,7 @@ def event_type_of(headers: Mapping[str, str], payload: Mapping[str, Any] | None 
     generic = _first(headers, "x-gitea-event", "x-forgejo-event", "x-gogs-event", "x-github-event")
     event = specific or generic or ""
     if event in COMMENT_EVENTS and payload is not None:
-        if not isinstance(payload.get("comment"), Mapping):
+        if not isinstance(payload.get("comment"), Mapping) and _is_review(payload):
             return REVIEW_COMMENT
         if event == "issue_comment" and on_pull_request(payload):
             return "pull_request_comment"
@@ -121,6 +121,13 @@ class CommentEvent:
     @property
     def repo(self) -> RepoRef:
         return self.resource.repo
+
+
+def _is_review(payload: Mapping[str, Any]) -> bool:
+    """A review sent under a comment event (Gitea 1.10 to 1.19.0): ``action`` reviewed
+    and a ``review``; anything else without a comment is a comment payload that lacks
+    it (stored under the event it came as, refused as invalid)."""
+    return payload.get("action") == "reviewed" or isinstance(payload.get("review"), Mapping)
 
 
 def parse_json(body: bytes) -> dict[str, Any]:

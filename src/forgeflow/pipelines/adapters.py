@@ -16,7 +16,7 @@ from forgeflow.domain.ids import INSTANCE_ID, InvalidName, RepoRef, ResourceKind
 from forgeflow.domain.paths import SESSIONS_DIR, repo_workspace
 from forgeflow.domain.records import Task
 from forgeflow.domain.states import SUCCEEDED_STATES, TERMINAL_STATES, TaskState
-from forgeflow.gitea.client import GiteaClient, GiteaError
+from forgeflow.gitea.client import GiteaClient, GiteaError, GiteaUnavailable
 from forgeflow.pipelines.ports import AgentRequest, AgentTaskStatus
 from forgeflow.pipelines.registry import StepFailed
 from forgeflow.store import Store, sessions
@@ -102,7 +102,7 @@ class StoreAgentDispatch:
         try:
             found = await self.gitea.get_repo(repo.owner, repo.name)
         except GiteaError as exc:
-            raise StepFailed("gitea_unavailable", str(exc)) from None
+            raise gitea_step_failed(exc) from None
         return {
             "clone_url": str(found["clone_url"]),
             "default_branch": str(found.get("default_branch") or "main"),
@@ -157,6 +157,29 @@ class StoreAgentDispatch:
         return status
 
 
+# The names of Gitea's 4xx answers a step reports; a step may not be retried on them
+# (the same request gets the same answer), where an unreachable Gitea or a 5xx may be.
+_REFUSALS = {
+    400: "gitea_bad_request",
+    401: "gitea_unauthorized",
+    403: "gitea_forbidden",
+    404: "gitea_not_found",
+    409: "gitea_conflict",
+    422: "gitea_unprocessable",
+}
+LABEL_COLOR = "#b60205"  # what a label forgeflow creates looks like in Gitea
+
+
+def gitea_step_failed(exc: GiteaError) -> StepFailed:
+    """A Gitea error as a step's failure, with a code that says what Gitea said."""
+    if isinstance(exc, GiteaUnavailable) or exc.status is None or exc.status >= 500:
+        return StepFailed("gitea_unavailable", str(exc))
+    if exc.status == 429:
+        return StepFailed("gitea_rate_limited", str(exc))
+    code = _REFUSALS.get(exc.status, f"gitea_http_{exc.status}")
+    return StepFailed(code, str(exc), retryable=False)
+
+
 class GiteaAdapter:
     """GiteaPort on the bot's REST client."""
 
@@ -172,15 +195,61 @@ class GiteaAdapter:
                 repo.owner, repo.name, number, f"{body}\n\n{marker}"
             )
         except GiteaError as exc:
-            raise StepFailed("gitea_unavailable", str(exc)) from None
+            raise gitea_step_failed(exc) from None
         return int(made["id"])
 
-    async def add_labels(self, repo: RepoRef, number: int, labels: list[str]) -> list[str]:
+    async def add_labels(
+        self, repo: RepoRef, number: int, labels: list[str], *, create_missing: bool = False
+    ) -> list[str]:
+        """Add labels by name. Gitea refuses a name the repository lacks (404 or 422,
+        depending on its version) or leaves it out of its answer: the missing ones are
+        then created first when asked, else the step names them."""
+        refused: GiteaError | None = None
         try:
-            result = await self.client.add_labels(repo.owner, repo.name, number, labels)
+            names = await self._add(repo, number, labels)
         except GiteaError as exc:
-            raise StepFailed("gitea_unavailable", str(exc)) from None
+            if exc.status not in (404, 422):
+                raise gitea_step_failed(exc) from None
+            refused, names = exc, []
+        if refused is None and {n.lower() for n in labels} <= {n.lower() for n in names}:
+            return names
+        if not await self._missing_labels(repo, labels, create=create_missing):
+            if refused is not None:  # every label exists: the issue is what Gitea lacks
+                raise gitea_step_failed(refused) from None
+            return names
+        try:
+            return await self._add(repo, number, labels)
+        except GiteaError as exc:
+            raise gitea_step_failed(exc) from None
+
+    async def _add(self, repo: RepoRef, number: int, labels: list[str]) -> list[str]:
+        result = await self.client.add_labels(repo.owner, repo.name, number, labels)
         return [str(x.get("name")) for x in result]
+
+    async def _missing_labels(self, repo: RepoRef, labels: list[str], *, create: bool) -> list[str]:
+        """The labels the repository lacks, created when ``create``; else the step fails
+        naming them."""
+        try:
+            have = {name.lower() for name in await self.client.list_labels(repo.owner, repo.name)}
+            missing = [name for name in labels if name.lower() not in have]
+            if missing and not create:
+                raise StepFailed(
+                    "label_missing",
+                    f"{repo.full_name} has no label {', '.join(missing)}: create it in Gitea "
+                    "(Issues → Labels), or give the step createMissing: true",
+                    retryable=False,
+                )
+            for name in missing:
+                await self.client.create_label(
+                    repo.owner,
+                    repo.name,
+                    name,
+                    color=LABEL_COLOR,
+                    description="created by forgeflow for a pipeline step",
+                )
+        except GiteaError as exc:
+            raise gitea_step_failed(exc) from None
+        return missing
 
     async def is_closed(self, repo: RepoRef, number: int) -> bool:
         try:
@@ -188,7 +257,7 @@ class GiteaAdapter:
         except GiteaError as exc:
             if exc.status == 404:
                 return True  # deleted (or the repository is gone): nothing to keep it for
-            raise StepFailed("gitea_unavailable", str(exc)) from None
+            raise gitea_step_failed(exc) from None
         return issue.get("state") == "closed"
 
 

@@ -238,14 +238,20 @@ async def gitea_comment(ctx: StepContext) -> dict[str, Any]:
 
 
 async def gitea_label(ctx: StepContext) -> dict[str, Any]:
-    """``gitea.label``: add ``inputs.labels`` (or ``extras.labels``) by name."""
+    """``gitea.label``: add ``inputs.labels`` (or ``extras.labels``) by name; with
+    ``createMissing: true`` the ones the repository lacks are created first."""
     resource = resource_of(ctx.inputs)
     labels = ctx.inputs.get("labels", ctx.extras.get("labels"))
     if isinstance(labels, str):
         labels = [labels]
     if not isinstance(labels, list) or not all(isinstance(x, str) for x in labels) or not labels:
         raise StepFailed("invalid_labels", "labels must be a list of names", retryable=False)
-    result = await _port(ctx, "gitea").add_labels(resource.repo, resource.number, labels)
+    create = ctx.inputs.get("createMissing", ctx.extras.get("createMissing", False))
+    if not isinstance(create, bool):
+        raise StepFailed("invalid_labels", "createMissing must be true or false", retryable=False)
+    result = await _port(ctx, "gitea").add_labels(
+        resource.repo, resource.number, labels, create_missing=create
+    )
     return {"labels": result}
 
 

@@ -61,8 +61,11 @@ class GiteaPort(Protocol):
         Returns the comment id."""
         ...
 
-    async def add_labels(self, repo: RepoRef, number: int, labels: list[str]) -> list[str]:
-        """Add labels (by name) to an issue or pull request; returns its labels."""
+    async def add_labels(
+        self, repo: RepoRef, number: int, labels: list[str], *, create_missing: bool = False
+    ) -> list[str]:
+        """Add labels (by name) to an issue or pull request; returns its labels.
+        ``create_missing``: create the labels the repository does not have yet."""
         ...
 
     async def is_closed(self, repo: RepoRef, number: int) -> bool:

@@ -3,6 +3,7 @@ delivery, repository, session and task rows in one transaction."""
 
 from __future__ import annotations
 
+import uuid
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
@@ -10,6 +11,7 @@ from typing import Any
 from sqlalchemy import Connection, bindparam, func, or_, select, update
 
 from forgeflow.domain.ids import ResourceRef, task_id_for
+from forgeflow.domain.ids import delivery_key as delivery_key_of
 from forgeflow.domain.records import Delivery, Repository
 from forgeflow.domain.states import TaskState
 from forgeflow.store import audit, repos, rows, sessions, sql
@@ -180,6 +182,50 @@ def record_ignored(
         ),
     )
     return DeliveryRecord(delivery_id, "ignored", 200, reason=reason)
+
+
+def record_refused(
+    conn: Connection,
+    *,
+    delivery_id: str,
+    event_type: str,
+    payload_hash: str,
+    retention: timedelta,
+    code: str,
+    response_code: int,
+    repo_key: str | None = None,
+) -> None:
+    """Record a verified delivery that was refused (400 a payload forgeflow cannot read,
+    503 Gitea could not say who commented), with its code and never its body.
+
+    The row has a key of its own (the delivery's key and a random suffix): Gitea
+    redelivers a refused delivery, and the redelivery must be handled afresh, not
+    answered as a duplicate of the refusal. Without a comment id it is no earlier
+    acceptance of a replayed comment either."""
+    refused_key = f"{delivery_key_of(delivery_id)[:150]}#refused-{uuid.uuid4().hex[:12]}"
+    _insert(
+        conn,
+        delivery_key=refused_key,
+        delivery_id=delivery_id,
+        event_type=event_type,
+        payload_hash=payload_hash,
+        retention=retention,
+        normalized=False,
+        status="rejected",
+        response_code=response_code,
+        reason=code,
+        repo_key=repo_key,
+    )
+    audit.append(
+        conn,
+        audit.AuditEvent(
+            action="webhook.reject",
+            delivery_id=delivery_id,
+            repo_key=repo_key,
+            error_code=code,
+            metadata={"eventType": event_type, "responseCode": response_code},
+        ),
+    )
 
 
 def open_delivery(

@@ -46,6 +46,11 @@ def _error(status: int, code: str, message: str, outcome: str) -> Reply:
     return Reply(status, {"error": code, "message": message}, outcome)
 
 
+def _printable(value: str, limit: int) -> str:
+    """A header's value as a column holds it: printable (no NUL) and bounded."""
+    return "".join(c if c.isprintable() else "?" for c in value[:limit])
+
+
 def _with_events(unit: _Unit, found: Sequence[DomainEvent]) -> _Unit:
     """The acceptance unit of work, recording the comment's domain events with it."""
     return lambda conn, a: store_events.after_delivery(conn, unit(conn, a), found)
@@ -83,24 +88,29 @@ class WebhookIngress:
         try:
             payload = webhook.parse_json(body)
         except webhook.InvalidPayload as exc:
-            return _error(400, "invalid_payload", str(exc), "invalid")
+            invalid = _error(400, "invalid_payload", str(exc), "invalid")
+            return await self._refuse(
+                invalid, body, webhook.delivery_id_of(headers), webhook.event_type_of(headers)
+            )
         event_type = webhook.event_type_of(headers, payload)
         delivery_id = webhook.delivery_id_of(headers) or webhook.payload_delivery_fallback(
             event_type, payload
         )
         if delivery_id is None:
-            return _error(
+            invalid = _error(
                 400,
                 "invalid_payload",
                 "no X-Gitea-Delivery header and no comment id in the payload",
                 "invalid",
             )
+            return await self._refuse(invalid, body, None, event_type)
         key = delivery_key(delivery_id)
         if event_type in webhook.COMMENT_EVENTS:
             try:
                 event = webhook.normalise_comment(delivery_id, event_type, payload)
             except webhook.InvalidPayload as exc:
-                return _error(400, "invalid_payload", str(exc), "invalid")
+                invalid = _error(400, "invalid_payload", str(exc), "invalid")
+                return await self._refuse(invalid, body, delivery_id, event_type)
             return await self._comment(key, event, body)
         seen = await self._store.read(lambda c: deliveries.get(c, key))
         if seen is not None:
@@ -137,8 +147,13 @@ class WebhookIngress:
                 else (),
             )
         permission = await self._permission_for(key, event)
+        if isinstance(permission, Reply) and permission.status_code >= 400:
+            # Gitea could not say: refused for now, Gitea redelivers.
+            return await self._refuse(
+                permission, body, event.delivery_id, event.event_type, event.repo.key
+            )
         if not isinstance(permission, Permission):
-            return permission  # a redelivery's answer, or Gitea could not say
+            return permission  # a redelivery's answer
         record = await self._accept(key, event, body, mention, permission)
         if record.status == "accepted" and not record.duplicate and self.on_accept is not None:
             # A new task, or a command's answer waiting in the outbox.
@@ -282,6 +297,35 @@ class WebhookIngress:
             )
         )
         return self._answer(record)
+
+    async def _refuse(
+        self,
+        reply: Reply,
+        body: bytes,
+        delivery_id: str | None,
+        event_type: str,
+        repo_key: str | None = None,
+    ) -> Reply:
+        """Answer a verified delivery with ``reply`` (400 or 503), recorded in the
+        deliveries and the audit with its code, never with its body; the answer does
+        not depend on the record (the database may be what failed)."""
+        code = str(reply.body.get("error", "refused"))
+        try:
+            await self._store.write(
+                lambda c: deliveries.record_refused(
+                    c,
+                    delivery_id=_printable(delivery_id or "(none)", 120),
+                    event_type=_printable(event_type or "unknown", 64),
+                    payload_hash=sha256_ref(body),
+                    retention=self._retention,
+                    code=code,
+                    response_code=reply.status_code,
+                    repo_key=repo_key,
+                )
+            )
+        except Exception:
+            log.exception("webhook.refusal_not_recorded", code=code)
+        return reply
 
     def _answer(self, r: DeliveryRecord) -> Reply:
         if r.duplicate:

@@ -8,6 +8,7 @@ from fastapi import APIRouter
 from forgeflow.web import actions, conversation, feeds, pages, pipeline_hooks, pipelines
 
 router = APIRouter()
+router.include_router(pages.entry)
 router.include_router(pages.router)
 router.include_router(conversation.router)
 router.include_router(actions.router)

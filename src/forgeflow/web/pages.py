@@ -10,7 +10,7 @@ from typing import Annotated, Any
 from urllib.parse import quote
 
 from fastapi import APIRouter, Depends, Query, Request
-from fastapi.responses import Response
+from fastapi.responses import RedirectResponse, Response
 from sqlalchemy import Connection
 
 from forgeflow.config import sandbox_warning
@@ -24,6 +24,7 @@ from forgeflow.web.render import PAGE_SIZE, UiRoute, render, services
 from forgeflow.web.security import NotFound, UiSession, require_session
 
 router = APIRouter(prefix="/ui", route_class=UiRoute, include_in_schema=False)
+entry = APIRouter(include_in_schema=False)  # the bare address leads to the pages
 Session = Annotated[UiSession, Depends(require_session)]
 Offset = Annotated[int, Query(ge=0, le=10_000_000)]
 
@@ -49,6 +50,11 @@ def paging(offset: int, total: int) -> dict[str, Any]:
 
 def _repo_keys(conn: Connection) -> list[str]:
     return [r.repo_key for r in repos.list_all(conn)]
+
+
+@entry.get("/")
+async def root() -> Response:
+    return RedirectResponse("/ui/", status_code=303)
 
 
 @router.get("/")

@@ -163,6 +163,14 @@ def error_page(request: Request, status: int, title: str, message: str) -> HTMLR
     )
 
 
+def not_found_page(request: Request) -> HTMLResponse:
+    """The page of an address under ``/ui/`` that no page answers (a typo, an old
+    bookmark): the admin pages' own, not the API's JSON."""
+    response = error_page(request, 404, "Not found", "no page has this address")
+    response.headers.update(SECURITY_HEADERS)
+    return response
+
+
 Handler = Callable[[Request], Coroutine[Any, Any, Response]]
 
 

@@ -1,6 +1,7 @@
 """A real stdio MCP server that asks its client before it comments (MCP elicitation).
 
-It offers the PyPI gitea-mcp's ``add_comment`` tool, posting to the Gitea API at
+It offers ``comment_after_asking`` (the PyPI gitea-mcp's ``add_comment`` under a name
+forgeflow's own tools do not take), posting to the Gitea API at
 ``GITEA_URL`` with ``GITEA_TOKEN``, but first sends ``elicitation/create`` to its client:
 Codex forwards that to forgeflow as ``mcpServer/elicitation/request``, so tests can see
 forgeflow answer it per ``FORGEFLOW_ELICITATION_POLICY``. Run: ``python -m
@@ -23,7 +24,13 @@ class Confirm(BaseModel):
 
 
 @server.tool()
-async def add_comment(owner: str, repo: str, issue_number: int, body: str, ctx: Context) -> str:  # type: ignore[type-arg]
+async def comment_after_asking(
+    owner: str,
+    repo: str,
+    issue_number: int,
+    body: str,
+    ctx: Context,  # type: ignore[type-arg]
+) -> str:
     """Add a comment to an issue or pull request, after the client agrees."""
     answer = await ctx.elicit(f"Post a comment on {owner}/{repo}#{issue_number}?", Confirm)
     if answer.action != "accept":

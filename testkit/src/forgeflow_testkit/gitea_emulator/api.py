@@ -12,7 +12,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from . import api_hooks, api_issues, git_http
+from . import api_code, api_hooks, api_issues, git_http
 from .apibase import (
     ApiError,
     Call,
@@ -188,6 +188,7 @@ ROUTES: list[RouteSpec] = [
     ("POST", "/repos/{owner}/{repo}/labels", create_label),
     ("GET", "/repos/{owner}/{repo}/labels/{id}", get_label),
     *api_hooks.ROUTES,
+    *api_code.ROUTES,
     *api_issues.ROUTES,
 ]
 

@@ -36,11 +36,13 @@ def _writer(mode: Access, doer: User, what: str = "issues") -> None:
 
 def list_issues(call: Call) -> Response:
     """Gitea ListIssues: state open|closed|all (default open), type issues|pulls,
-    labels by name; newest first."""
+    labels by name, q keywords (in title or body, as the issue indexer matches them);
+    newest first."""
     repo, _ = call.repo()
     state = call.query.get("state", "open")
     kind = call.query.get("type", "")
     wanted = {n for n in call.query.get("labels", "").split(",") if n}
+    words = call.query.get("q", "").lower().split()
     issues = []
     for issue in reversed(call.state.repo_issues(repo)):
         if state != "all" and issue.state != state:
@@ -49,6 +51,9 @@ def list_issues(call: Call) -> Response:
             continue
         names = {call.state.labels[i].name for i in issue.label_ids}
         if not wanted <= names:
+            continue
+        text = f"{issue.title}\n{issue.body}".lower()
+        if not all(w in text for w in words):
             continue
         issues.append(call.convert.issue(issue))
     page, headers = paginate(call, issues)

@@ -67,6 +67,11 @@ class EmulatorControls:
             self._state.hooks[hook.id] = hook
             return hook.id
 
+    def hook_secret(self, hook_id: int) -> str:
+        """The secret a hook signs with (Gitea's API never shows it; tests may look)."""
+        with self._state.lock:
+            return self._state.hooks[hook_id].secret
+
     @property
     def deliveries(self) -> list[Delivery]:
         with self._state.lock:

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from enum import IntEnum
 from pathlib import Path
+from typing import Any
 
 from .gojson import utcnow
 
@@ -181,6 +182,7 @@ class State:
         self.labels: dict[int, Label] = {}
         self.releases: dict[int, Release] = {}
         self.hooks: dict[int, Hook] = {}
+        self.commit_statuses: list[Any] = []  # api_code.Status, in creation order
         self.faults: list[Fault] = []
         self.requests: list[tuple[str, str, int]] = []
         self.clock_offset = timedelta()
