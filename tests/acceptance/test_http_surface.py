@@ -107,11 +107,11 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
         FORGEFLOW_HTTP_HEADER_TIMEOUT_SECONDS=str(HEADER_TIMEOUT),
         FORGEFLOW_AUTH_FAILURES_ALLOWED=str(ALLOWED_FAILURES),
     )
-    proc = start_serve(env, "--role", "ingress", stderr_path=tmp / "serve.log")
     with GiteaEmulator(tmp / "gitea") as emu:
         emu.add_repo("acme", "widget")
         emu.add_user("alice")
         emu.set_permission("acme", "widget", "alice", "write")
+        proc = start_serve(env, "--role", "ingress", stderr_path=tmp / "serve.log")
         try:
             wait_healthy(f"http://127.0.0.1:{port}", proc)
             yield Server(port, proc, db_url, emu)

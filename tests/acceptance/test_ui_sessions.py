@@ -63,3 +63,5 @@ def test_an_operator_lists_and_ends_sessions(world: World) -> None:
         gone = admin.get("/api/gitea-workflow/ui-sessions", params={"all": "true"}).json()
         row = next(s for s in gone["items"] if s["sessionId"] == sid)
         assert not row["live"] and row["endedBy"] == "admin:api"
+        trail = admin.get("/api/gitea-workflow/audit", params={"action": "ui.session.end"})
+        assert [e["metadata"]["sessionId"] for e in trail.json()["items"]] == [sid]

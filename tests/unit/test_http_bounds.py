@@ -10,8 +10,8 @@ from pathlib import Path
 
 from sqlalchemy import select
 
-from forgeflow.api.guard import FailureThrottle, same_secret
 from forgeflow.api.limits import json_depth
+from forgeflow.guard import FailureThrottle, same_secret
 from forgeflow.rejections import ACTOR, Rejection, RejectionLog, cut
 from forgeflow.store import Store
 from forgeflow.store.schema import audit_events

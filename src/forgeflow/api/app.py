@@ -24,8 +24,8 @@ from forgeflow.api import (
     ui_sessions,
     webhook,
 )
-from forgeflow.api.guard import FailureThrottle, TokenGuard
 from forgeflow.api.limits import BodyLimits, BoundsMiddleware
+from forgeflow.guard import FailureThrottle, TokenGuard
 from forgeflow.metrics import Metrics
 from forgeflow.services import Services
 from forgeflow.store import StoreUnavailable

@@ -8,7 +8,7 @@ from fastapi import Request, Security
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from forgeflow.api.errors import ApiError
-from forgeflow.api.guard import same_secret
+from forgeflow.guard import same_secret
 
 # Declares the ``bearerAuth`` scheme in /openapi.json (clients and schemathesis then know
 # every control route needs the token). ``auto_error=False``: a missing or malformed

@@ -19,8 +19,8 @@ from dataclasses import dataclass
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from forgeflow.api.guard import TokenGuard
 from forgeflow.config import Settings
+from forgeflow.guard import TokenGuard
 
 # Routes that need ``Authorization: Bearer <admin token>`` (control and pipeline API).
 AUTHENTICATED = ("/api/gitea-workflow/", "/api/pipelines/")

@@ -7,13 +7,14 @@ from typing import Annotated
 
 from fastapi import APIRouter, Depends, Query, Request
 from pydantic import BaseModel
+from sqlalchemy import Connection
 
 from forgeflow.api.auth import require_admin
 from forgeflow.api.errors import ApiError
 from forgeflow.api.inputs import no_nul_parameters
 from forgeflow.api.schemas import ADMIN_ERRORS, answer, error
 from forgeflow.services import Services
-from forgeflow.store import ui_sessions
+from forgeflow.store import audit, ui_sessions
 
 router = APIRouter(
     prefix="/api/gitea-workflow",
@@ -68,7 +69,17 @@ async def list_ui_sessions(
 async def end_ui_session(request: Request, sessionId: str) -> UiSessionEnded:
     services: Services = request.app.state.services
     sid = sessionId[:64]
-    ended = await services.store.write(lambda c: ui_sessions.end(c, sid, "admin:api"))
+
+    def _end(conn: Connection) -> bool:
+        if not ui_sessions.end(conn, sid, "admin:api"):
+            return False
+        event = audit.AuditEvent(
+            action="ui.session.end", actor="admin:api", metadata={"sessionId": sid}
+        )
+        audit.append(conn, event)
+        return True
+
+    ended = await services.store.write(_end)
     if not ended:
         raise ApiError(404, "ui_session_not_found", f"no live sign-in session {sid}")
     return UiSessionEnded(sessionId=sid, ended=True)

@@ -14,7 +14,7 @@ from fastapi import APIRouter, Depends, Request
 from fastapi.responses import RedirectResponse, Response
 from sqlalchemy import Connection
 
-from forgeflow.api.guard import TokenGuard
+from forgeflow.guard import TokenGuard
 from forgeflow.store import repos
 from forgeflow.tasks import controls
 from forgeflow.web.render import UiRoute, render, services

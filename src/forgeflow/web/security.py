@@ -24,7 +24,7 @@ from urllib.parse import parse_qs
 from fastapi import Request
 from fastapi.responses import Response
 
-from forgeflow.api.guard import same_secret
+from forgeflow.guard import same_secret
 from forgeflow.store import ui_sessions
 from forgeflow.store.types import utcnow
 
