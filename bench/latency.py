@@ -364,31 +364,43 @@ def mention_to_request(
     return request.received_at - t0
 
 
+def codex_serve(
+    world: World, root: Path, model: ScriptedModel, rounds: int, env: dict[str, str], tag: str
+) -> dict[str, list[float]]:
+    """One jailed forgeflow: new repository, follow-up, new issue on the active one."""
+    times: dict[str, list[float]] = {"new_repo": [], "follow_up": [], "new_issue": []}
+    serve = Serve(root / f"codex-{tag}", world.emu.url, world.bot_token, env).start()
+    try:
+        world.add_repo(f"cx{tag}-warmup", 1, serve.url)  # untimed: broker, clone
+        mention_to_request(serve, world, model, f"cx{tag}-warmup", 1)
+        for k in range(rounds):
+            world.add_repo(f"cx{tag}{k}", 2, serve.url)
+            for kind, issue in (("new_repo", 1), ("follow_up", 1), ("new_issue", 2)):
+                times[kind].append(mention_to_request(serve, world, model, f"cx{tag}{k}", issue))
+    finally:
+        serve.stop()
+    return times
+
+
 def codex(world: World, root: Path, rounds: int) -> Result:
-    """Jailed forgeflow (new repository, follow-up, new issue on the active repository)
-    against the direct floor, with one scripted model answering both."""
+    """Jailed forgeflow with its own Gitea tools, the same with the opt-in external
+    gitea-mcp (the set-up before forgeflow served its tools: ``external_*``), against the
+    direct floor, with one scripted model answering all."""
     model = ScriptedModel().start()
     answering_agent(model)
     env = write_codex_home(root / "codex-home", model.url).env()
     env |= {"FORGEFLOW_AGENT_RUNTIME": "codex", "FORGEFLOW_MODEL": "scripted-model"}
-    env |= {"FORGEFLOW_CODEX_COMMAND": f"{CODEX} app-server", "FORGEFLOW_GITEA_MCP_COMMAND": MCP}
-    env |= {"FORGEFLOW_SANDBOX": "bwrap"}
-    times: dict[str, list[float]] = {"new_repo": [], "follow_up": [], "new_issue": []}
+    env |= {"FORGEFLOW_CODEX_COMMAND": f"{CODEX} app-server", "FORGEFLOW_SANDBOX": "bwrap"}
     try:
-        serve = Serve(root / "codex", world.emu.url, world.bot_token, env).start()
-        try:
-            world.add_repo("cx-warmup", 1, serve.url)  # untimed: broker, gitea-mcp, clone
-            mention_to_request(serve, world, model, "cx-warmup", 1)
-            for k in range(rounds):
-                world.add_repo(f"cx{k}", 2, serve.url)
-                for kind, issue in (("new_repo", 1), ("follow_up", 1), ("new_issue", 2)):
-                    times[kind].append(mention_to_request(serve, world, model, f"cx{k}", issue))
-        finally:
-            serve.stop()
+        times = codex_serve(world, root, model, rounds, env, "own")
+        external = codex_serve(
+            world, root, model, rounds, env | {"FORGEFLOW_GITEA_MCP_COMMAND": MCP}, "ext"
+        )
         floor = asyncio.run(direct_floor(root, world, model, rounds))
     finally:
         model.stop()
     out: Result = {k: summary_ms(v) for k, v in times.items()}
+    out |= {f"external_{k}": summary_ms(v) for k, v in external.items()}
     out |= {f"floor_{k}": summary_ms(v) for k, v in floor.items()}
     out["ratio_new_issue"] = round(
         out["new_issue"]["p50_ms"] / out["floor_new_thread"]["p50_ms"], 2
@@ -712,6 +724,20 @@ def rows(res: Result) -> list[tuple[str, str, str, str, str, bool | None]]:
         out.append(
             ("Codex, jailed: new repository → first model request", "–", figure, "–", "–", None)
         )
+        for what, kind in (("new issue", "new_issue"), ("follow-up", "follow_up")):
+            figure = f"own tools p50 {c[kind]['p50_ms']:.0f} ms"
+            floor = f"with external gitea-mcp: p50 {c['external_' + kind]['p50_ms']:.0f} ms"
+            ratio = round(c[kind]["p50_ms"] / c["external_" + kind]["p50_ms"], 2)
+            out.append(
+                (
+                    f"Codex, jailed: {what}, own vs external tools",
+                    "–",
+                    figure,
+                    floor,
+                    f"{ratio}×",
+                    None,
+                )
+            )
     return out
 
 

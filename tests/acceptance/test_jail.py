@@ -68,14 +68,15 @@ def children_running(needle: str) -> list[int]:
 
 
 def test_other_processes_and_their_environments_are_out_of_sight(agentic: Agentic) -> None:
-    # Forgeflow runs in this test's process; its Gitea MCP server and the jail's bwrap
-    # are its children on the host, running once the turn asks the model.
+    # Forgeflow runs in this test's process (it serves the Gitea tools itself: no Gitea
+    # MCP process); the jail's bwrap is its child on the host, running once the turn
+    # asks the model.
     watched: list[int] = []
 
     def command() -> str:
-        (gitea_mcp,) = children_running(str(GITEA_MCP))
+        assert children_running(str(GITEA_MCP)) == []
         (bwrap,) = app_server_groups(agentic.ff.settings.data_dir)
-        watched.extend([os.getpid(), gitea_mcp, bwrap])
+        watched.extend([os.getpid(), bwrap])
         return (
             # Each distinct line once: Codex cuts a long output in its middle.
             "echo '== environ'; cat /proc/*/environ | tr '\\0' '\\n' | sort -u\n"

@@ -3,7 +3,7 @@
 After a turn in which the agent committed, forgeflow pushes its session branch to
 Gitea (fast-forward only, never the default branch); a refused push fails no task and
 the next turn is told. The agent can also push itself (the `push_branch` tool) and open
-a pull request (`create_pr`): the built-in `ticket_to_pr` template does both, end to end.
+a pull request (`create_pull`): the built-in `ticket_to_pr` template does both, end to end.
 """
 
 from __future__ import annotations
@@ -157,18 +157,11 @@ def test_ticket_to_pr_end_to_end(agentic: Agentic) -> None:
         )
 
     def push(_request: RecordedRequest) -> Step:
-        return ToolCall("push_branch", {"owner": "acme", "repo": "widget"}, NAMESPACE, push_id)
+        return ToolCall("push_branch", {}, NAMESPACE, push_id)
 
     def open_pr(_request: RecordedRequest) -> Step:
-        arguments = {
-            "owner": "acme",
-            "repo": "widget",
-            "head": branch,
-            "base": "main",
-            "title": "Fix the flaky test",
-            "body": f"Closes #{n}",
-        }
-        return ToolCall("create_pr", arguments, NAMESPACE, pr_id)
+        arguments = {"title": "Fix the flaky test", "body": f"Closes #{n}"}
+        return ToolCall("create_pull", arguments, NAMESPACE, pr_id)
 
     def answer(request: RecordedRequest) -> Step:
         (output,) = [o for o in request.function_call_outputs() if o.get("call_id") == pr_id]

@@ -1,5 +1,6 @@
-"""Newline-delimited JSON-RPC over a child process's stdio, as ``codex app-server`` and
-stdio MCP servers speak it, with the child in its own process group.
+"""Newline-delimited JSON-RPC over a child process's stdio, as ``codex app-server``
+speaks it, with the child in its own process group. (MCP is not spoken here: the Gitea
+tools and the external server's client use the ``mcp`` SDK, agent/gitea_tools/.)
 
 Hand-written: the JSON-RPC libraries on PyPI either want HTTP/websocket transports or
 LSP's Content-Length framing; this is one line per message and ~150 lines of code.

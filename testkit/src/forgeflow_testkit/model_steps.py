@@ -210,7 +210,10 @@ def gitea_comment(
     fields = {"owner": owner, "repo": repo, "issue_number": issue_number, "body": body}
 
     def arguments(tool: ToolRef) -> dict[str, Any]:
-        if "owner" not in (tool.parameters.get("properties") or {}):
+        own = tool.name == "add_comment" and "owner" not in (
+            tool.parameters.get("properties") or {}
+        )
+        if own:
             return {"body": body}
         return {"method": "add_comment", **fields} if tool.name.endswith("issue_write") else fields
 

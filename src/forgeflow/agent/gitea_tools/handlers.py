@@ -15,10 +15,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from forgeflow.agent.gitea_tools import args as a
-from forgeflow.domain.ids import ResourceKind, ResourceRef
+from forgeflow.domain.ids import ResourceKind, ResourceRef, parse_resource_key
 from forgeflow.domain.paths import session_branch
 from forgeflow.gitea.client import GiteaClient, GiteaError
-from forgeflow.gitea.models import Comment, Issue, PullRequest
+from forgeflow.gitea.models import Comment, Issue, PullRequest, RepoMeta
 
 Publish = Callable[[str], Awaitable[tuple[bool, str]]]  # session key -> (ok, what happened)
 
@@ -36,6 +36,7 @@ class Session:
     """One session's view of Gitea: its repository and its issue or pull request."""
 
     gitea: GiteaClient
+    key: str  # the session's key: its resource's, or a pipeline space's on that resource
     resource: ResourceRef
     bot_login: str
     publish: Publish | None
@@ -56,6 +57,12 @@ class Session:
 
     def number(self, ref: a.IssueRef) -> int:
         return ref.number or self.resource.number
+
+
+def resource_of(session_key: str) -> ResourceRef:
+    """The issue or pull request of a session (a space's key extends its resource's,
+    store/sessions.py ``space_key``)."""
+    return parse_resource_key(session_key.split(":space-", 1)[0])
 
 
 def _json(value: Any) -> str:
@@ -202,7 +209,7 @@ def _bounded(data: bytes, limit: int, what: str) -> str:
 
 async def _default_branch(s: Session) -> str:
     repo: Any = await _gitea("the repository", s.gitea.get_repo(s.owner, s.repo))
-    return str(repo.get("default_branch") or "main")
+    return RepoMeta.model_validate(repo).default_branch or "main"
 
 
 async def read_file(s: Session, x: a.ReadFileArgs) -> str:
@@ -293,7 +300,7 @@ async def remove_labels(s: Session, x: a.LabelsArgs) -> str:
 async def push_branch(s: Session, _x: a.NoArgs) -> str:
     if s.publish is None:
         raise ToolRefused("pushing is not available in this session")
-    ok, text = await s.publish(s.resource.key)
+    ok, text = await s.publish(s.key)
     if not ok:
         raise ToolFailed(text)
     return text

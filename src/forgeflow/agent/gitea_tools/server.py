@@ -33,7 +33,6 @@ from forgeflow.agent.gitea_tools import args as a
 from forgeflow.agent.gitea_tools import handlers as h
 from forgeflow.agent.gitea_tools.external import External
 from forgeflow.agent.port import CommentTool
-from forgeflow.domain.ids import parse_resource_key
 from forgeflow.domain.publish import PUSH_TOOL
 from forgeflow.gitea.client import GiteaClient
 
@@ -237,7 +236,7 @@ class GiteaTools:
             if len(self._sessions) > 10_000:
                 self._sessions.clear()
             session = self._sessions[key] = h.Session(
-                self._gitea, parse_resource_key(key), self._bot, self._publish
+                self._gitea, key, h.resource_of(key), self._bot, self._publish
             )
         return session
 
