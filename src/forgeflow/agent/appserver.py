@@ -37,6 +37,7 @@ log = structlog.get_logger("forgeflow.appserver")
 
 _FORWARD_IN_JAIL = "/opt/forgeflow/forward.py"
 _SOCKET_IN_JAIL = "/run/forgeflow/broker.sock"
+_MAKE_CODEX_HOME = 'mkdir -p -- "$CODEX_HOME" && exec "$0" "$@"'
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,7 +59,9 @@ class Launch:
     broker_port: int = 0
     git_name: str = "forgeflow-agent"
 
-    def _offline(self) -> tuple[list[str], tuple[tuple[str, str, str], ...], tuple[Path, ...]]:
+    def _offline(
+        self, codex: list[str]
+    ) -> tuple[list[str], tuple[tuple[str, str, str], ...], tuple[Path, ...]]:
         """A jail without network reaches the brokers through ``forward.py``, run by the
         host's base Python (read-only in the jail) before the app-server."""
         assert self.broker_socket is not None
@@ -70,7 +73,7 @@ class Launch:
         )
         base = Path(sys.base_prefix)
         readable = () if base == Path("/usr") or Path("/usr") in base.parents else (base,)
-        return [*argv, *self.argv, *overrides(with_capability_env(self.config))], placed, readable
+        return [*argv, *codex], placed, readable
 
     def command(self, capability: str) -> tuple[list[str], dict[str, str]]:
         """The command line (no secret in it) and its environment (the capability, the
@@ -85,13 +88,16 @@ class Launch:
         }
         codex = [*self.argv, *overrides(with_capability_env(self.config))]
         if self.jailed:
+            # Codex wants its CODEX_HOME to exist; it is made inside the jail, by the
+            # jail (forgeflow's host side creates nothing in the agent's home).
+            codex = ["/bin/sh", "-c", _MAKE_CODEX_HOME, *codex]
             writable, readable = self.repository, self.installation
             if self.read_only:
                 writable, readable = (), readable + self.repository
             argv = codex
             placed: tuple[tuple[str, str, str], ...] = ()
             if not self.network:
-                argv, placed, python = self._offline()
+                argv, placed, python = self._offline(codex)
                 readable += python
             spec = jail.JailSpec(
                 self.home, writable, readable, network=self.network, env=extra, placed=placed
@@ -156,6 +162,8 @@ class AppServer:
             path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
             with contextlib.suppress(FileExistsError):
                 path.mkdir(mode=0o700)
+        if not launch.jailed:  # one trusted user: no jail to make it in
+            (launch.home / ".codex").mkdir(exist_ok=True)
         argv, env = launch.command(self.capability)
         try:
             proc = await RpcProcess.spawn(
