@@ -48,9 +48,7 @@ def test_a_command_sees_its_trees_and_a_cleared_environment(
 
 def test_output_past_the_limit_ends_the_command(runner: JailRunner) -> None:
     result = asyncio.run(
-        runner.run(
-            ["sh", "-c", "yes"], repository=REPO, cwd="/tmp", timeout=30, output_limit=4096
-        )
+        runner.run(["sh", "-c", "yes"], repository=REPO, cwd="/tmp", timeout=30, output_limit=4096)
     )
     assert result.truncated and len(result.stdout) == 4096 and result.returncode != 0
 
@@ -82,7 +80,7 @@ def test_a_host_file_is_given_as_stdin(runner: JailRunner, tmp_path: Path) -> No
 def test_a_symlinked_tree_is_not_bound(tmp_path: Path) -> None:
     runner = JailRunner(tmp_path / "ws")
     paths = runner.paths(REPO)
-    paths.make()
+    paths.make(runner.root)
     paths.home.rmdir()
     paths.home.symlink_to("/etc")  # what an escaped agent would plant
     with pytest.raises(JailRefused, match="not a directory"):

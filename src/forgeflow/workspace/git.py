@@ -111,6 +111,9 @@ _AUTH_MARKERS = (
 )
 
 
+Spawn = Callable[[list[str], Mapping[str, str], asyncio.subprocess.Process, str | None], None]
+
+
 class WorkspaceError(Exception):
     """A workspace operation failed; ``code`` is the audit/error code."""
 
@@ -208,11 +211,9 @@ class GitRunner:
     # The credentials are given only to URLs under this one (the configured Gitea);
     # None: under the scheme, host and port of the URL the command names.
     gitea_url: str | None = None
-    # Told about every git process started (argv, environment, process): an audit and
-    # test seam that sees exactly what git was handed.
-    on_spawn: Callable[[list[str], Mapping[str, str], asyncio.subprocess.Process], None] | None = (
-        None
-    )
+    # Told about every git process started (argv, environment, process, cwd): an
+    # audit and test seam that sees exactly what git was handed.
+    on_spawn: Spawn | None = None
     _askpass: str | None = field(default=None, init=False, repr=False)
 
     def scrub(self, text: str) -> str:
@@ -323,7 +324,7 @@ class GitRunner:
             start_new_session=True,
         )
         if self.on_spawn is not None:
-            self.on_spawn(list(argv), env, proc)
+            self.on_spawn(list(argv), env, proc, cwd)
         try:
             out, err = await asyncio.wait_for(proc.communicate(), timeout=limit)
         except TimeoutError:
