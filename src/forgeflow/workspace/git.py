@@ -305,7 +305,8 @@ class GitRunner:
         file, which the agent can rewrite to a folder (and config) of its own."""
         argv = self.argv(args)
         limit = self.timeout if time_limit is None else time_limit
-        what = f"git {args[0]}" if args else "git"
+        words = [a for i, a in enumerate(args) if a != "-c" and (i == 0 or args[i - 1] != "-c")]
+        what = f"git {words[0]}" if words else "git"
         url = next((a for a in args if a.startswith(("http://", "https://"))), None)
         env = self.environment(auth=auth, url=url)
         if worktree is not None and cwd is not None:
