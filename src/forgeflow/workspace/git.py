@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import SplitResult, urlsplit
 
-from forgeflow.redaction import MASK, redact_text
+from forgeflow.redaction import MASK, derived_forms, redact_text
 
 ASKPASS_NAME = ".forgeflow-askpass"
 USERNAME_VAR = "FORGEFLOW_GIT_USERNAME"
@@ -219,7 +219,9 @@ class GitRunner:
     def scrub(self, text: str) -> str:
         """Remove the token (and every registered secret) from text meant for people."""
         if self.token:
-            text = text.replace(self.token, MASK)
+            for form in sorted({self.token, *derived_forms(self.token, (self.username,))},
+                               key=len, reverse=True):  # fmt: skip
+                text = text.replace(form, MASK)
         return redact_text(text)
 
     def askpass_path(self) -> str:
