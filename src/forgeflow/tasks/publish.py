@@ -177,7 +177,8 @@ class Publisher:
 
 # (what git or Gitea printed, lower-cased) -> the code and forgeflow's reason
 _REFUSALS = (
-    (("non-fast-forward", "fetch first", "stale info"), "push_not_fast_forward",
+    (("non-fast-forward", "fetch first", "stale info", "is behind its remote"),
+     "push_not_fast_forward",
      "the branch on Gitea has commits the session does not have"),
     (("protected",), "push_protected_branch", "the branch is protected on Gitea"),
     (("hook declined", "pre-receive", "update hook"), "push_hook_declined",

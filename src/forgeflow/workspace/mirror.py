@@ -148,4 +148,4 @@ async def push(git: GitRunner, path: str, clone_url: str, sha: str, branch: str)
     if res.returncode == 0:
         return None
     lines = [ln for ln in (res.stdout + "\n" + res.stderr).splitlines() if ln.strip()]
-    return "; ".join(lines[-6:])[:2000] or f"git push exited {res.returncode}"
+    return "; ".join(lines)[:4000] or f"git push exited {res.returncode}"
