@@ -78,10 +78,12 @@ def test_other_processes_and_their_environments_are_out_of_sight(agentic: Agenti
         watched.extend([os.getpid(), gitea_mcp, bwrap])
         return (
             "echo '== count'; ls /proc | grep -E '^[0-9]+$' | wc -l\n"
-            "echo '== cmdlines'; for f in /proc/[0-9]*/cmdline; do tr '\\0' ' ' < $f; echo; done\n"
+            # (the start of each: Codex's -c settings would fill its output limit)
+            "echo '== cmdlines'; for f in /proc/[0-9]*/cmdline;"
+            " do tr '\\0' ' ' < $f | head -c 160; echo; done\n"
             "echo '== host pids'\n"
             + "".join(f"cat /proc/{pid}/cmdline\n" for pid in watched)
-            + "echo '== environ'; cat /proc/*/environ | tr '\\0' '\\n'\n"
+            + "echo '== environ'; cat /proc/*/environ | tr '\\0' '\\n' | sort -u\n"
         )
 
     out = run_in_turn(agentic, command)
@@ -370,7 +372,9 @@ def test_the_agent_cannot_steer_forgeflows_git_on_the_host(
         what="the hijacked session blocks",
     )
     blocked = [e for e in detail["audit"] if e["toState"] == "blocked_workspace"]
-    assert blocked[0]["metadata"]["reason"] == "occupied", blocked
+    # The clone's check (in the jail) comes first: with its attributes' filter on every
+    # file, git in the jail sees the clone as changed.
+    assert blocked[0]["metadata"]["reason"] == "modified", blocked
     assert not mark.exists(), "a command the agent planted ran on the host"
 
 
