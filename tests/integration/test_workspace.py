@@ -292,10 +292,13 @@ def test_a_session_that_exists_skips_a_recent_fetch(world: World) -> None:
     fresh = run(wm.prepare_repo(world.repo, world.clone_url, "main", session=world.issue(2)))
     assert fresh.action == "fetched" and fresh.head == pushed
     assert run(wm.prepare_repo(world.repo, world.clone_url, "main")).action == "fetched"
-    # Reused or not, the main clone is checked every time.
+    # Reused or not, the main clone is checked every time (with nothing to deliver, in
+    # the session's own jail step: one jail for the two).
     (Path(checkout.path) / "a.txt").write_text("hand edit\n")
-    with pytest.raises(WorkspaceDirty):
-        run(wm.prepare_repo(world.repo, world.clone_url, "main", session=world.issue(1)))
+    with pytest.raises(WorkspaceDirty) as dirty:
+        got = run(wm.prepare_repo(world.repo, world.clone_url, "main", session=world.issue(1)))
+        run(wm.prepare_session(world.issue(1), got, default_branch="main"))
+    assert dirty.value.details["reasons"] == ["modified"]
     (Path(checkout.path) / "a.txt").write_text("one\n")
     # A failure forgets the last fetch: the next task fetches.
     again = run(wm.prepare_repo(world.repo, world.clone_url, "main", session=world.issue(1)))

@@ -59,11 +59,20 @@ echo ff:status; {_STATUS}
 """
 )
 
-# $1 clone, $2 worktree, $3 branch, $4 start commit, $5 pull number or "", $6 "bundle".
+# $1 clone, $2 worktree, $3 branch, $4 start commit, $5 pull number or "", $6 "bundle",
+# $7 "check": the clone's check first (a follow-up with nothing to deliver runs one jail,
+# not two); anything unusual there says ff:clone_* and the repo step gives the verdict.
 SESSION_STEP = (
     _G
     + f"""
-cd "$1" || exit 1
+cd "$1" || {{ echo ff:clone_gone; exit 0; }}
+if [ "$7" = check ]; then
+  top=$(g rev-parse --show-toplevel 2>/dev/null) && [ "$top" = "$1" ] \\
+    || {{ echo ff:clone_not_a_clone; exit 0; }}
+  [ -e "$(g rev-parse --absolute-git-dir)/index.lock" ] && {{ echo ff:clone_index_lock; exit 0; }}
+  [ -n "$(g status --porcelain=v1 --untracked-files=all --ignored=no)" ] \\
+    && {{ echo ff:clone_dirty; exit 0; }}
+fi
 target=
 if [ -n "$5" ]; then
   local=refs/forgeflow/pull/$5/head

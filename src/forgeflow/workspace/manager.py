@@ -103,7 +103,8 @@ class WorkspaceManager:
         # restart forgets them, and the next delivery is a whole bundle.
         self._delivered: dict[str, set[str]] = {}
         self._origins: dict[str, str] = {}  # the clone URL each mirror is fetched from
-        self._sessions: set[str] = set()  # worktrees this manager prepared
+        self._sessions: set[str] = set()  # worktrees this manager prepared (still there)
+        self._deferred: set[str] = set()  # clones whose check the session's step makes
 
     @classmethod
     def from_settings(cls, settings: Any) -> WorkspaceManager:
@@ -168,19 +169,24 @@ class WorkspaceManager:
         head = await mirror.commit_of(self.git, path, f"refs/heads/{branch}")
         if head is None:
             raise GitFailed(f"Gitea has no branch {branch}", details={"branch": branch})
-        cloned = await self._deliver(repo, path, clone_url)
+        cloned = await self._deliver(repo, path, clone_url, defer=session is not None)
         self.fetch_rule.record(path, branch, head)
         clone = repo_workspace(str(self.root), repo)
         if reused is not None:
             return RepoCheckout(clone, "reused", head, reused.fetched_ago)
         return RepoCheckout(clone, "cloned" if cloned else "fetched", head)
 
-    async def _deliver(self, repo: RepoRef, path: str, clone_url: str) -> bool:
+    async def _deliver(self, repo: RepoRef, path: str, clone_url: str, *, defer: bool) -> bool:
         """The repo step in the jail, with a bundle of what the clone lacks; True when
-        the clone was made now."""
+        the clone was made now. With nothing to deliver and a session to prepare next
+        (``defer``), the clone's check runs in the session's jail instead."""
         clone = repo_workspace(str(self.root), repo)
         tips = await mirror.tips(self.git, path)
         known = self._delivered.get(repo.key)
+        if defer and known is not None and tips == known:
+            self._deferred.add(repo.key)
+            return False
+        self._deferred.discard(repo.key)
         report = await self._repo_step(repo, path, clone, clone_url, tips, known)
         if report.words.keys() & {"need_bundle", "fetch_failed"} and known is not None:
             report = await self._repo_step(repo, path, clone, clone_url, tips, None)
@@ -254,8 +260,23 @@ class WorkspaceManager:
         check_ref(default_branch, "default branch")
         path = session_worktree(str(self.root), resource)
         async with self._lock(repo):
-            self._sessions.discard(path)
-            report = await self._session_step(repo, main, path, resource, checkout, pull)
+            check = repo.key in self._deferred
+            self._deferred.discard(repo.key)
+            report = await self._session_step(repo, main, path, resource, checkout, pull, check)
+            if any(word.startswith("clone_") for word in report.words):
+                # Not plainly ours and clean: the repo step, with a whole bundle, gives
+                # its verdict (WorkspaceDirty) or delivers; then the session's step.
+                self._delivered.pop(repo.key, None)
+                origin = self._origins.get(repo.key)
+                if origin is None:
+                    raise GitFailed("the clone's check failed before any preparation")
+                try:
+                    await self._deliver(repo, self.mirror(repo), origin, defer=False)
+                except BaseException:
+                    self.fetch_rule.forget(self.mirror(repo))  # the next task fetches
+                    raise
+                report = await self._session_step(repo, main, path, resource, checkout, pull,
+                                                  False)  # fmt: skip
         for word in ("occupied", "index_lock", "no_target", "fetch_failed", "add_failed"):
             if word in report.words:
                 if word in _DIRTY:
@@ -282,7 +303,7 @@ class WorkspaceManager:
 
     async def _session_step(
         self, repo: RepoRef, main: str, path: str, resource: ResourceRef,
-        checkout: RepoCheckout, pull: PullRequestRefs | None,
+        checkout: RepoCheckout, pull: PullRequestRefs | None, check: bool,
     ) -> Report:  # fmt: skip
         start, number = checkout.head, ""
         mpath = self.mirror(repo)
@@ -301,7 +322,8 @@ class WorkspaceManager:
                 send = await mirror.bundle(self.git, mpath, out, [local], known)
             res = await self.jail.step(
                 injail.SESSION_STEP, repo, main, main, path, session_branch(resource), start,
-                number, "bundle" if send else "none", stdin=Path(out) if send else None,
+                number, "bundle" if send else "none", "check" if check else "",
+                stdin=Path(out) if send else None,
             )  # fmt: skip
         return injail.parse(res, "the session's preparation")
 
@@ -339,6 +361,7 @@ class WorkspaceManager:
         if "occupied" in report.words:
             raise WorkspaceDirty(f"{path} {_DIRTY['occupied']}",
                                  details={"path": path, "reason": "occupied"})  # fmt: skip
+        self._sessions.discard(path)
         return "removed" in report.words
 
     # -- publishing ----------------------------------------------------------------------
