@@ -180,6 +180,7 @@ _REFUSALS = (
     (("non-fast-forward", "fetch first", "stale info", "is behind its remote"),
      "push_not_fast_forward",
      "the branch on Gitea has commits the session does not have"),
+    (("default branch",), "push_default_branch", "forgeflow never pushes to the default branch"),
     (("protected",), "push_protected_branch", "the branch is protected on Gitea"),
     (("hook declined", "pre-receive", "update hook"), "push_hook_declined",
      "a server hook on Gitea declined the push"),

@@ -406,6 +406,10 @@ class WorkspaceManager:
         check_ref(branch, "branch")
         path = self._mirror_dir(repo)
         private = f"refs/forgeflow/publish/{branch}"
+        default = await self.git.run("symbolic-ref", "--quiet", "HEAD", cwd=path, check=False)
+        if default.stdout.strip() == f"refs/heads/{branch}":
+            # The publisher never targets it either; this keeps it so whatever calls.
+            return "forgeflow refuses to push to the default branch"
         async with self._lock(repo):
             if not await mirror.has_commit(self.git, path, sha):
                 await self._take(repo, path, check_ref(local or branch, "session branch"), sha,
