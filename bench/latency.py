@@ -364,43 +364,50 @@ def mention_to_request(
     return request.received_at - t0
 
 
-def codex_serve(
-    world: World, root: Path, model: ScriptedModel, rounds: int, env: dict[str, str], tag: str
+def codex_path(
+    world: World, root: Path, model: ScriptedModel, rounds: int, sandbox: str
 ) -> dict[str, list[float]]:
-    """One jailed forgeflow: new repository, follow-up, new issue on the active one."""
+    """forgeflow with ``FORGEFLOW_SANDBOX=sandbox``: new repository, follow-up, new issue
+    on the active repository, mention → the model's first request."""
+    env = write_codex_home(root / f"codex-home-{sandbox}", model.url).env()
+    env |= {"FORGEFLOW_AGENT_RUNTIME": "codex", "FORGEFLOW_MODEL": "scripted-model"}
+    env |= {"FORGEFLOW_CODEX_COMMAND": f"{CODEX} app-server"}
+    env |= {"FORGEFLOW_SANDBOX": sandbox}
     times: dict[str, list[float]] = {"new_repo": [], "follow_up": [], "new_issue": []}
-    serve = Serve(root / f"codex-{tag}", world.emu.url, world.bot_token, env).start()
+    serve = Serve(root / f"codex-{sandbox}", world.emu.url, world.bot_token, env).start()
     try:
-        world.add_repo(f"cx{tag}-warmup", 1, serve.url)  # untimed: broker, clone
-        mention_to_request(serve, world, model, f"cx{tag}-warmup", 1)
+        warmup = f"cx-warmup-{sandbox}"
+        world.add_repo(warmup, 1, serve.url)  # untimed: broker, gitea-mcp, clone
+        mention_to_request(serve, world, model, warmup, 1)
         for k in range(rounds):
-            world.add_repo(f"cx{tag}{k}", 2, serve.url)
+            name = f"cx{k}-{sandbox}"
+            world.add_repo(name, 2, serve.url)
             for kind, issue in (("new_repo", 1), ("follow_up", 1), ("new_issue", 2)):
-                times[kind].append(mention_to_request(serve, world, model, f"cx{tag}{k}", issue))
+                times[kind].append(mention_to_request(serve, world, model, name, issue))
     finally:
         serve.stop()
     return times
 
 
 def codex(world: World, root: Path, rounds: int) -> Result:
-    """Jailed forgeflow with its own Gitea tools, the same with the opt-in external
-    gitea-mcp (the set-up before forgeflow served its tools: ``external_*``), against the
-    direct floor, with one scripted model answering all."""
+    """Jailed forgeflow against the same forgeflow unjailed (``none``) in the same run,
+    and against the direct floor, with one scripted model answering all."""
     model = ScriptedModel().start()
     answering_agent(model)
-    env = write_codex_home(root / "codex-home", model.url).env()
-    env |= {"FORGEFLOW_AGENT_RUNTIME": "codex", "FORGEFLOW_MODEL": "scripted-model"}
-    env |= {"FORGEFLOW_CODEX_COMMAND": f"{CODEX} app-server", "FORGEFLOW_SANDBOX": "bwrap"}
     try:
-        times = codex_serve(world, root, model, rounds, env, "own")
-        external = codex_serve(
-            world, root, model, rounds, env | {"FORGEFLOW_GITEA_MCP_COMMAND": MCP}, "ext"
-        )
+        times = codex_path(world, root, model, rounds, "bwrap")
+        unjailed = codex_path(world, root, model, rounds, "none")
         floor = asyncio.run(direct_floor(root, world, model, rounds))
     finally:
         model.stop()
     out: Result = {k: summary_ms(v) for k, v in times.items()}
-    out |= {f"external_{k}": summary_ms(v) for k, v in external.items()}
+    out |= {f"none_{k}": summary_ms(v) for k, v in unjailed.items()}
+    out["jail_follow_up_overhead_pct"] = round(
+        100 * (out["follow_up"]["p50_ms"] / out["none_follow_up"]["p50_ms"] - 1), 1
+    )
+    out["jail_new_issue_extra_ms"] = round(
+        out["new_issue"]["p50_ms"] - out["none_new_issue"]["p50_ms"], 1
+    )
     out |= {f"floor_{k}": summary_ms(v) for k, v in floor.items()}
     out["ratio_new_issue"] = round(
         out["new_issue"]["p50_ms"] / out["floor_new_thread"]["p50_ms"], 2
@@ -724,20 +731,6 @@ def rows(res: Result) -> list[tuple[str, str, str, str, str, bool | None]]:
         out.append(
             ("Codex, jailed: new repository → first model request", "–", figure, "–", "–", None)
         )
-        for what, kind in (("new issue", "new_issue"), ("follow-up", "follow_up")):
-            figure = f"own tools p50 {c[kind]['p50_ms']:.0f} ms"
-            floor = f"with external gitea-mcp: p50 {c['external_' + kind]['p50_ms']:.0f} ms"
-            ratio = round(c[kind]["p50_ms"] / c["external_" + kind]["p50_ms"], 2)
-            out.append(
-                (
-                    f"Codex, jailed: {what}, own vs external tools",
-                    "–",
-                    figure,
-                    floor,
-                    f"{ratio}×",
-                    None,
-                )
-            )
     return out
 
 

@@ -113,11 +113,7 @@ class Services:
 
         s = self.settings
         assert s.gitea_token is not None
-        workspace = WorkspaceManager(
-            s.resolved_workspace_root,
-            token=s.gitea_token.get_secret_value(),
-            fetch_interval=s.fetch_interval_seconds,
-        )
+        workspace = WorkspaceManager.from_settings(s)
         publisher = Publisher(self.store, workspace)
         try:
             self.runtime = create_runtime(s, publisher.for_session)
@@ -262,7 +258,7 @@ def default_worker_id(settings: Settings) -> str:
 def build_services(settings: Settings, *, migrate: bool = True, role: Role = Role.ALL) -> Services:
     admin_token, _ = ensure_admin_token(settings)
     settings.admin_token = SecretStr(admin_token)
-    register_secrets(settings.secret_values())
+    register_secrets(settings.secret_values(), usernames=(settings.bot_login,))
     store = Store(settings.resolved_database_url)
     if migrate:
         store.migrate()

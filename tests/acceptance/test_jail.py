@@ -78,17 +78,19 @@ def test_other_processes_and_their_environments_are_out_of_sight(agentic: Agenti
         (bwrap,) = app_server_groups(agentic.ff.settings.data_dir)
         watched.extend([os.getpid(), bwrap])
         return (
-            # Each distinct line once: Codex cuts a long output in its middle.
-            "echo '== environ'; cat /proc/*/environ | tr '\\0' '\\n' | sort -u\n"
             "echo '== count'; ls /proc | grep -E '^[0-9]+$' | wc -l\n"
-            "echo '== cmdlines'; for f in /proc/[0-9]*/cmdline; do tr '\\0' ' ' < $f; echo; done\n"
-            "echo '== host pids'\n" + "".join(f"cat /proc/{pid}/cmdline\n" for pid in watched)
+            # (the start of each: Codex's -c settings would fill its output limit)
+            "echo '== cmdlines'; for f in /proc/[0-9]*/cmdline;"
+            " do tr '\\0' ' ' < $f | head -c 160; echo; done\n"
+            "echo '== host pids'\n"
+            + "".join(f"cat /proc/{pid}/cmdline\n" for pid in watched)
+            + "echo '== environ'; cat /proc/*/environ | tr '\\0' '\\n' | sort -u\n"
         )
 
     out = run_in_turn(agentic, command)
     environ = section(out, "environ")
     # It did read environments: its own processes', with no key at all (the jail's
-    # capability is in its Codex config, not in an environment or on a command line).
+    # capability, worthless outside, is its only credential, in its own environment).
     assert "HOME=/home/agent" in environ and "KEY=" not in environ, environ
     for what, secret in secrets(agentic).items():
         assert secret not in out, f"the {what} is visible in the jail"
@@ -126,7 +128,9 @@ def test_forgeflow_data_and_the_model_key_are_out_of_reach(agentic: Agentic) -> 
         # under ~/.codex, where a grep for the whole literal would find the command.
         f"echo '== grep'; K={key_head}; grep -rl \"${{K}}{key_tail}\" ~ /tmp;"
         " echo grep-exit=$?\n"
-        "echo '== config'; cat ~/.codex/config.toml",
+        "echo '== config'; cat ~/.codex/config.toml;"
+        " for p in /proc/[0-9]*; do tr '\\0' '\\n' < $p/cmdline; done 2>/dev/null"
+        " | grep '^model_provider' | sort -u",
     )
     for what, secret in secrets(agentic).items():
         assert secret not in out, f"the {what} is visible in the jail"
@@ -143,11 +147,15 @@ def test_forgeflow_data_and_the_model_key_are_out_of_reach(agentic: Agentic) -> 
     assert "HOME=/home/agent" in env and "FORGEFLOW_" not in env and "KEY=" not in env, env
     assert section(out, "grep").strip() == "grep-exit=1"  # searched, found nothing
     config = section(out, "config")
-    base_urls = re.findall(r'^base_url = "(.*)"$', config, re.M)
+    # forgeflow writes no config.toml (Codex may keep its own there, e.g. the projects
+    # it trusts): Codex gets forgeflow's settings as -c overrides, no token in a file.
+    assert "experimental_bearer_token" not in config, config
+    base_urls = re.findall(r'^model_providers\.forgeflow\.base_url="(.*)"$', config, re.M)
     assert len(base_urls) == 1 and re.fullmatch(r"http://127\.0\.0\.1:\d+/model", base_urls[0])
-    assert agentic.model.url not in config and "env_key" not in config
-    # Its only credential: the capability forgeflow wrote there, not the model's key.
-    assert len(re.findall(r'^experimental_bearer_token = "[A-Za-z0-9_-]{40,}"$', config, re.M)) == 1
+    assert agentic.model.url not in config and "bearer" not in config
+    assert 'model_providers.forgeflow.env_key="AGENT_CAPABILITY"' in config, config
+    # Its only credential: the capability in its environment, not the model's key.
+    assert len(re.findall(r"^AGENT_CAPABILITY=[A-Za-z0-9_-]{40,}$", env, re.M)) == 1, env
 
 
 def test_another_repositorys_clone_and_worktree_are_out_of_reach(agentic: Agentic) -> None:
@@ -203,15 +211,16 @@ def test_loopback_services_want_a_capability_and_writes_stay_inside(agentic: Age
     out = run_in_turn(
         agentic,
         # The broker's address is in the jail's Codex config.
-        "B=$(sed -n 's|^base_url = \"\\(http://127.0.0.1:[0-9]*\\)/model\"$|\\1|p'"
-        " ~/.codex/config.toml)\n"
+        "B=$(for p in /proc/[0-9]*; do tr '\\0' '\\n' < $p/cmdline; done 2>/dev/null"
+        " | sed -n 's|^model_providers.forgeflow.base_url=\"\\(http://127.0.0.1:[0-9]*\\)/model\"$|\\1|p'"
+        " | head -1)\n"
         f"echo '== admin'; {code} {agentic.ff.url}/api/gitea-workflow/tasks;"
         f" {code} -H 'Authorization: Bearer made-up' {agentic.ff.url}/api/gitea-workflow/tasks\n"
         "echo '== broker'; echo \"$B\"\n"
         f"echo '== mcp'; {code} -X POST -H 'Content-Type: application/json' -d '{rpc}' $B/mcp;"
         f" {code} -X POST -H 'Authorization: Bearer made-up' -d '{rpc}' $B/mcp;"
         # the repository's model capability is not a session's Gitea capability
-        "K=$(sed -n 's|^experimental_bearer_token = \"\\(.*\\)\"$|\\1|p' ~/.codex/config.toml);"
+        "K=$AGENT_CAPABILITY;"
         f" {code} -X POST -H \"Authorization: Bearer $K\" -d '{rpc}' $B/mcp\n"
         f"echo '== model'; {code} -X POST -d '{{}}' $B/model/responses;"
         f" {code} -X POST -H 'Authorization: Bearer made-up' -d '{{}}' $B/model/responses\n"
@@ -363,31 +372,30 @@ def test_the_agent_still_works_in_its_worktree_home_and_tmp(
 def test_the_agent_cannot_steer_forgeflows_git_on_the_host(
     agentic: Agentic, tmp_path: Path
 ) -> None:
-    """forgeflow's own git runs on the host in the clone the agent works in. The agent
-    tries to make it run a command there: a filter driver in the clone's config, a hook,
-    alternates, and a worktree ``.git`` file pointing at a git folder of its own whose
-    config has the filter. None of it runs; the hijacked worktree blocks the session."""
+    """forgeflow's own git never runs in the clone the agent works in (it works in its
+    mirror; git on the clone runs in the jail). The agent plants commands for it: a
+    filter driver in the clone's config, a hook, alternates, attributes, and a worktree
+    ``.git`` file pointing at a git folder of its own whose config has the filter.
+    Nothing runs on the host; the hijacked worktree blocks the session."""
     mark = tmp_path / "forgeflow-ran-the-agents-command"
     clone = Path(agentic.ff.settings.resolved_workspace_root) / "default/acme/widget"
     evil = f"touch {mark}"
     out = run_in_turn(
         agentic,
-        f"echo '== config'; git config filter.x.clean '{evil}'\n"
-        f"echo '== hook'; echo '{evil}' > {clone}/.git/hooks/post-checkout\n"
-        f"echo '== alternates'; echo /srv > {clone}/.git/objects/info/alternates\n"
-        f"echo '== attributes'; echo '* filter=x' > {clone}/.git/info/attributes\n"
+        f"echo '== config'; git config filter.x.clean '{evil}' && echo written\n"
+        f"echo '== hook'; echo '{evil}' > {clone}/.git/hooks/post-checkout && echo written\n"
+        f"echo '== alternates'; echo /srv > {clone}/.git/objects/info/alternates && echo written\n"
+        f"echo '== attributes'; echo '* filter=x' > {clone}/.git/info/attributes && echo written\n"
         "echo '== hijack'; git init -q fake && git -C fake config filter.x.clean"
         f" '{evil}' && echo '* filter=x' > .gitattributes && touch new.txt"
         ' && echo "gitdir: $PWD/fake/.git" > .git && echo hijacked',
     )
-    # git replaces its config by a rename, which a read-only bind refuses as "busy".
-    assert "could not write config file" in section(out, "config"), out
-    assert "filter" not in (clone / ".git/config").read_text()
-    for name in ("hook", "alternates", "attributes"):
-        assert "Read-only file system" in section(out, name), out
+    # The clone is the agent's: its writes land (no read-only sub-binds any more).
+    for name in ("config", "hook", "alternates", "attributes"):
+        assert section(out, name).strip() == "written", out
     assert "hijacked" in section(out, "hijack"), out
-    # The next mention: forgeflow prepares the session (git on the host) and finds the
-    # worktree is not its own any more; it runs nothing there.
+    # The next mention: forgeflow prepares the session (git in the jail) and finds the
+    # worktree is not its own any more; nothing ran on the host.
     answering_agent(agentic.model)
     again = agentic.mention("@ccweb-bot again")
     detail = wait_for(
@@ -396,9 +404,10 @@ def test_the_agent_cannot_steer_forgeflows_git_on_the_host(
         what="the hijacked session blocks",
     )
     blocked = [e for e in detail["audit"] if e["toState"] == "blocked_workspace"]
-    assert blocked[0]["metadata"]["reason"] == "occupied", blocked
-    assert not mark.exists(), "forgeflow's git ran a command the agent planted"
-    assert not (clone / ".git/objects/info/alternates").exists()
+    # The clone's check (in the jail) comes first: with its attributes' filter on every
+    # file, git in the jail sees the clone as changed.
+    assert blocked[0]["metadata"]["reason"] == "modified", blocked
+    assert not mark.exists(), "a command the agent planted ran on the host"
 
 
 def test_without_network_the_jail_reaches_only_forgeflows_brokers(

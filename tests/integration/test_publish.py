@@ -163,3 +163,14 @@ def test_nothing_new_is_nothing_pushed_and_the_default_branch_never_moves(world:
     world.commit("three.txt")
     asyncio.run(world.publisher.publish(world.task))
     assert world.emu.branch_sha("alice", "proj", "main") == main
+
+
+def test_the_mirror_never_pushes_the_default_branch(world: World) -> None:
+    sha = world.commit("default.txt")
+    asyncio.run(world.publisher.publish(world.task))  # the mirror exists, the commit is in it
+    before = world.emu.branch_sha("alice", "proj", "main")
+    url = world.store.db.read_sync(lambda c: repos.get(c, REPO.key))
+    assert url is not None
+    refused = asyncio.run(world.workspace.push(ISSUE.repo, url.clone_url, sha, "main"))
+    assert refused == "forgeflow refuses to push to the default branch"
+    assert world.emu.branch_sha("alice", "proj", "main") == before != sha
