@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hashlib
-import os
 from collections.abc import Callable
 from dataclasses import KW_ONLY, dataclass
 from pathlib import Path
@@ -11,13 +10,20 @@ from typing import Any
 
 from sqlalchemy import Connection
 
+from forgeflow.agent import jail
+from forgeflow.agent.jailrun import JailRunner, JailTimeout
 from forgeflow.domain import modes
 from forgeflow.domain.ids import INSTANCE_ID, InvalidName, RepoRef, ResourceKind, ResourceRef
-from forgeflow.domain.paths import SESSIONS_DIR, repo_workspace
+from forgeflow.domain.paths import SESSIONS_DIR, repo_sessions, repo_workspace
 from forgeflow.domain.records import Task
 from forgeflow.domain.states import SUCCEEDED_STATES, TERMINAL_STATES, TaskState
 from forgeflow.gitea.client import GiteaClient, GiteaError
-from forgeflow.pipelines.ports import AgentRequest, AgentTaskStatus
+from forgeflow.pipelines.ports import (
+    AgentRequest,
+    AgentTaskStatus,
+    ScriptOutput,
+    ScriptRequest,
+)
 from forgeflow.pipelines.registry import StepFailed
 from forgeflow.store import Store, sessions
 from forgeflow.store import repos as repo_q
@@ -196,20 +202,84 @@ class LocalWorkspace:
     """WorkspacePort on this process's workspace root."""
 
     def __init__(
-        self, workspace_root: str, scratch_root: str, manager: WorkspaceManager | None = None
+        self,
+        workspace_root: str,
+        scratch_root: str,
+        manager: WorkspaceManager | None = None,
+        *,
+        jail_runner: JailRunner,
+        store: Store | None = None,
     ) -> None:
         self.workspace_root = workspace_root
         self.scratch_root = scratch_root
         self.manager = manager
+        self.jail_runner = jail_runner
+        self.store = store  # where a step's spaceId is looked up
 
-    def script_dir(self, run_id: str, repo: RepoRef | None) -> str:
-        if repo is not None:
-            path = repo_workspace(self.workspace_root, repo)
-            if os.path.isdir(path):
-                return path
-        scratch = Path(self.scratch_root) / run_id
-        scratch.mkdir(parents=True, exist_ok=True)
-        return str(scratch)
+    async def run_script(self, request: ScriptRequest) -> ScriptOutput:
+        """The repository's jail (its clone and sessions folder at their host paths,
+        read-only for a draft space, else writable with the clone's git files
+        read-only as in the agent's jail), else a jail around the run's scratch folder.
+        No bind source is agent-writable: the clone and sessions folder are mount
+        points in the agent's jail, the scratch folder is forgeflow's."""
+        read_only = await self._draft_space(request)
+        clone = self._clone(request.repo)
+        writable: tuple[Path, ...] = ()
+        readable: tuple[Path, ...] = ()
+        protected: tuple[Path, ...] = ()
+        if clone is not None and request.repo is not None:
+            sessions_dir = Path(repo_sessions(self.workspace_root, request.repo))
+            sessions_dir.mkdir(parents=True, exist_ok=True, mode=0o700)  # bound only if it exists
+            where = (clone, sessions_dir)
+            if read_only:
+                readable = where
+            else:
+                writable, protected = where, jail.git_protected(clone)
+            cwd = clone
+        else:
+            cwd = Path(self.scratch_root) / request.run_id
+            cwd.mkdir(parents=True, exist_ok=True)
+            writable = (cwd,)
+        try:
+            done = await self.jail_runner.run(
+                request.argv,
+                cwd=cwd,
+                writable=writable,
+                readable=readable,
+                protected=protected,
+                env=request.env,
+                timeout=request.timeout,
+            )
+        except JailTimeout:
+            raise TimeoutError from None
+        except OSError as exc:  # E2BIG: a value or the script too long for an argv
+            raise StepFailed(
+                "invalid_input", f"the script did not start: {exc}", retryable=False
+            ) from None
+        return ScriptOutput(done.code, done.stdout, done.stderr)
+
+    def _clone(self, repo: RepoRef | None) -> Path | None:
+        if repo is None:
+            return None
+        path = Path(repo_workspace(self.workspace_root, repo))
+        return path if path.is_dir() and not path.is_symlink() else None
+
+    async def _draft_space(self, request: ScriptRequest) -> bool:
+        """Whether the step's space (``extras.spaceId``) is a draft (read-only) space;
+        a space of another repository, or none at all, is refused."""
+        if request.space_id is None:
+            return False
+        space_id = request.space_id
+        row = None
+        if self.store is not None:
+            row = await self.store.read(lambda c: sessions.get(c, space_id))
+        if row is None or request.repo is None or row.repo_key != request.repo.key:
+            raise StepFailed(
+                "space_mismatch",
+                f"space {space_id} is not a conversation of inputs.repo",
+                retryable=False,
+            )
+        return modes.is_draft(row.mode)
 
     def session_resources(self) -> list[ResourceRef]:
         # <root>/.sessions/default/<owner>/<repo>/<kind>-<n>: the layout of
@@ -232,6 +302,8 @@ class LocalWorkspace:
             removed = await self.manager.remove_session(resource)
         except WorkspaceDirty as exc:
             raise StepFailed(exc.code, str(exc), retryable=False) from None
+        except JailTimeout as exc:
+            raise StepFailed("git_timeout", f"removing the worktree {exc}") from None
         except WorkspaceError as exc:
             raise StepFailed(exc.code, str(exc)) from None
         return {"resourceKey": resource.key, "removed": removed}

@@ -17,9 +17,12 @@ from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Literal
 
+from forgeflow.agent.jail import git_protected
+from forgeflow.agent.jailrun import JailRunner
 from forgeflow.domain.ids import RepoRef, ResourceKind, ResourceRef
 from forgeflow.domain.paths import (
     SESSIONS_DIR,
+    repo_sessions,
     repo_workspace,
     session_branch,
     session_worktree,
@@ -39,7 +42,7 @@ from forgeflow.workspace.git import (
     check_url,
 )
 from forgeflow.workspace.records import PullRequestRefs, RepoCheckout, SessionWorktree
-from forgeflow.workspace.status import WorktreeStatus
+from forgeflow.workspace.status import STATUS_ARGS, WorktreeStatus, parse_status
 
 __all__ = [
     "GitAuthFailed",
@@ -86,7 +89,9 @@ class WorkspaceManager:
         username: str = "forgeflow",
         on_spawn: Callable[[list[str], Mapping[str, str], asyncio.subprocess.Process], None]
         | None = None,
+        jail: JailRunner | None = None,
     ) -> None:
+        self.jail = jail  # where git on the agent's files runs (remove_session)
         # Resolved once, so that every later "is it under the root?" check compares
         # real paths with a real path.
         self.root = Path(os.path.realpath(root))
@@ -285,26 +290,71 @@ class WorkspaceManager:
         return self.checks.worktree_dirs(os.path.join(self.root, instance, owner, repo), path)
 
     async def remove_session(self, resource: ResourceRef) -> bool:
-        """Remove a clean session worktree (its branch and commits stay); dirty → refuse."""
-        main = repo_workspace(str(self.root), resource.repo)
-        path = session_worktree(str(self.root), resource)
+        """Remove a clean session worktree (its branch and commits stay); dirty → refuse.
+
+        The worktree and the clone are the agent's files, so no git runs here on the
+        host: the clean check is ``git status`` in a jail that binds the clone and the
+        sessions folder read-only; the folder goes by ``rm -rf`` of that one entry in a
+        jail binding only the repository's sessions folder (rm follows no symlink, and
+        nothing outside that folder is in reach); git's bookkeeping of it is pruned in
+        a jail with the clone writable (its config, hooks and info read-only) and the
+        other sessions read-only, so their entries stay."""
+        if self.jail is None:
+            raise ValueError("removing a session worktree needs a jail runner")
+        main = Path(repo_workspace(str(self.root), resource.repo))
+        sessions_dir = Path(repo_sessions(str(self.root), resource.repo))
+        path = Path(session_worktree(str(self.root), resource))
         async with self._lock(resource.repo):
-            self._inside_root(path)
-            if not os.path.isdir(os.path.join(main, ".git")):
+            self._inside_root(str(path))
+            if not main.is_dir() or not sessions_dir.is_dir():
                 return False
             if not os.path.lexists(path):
-                if path in await worktrees.registered(self.git, main):
-                    await self.git.run("worktree", "prune", cwd=main)
+                await self._jailed_prune(main, sessions_dir)
                 return False
-            await self.checks.session(main, path)
-            status = await self.worktree_status(path)
+            status = await self._jailed_status(main, sessions_dir, path)
             if not status.clean:
                 raise WorkspaceDirty(
                     f"session worktree {path} has uncommitted work; not removed",
-                    details={"path": path, "reason": "uncommitted", "status": status.summary()},
+                    details={
+                        "path": str(path),
+                        "reason": "uncommitted",
+                        "status": status.summary(),
+                    },
                 )
-            await self.git.run("worktree", "remove", "--", path, cwd=main)
+            gone = await self.jail.run(
+                ("rm", "-rf", "--one-file-system", "--", path.name),
+                cwd=sessions_dir, writable=(sessions_dir,), timeout=self.git.timeout,
+            )  # fmt: skip
+            if gone.code != 0 or os.path.lexists(path):
+                raise WorkspaceError(
+                    f"session worktree {path} could not be removed",
+                    details={"path": str(path), "reason": "remove_failed"},
+                )
+            await self._jailed_prune(main, sessions_dir)
             return True
+
+    async def _jailed_status(self, main: Path, sessions_dir: Path, path: Path) -> WorktreeStatus:
+        assert self.jail is not None
+        limit = 4 * 1024 * 1024
+        done = await self.jail.run(
+            ("git", *STATUS_ARGS), cwd=path, readable=(main, sessions_dir),
+            env={"GIT_OPTIONAL_LOCKS": "0"}, timeout=self.git.timeout, limit=limit,
+        )  # fmt: skip
+        if done.code != 0:
+            raise WorkspaceDirty(
+                f"{path} is taken by something that is not this session's worktree",
+                details={"path": str(path), "reason": "occupied"},
+            )
+        if len(done.stdout) >= limit:  # cut: too much changed to read it all
+            return WorktreeStatus(False, ["..."], [], [], "")
+        return parse_status(done.stdout.decode("utf-8", "replace"))
+
+    async def _jailed_prune(self, main: Path, sessions_dir: Path) -> None:
+        assert self.jail is not None
+        await self.jail.run(
+            ("git", "worktree", "prune"), cwd=main, writable=(main,), readable=(sessions_dir,),
+            protected=git_protected(main), timeout=self.git.timeout,
+        )  # fmt: skip
 
     # -- publishing ----------------------------------------------------------------------
 
