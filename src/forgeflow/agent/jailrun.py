@@ -126,7 +126,9 @@ async def _run(
             )
     except TimeoutError:
         _kill(proc)
-        await proc.wait()
+        # The jail is gone with bwrap, so its pipes end: read them out to close them.
+        with contextlib.suppress(TimeoutError, OSError):
+            await asyncio.wait_for(proc.communicate(), 10)
         raise JailTimeout(f"ran longer than {timeout:g}s") from None
     except BaseException:
         _kill(proc)  # cancelled: the command must not outlive its caller
