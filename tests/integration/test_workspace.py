@@ -20,7 +20,6 @@ from typing import Any, TypeVar
 import pytest
 
 import forgeflow.workspace.git as gitcmd
-from forgeflow.agent.jailrun import JailRunner
 from forgeflow.domain.ids import InvalidName, RepoRef, ResourceKind, ResourceRef
 from forgeflow.workspace.manager import (
     GitAuthFailed,
@@ -551,8 +550,8 @@ def test_pull_request_session_from_fork_fast_forwards_when_clean(world: World) -
     assert Path(first.path, "feature.txt").read_text() == "agent wip\n"
 
 
-def test_remove_session_only_when_clean(world: World, tmp_path: Path) -> None:
-    wm = world.manager(jail=JailRunner(tmp_path / "jail-homes"))
+def test_remove_session_only_when_clean(world: World) -> None:
+    wm = world.manager()
     checkout = run(wm.prepare_repo(world.repo, world.clone_url, "main"))
     one = run(wm.prepare_session(world.issue(1), checkout, default_branch="main"))
     Path(one.path, "wip.txt").write_text("keep me")

@@ -10,11 +10,11 @@ from typing import Any
 
 from sqlalchemy import Connection
 
-from forgeflow.agent import jail
-from forgeflow.agent.jailrun import JailRunner, JailTimeout
+from forgeflow.agent.jail import JailRefused
+from forgeflow.agent.oneshot import JailResult, JailRunner
 from forgeflow.domain import modes
 from forgeflow.domain.ids import INSTANCE_ID, InvalidName, RepoRef, ResourceKind, ResourceRef
-from forgeflow.domain.paths import SESSIONS_DIR, repo_sessions, repo_workspace
+from forgeflow.domain.paths import SESSIONS_DIR, repo_workspace
 from forgeflow.domain.records import Task
 from forgeflow.domain.states import SUCCEEDED_STATES, TERMINAL_STATES, TaskState
 from forgeflow.gitea.client import GiteaClient, GiteaError
@@ -32,6 +32,8 @@ from forgeflow.store import turns as turn_q
 from forgeflow.workspace.manager import WorkspaceDirty, WorkspaceError, WorkspaceManager
 
 PIPELINE_TASK_PREFIX = "pipeline-task-"
+# What a script step may print (each stream); past it the jail is ended.
+SCRIPT_OUTPUT_LIMIT = 1024 * 1024
 
 
 def pipeline_task_id(key: str) -> str:
@@ -198,6 +200,18 @@ class GiteaAdapter:
         return issue.get("state") == "closed"
 
 
+def _script_output(done: JailResult) -> ScriptOutput:
+    if done.timed_out:
+        raise TimeoutError
+    if done.truncated:
+        raise StepFailed(
+            "script_output_limit",
+            f"the script printed more than {SCRIPT_OUTPUT_LIMIT} bytes and was ended",
+            retryable=False,
+        )
+    return ScriptOutput(done.returncode, done.stdout, done.stderr)
+
+
 class LocalWorkspace:
     """WorkspacePort on this process's workspace root."""
 
@@ -217,46 +231,36 @@ class LocalWorkspace:
         self.store = store  # where a step's spaceId is looked up
 
     async def run_script(self, request: ScriptRequest) -> ScriptOutput:
-        """The repository's jail (its clone and sessions folder at their host paths,
-        read-only for a draft space, else writable with the clone's git files
-        read-only as in the agent's jail), else a jail around the run's scratch folder.
-        No bind source is agent-writable: the clone and sessions folder are mount
-        points in the agent's jail, the scratch folder is forgeflow's."""
+        """The repository's jail when its clone exists (read-only for a draft space),
+        else a jail around the run's own scratch folder (agent.oneshot)."""
         read_only = await self._draft_space(request)
         clone = self._clone(request.repo)
-        writable: tuple[Path, ...] = ()
-        readable: tuple[Path, ...] = ()
-        protected: tuple[Path, ...] = ()
-        if clone is not None and request.repo is not None:
-            sessions_dir = Path(repo_sessions(self.workspace_root, request.repo))
-            sessions_dir.mkdir(parents=True, exist_ok=True, mode=0o700)  # bound only if it exists
-            where = (clone, sessions_dir)
-            if read_only:
-                readable = where
-            else:
-                writable, protected = where, jail.git_protected(clone)
-            cwd = clone
-        else:
-            cwd = Path(self.scratch_root) / request.run_id
-            cwd.mkdir(parents=True, exist_ok=True)
-            writable = (cwd,)
         try:
-            done = await self.jail_runner.run(
-                request.argv,
-                cwd=cwd,
-                writable=writable,
-                readable=readable,
-                protected=protected,
-                env=request.env,
-                timeout=request.timeout,
-            )
-        except JailTimeout:
-            raise TimeoutError from None
-        except OSError as exc:  # E2BIG: a value or the script too long for an argv
+            if clone is not None and request.repo is not None:
+                done = await self.jail_runner.run(
+                    request.argv,
+                    repository=request.repo,
+                    cwd=str(clone),
+                    read_only=read_only,
+                    env=request.env,
+                    timeout=request.timeout,
+                    output_limit=SCRIPT_OUTPUT_LIMIT,
+                )
+            else:
+                done = await self.jail_runner.run_scratch(
+                    request.argv,
+                    scratch=Path(self.scratch_root) / request.run_id,
+                    env=request.env,
+                    timeout=request.timeout,
+                    output_limit=SCRIPT_OUTPUT_LIMIT,
+                )
+        except JailRefused as exc:
+            raise StepFailed(exc.code, str(exc), retryable=False) from None
+        except OSError as exc:  # E2BIG: the script or a value too long for an argv
             raise StepFailed(
                 "invalid_input", f"the script did not start: {exc}", retryable=False
             ) from None
-        return ScriptOutput(done.code, done.stdout, done.stderr)
+        return _script_output(done)
 
     def _clone(self, repo: RepoRef | None) -> Path | None:
         if repo is None:
@@ -302,8 +306,6 @@ class LocalWorkspace:
             removed = await self.manager.remove_session(resource)
         except WorkspaceDirty as exc:
             raise StepFailed(exc.code, str(exc), retryable=False) from None
-        except JailTimeout as exc:
-            raise StepFailed("git_timeout", f"removing the worktree {exc}") from None
         except WorkspaceError as exc:
             raise StepFailed(exc.code, str(exc)) from None
         return {"resourceKey": resource.key, "removed": removed}

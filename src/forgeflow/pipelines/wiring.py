@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from forgeflow.agent.jailrun import runner_from_settings
+from forgeflow.agent.oneshot import JailRunner
 from forgeflow.config import Settings
 from forgeflow.gitea.client import GiteaClient
 from forgeflow.pipelines.adapters import GiteaAdapter, LocalWorkspace, StoreAgentDispatch
@@ -29,13 +29,11 @@ def build_engine(
     registry = PipelineBodyRegistry()
     register_builtins(registry)
     root = str(settings.resolved_workspace_root)
-    token = settings.gitea_token.get_secret_value() if settings.gitea_token else None
-    runner = runner_from_settings(settings)
     workspace = LocalWorkspace(
         root,
         str(Path(settings.data_dir) / "pipelines"),
-        WorkspaceManager(Path(root), token=token, jail=runner),
-        jail_runner=runner,
+        WorkspaceManager.from_settings(settings),
+        jail_runner=JailRunner.from_settings(settings),
         store=store,
     )
     return PipelineEngine(

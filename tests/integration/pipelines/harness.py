@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-from forgeflow.agent.jailrun import JailRunner
+from forgeflow.agent.oneshot import JailRunner
 from forgeflow.pipelines import templates
 from forgeflow.pipelines.adapters import LocalWorkspace
 from forgeflow.pipelines.bodies import register_builtins
@@ -142,7 +142,7 @@ async def harness(
     workspace = LocalWorkspace(
         str(tmp_path / "workspaces"),
         str(tmp_path / "scratch"),
-        jail_runner=JailRunner(tmp_path / "jail-homes"),
+        jail_runner=JailRunner(tmp_path / "workspaces"),
         store=store,
     )
     pe = PipelineEngine(
