@@ -61,8 +61,10 @@ def _file(path: str, text: str) -> str:
     return f"cat > {path} <<'PLANT'\n{text}PLANT\n"
 
 
-def hostile(canary: Path, clone: str, worktree: str, sessions: str, host: Path, other: Path) -> str:
-    """The agent's shell command: a registered second session, then every plant."""
+def hostile(canary: Path, clone: str, sessions: str, host: Path, other: Path) -> str:
+    """The agent's shell command. The clone's ``.git`` is replaced by a copy with a
+    hostile config and hooks (its own session, issue-1, reads them); a second session,
+    issue-7, gets a ``.git`` and ``commondir`` pointing at copies the agent wrote."""
     run = f"echo $0 >> {canary}/ran"  # on the host this lands in the canary
     config = f"""[core]
 \tfsmonitor = "sh -c '{run}' fsmonitor"
@@ -70,7 +72,6 @@ def hostile(canary: Path, clone: str, worktree: str, sessions: str, host: Path, 
 [filter "evil"]
 \tclean = sh -c '{run}' filter-clean
 \tsmudge = sh -c '{run}' filter-smudge
-\tprocess = sh -c '{run}' filter-process
 [include]
 \tpath = {sessions}/evil.inc
 [includeIf "gitdir:/"]
@@ -86,44 +87,40 @@ def hostile(canary: Path, clone: str, worktree: str, sessions: str, host: Path, 
         _file(f"{d}/.gitattributes", "* filter=evil\n")
         + _file(f"{d}/Makefile", makefile)
         + f"ln -s {host} {d}/hostlink\nln -s {other} {d}/other-repo\n"
-        for d in (clone, worktree)
+        for d in (clone, f"{sessions}/issue-1", f"{sessions}/issue-7")
     )
     inc = _file(f"{sessions}/evil.inc", f"[core]\n\tpager = sh -c '{run}' pager\n")
     evil = _file(f"{clone}/.git/config.evil", config)
-    excluded = f"printf '%s\\n' .gitattributes Makefile hostlink other-repo >> {sessions}/"
+    process = _file(
+        f"{sessions}/evil-process", f"[filter \"evil\"]\n\tprocess = sh -c '{run}' filter-process\n"
+    )
+    excluded = "printf '%s\\n' .gitattributes Makefile hostlink other-repo >> "
     return f"""set -e
 git -C {clone} worktree add -q -b keep-me {sessions}/issue-7 HEAD
-echo keep > {sessions}/issue-7/keep.txt
 mkdir -p {sessions}/evil-hooks
 {hooks}chmod +x {sessions}/evil-hooks/*
 {inc}
-# the clone: .git renamed and replaced by a copy with a hostile config and hooks
 mv {clone}/.git {clone}/.git-orig
 cp -a {clone}/.git-orig {clone}/.git
 {evil}cat {clone}/.git/config.evil >> {clone}/.git/config
 cp {sessions}/evil-hooks/* {clone}/.git/hooks/
-# the worktree: its .git and commondir point at copies the agent wrote
+{excluded}{clone}/.git/info/exclude
 cp -a {clone}/.git {sessions}/evil-common
-cp -a {clone}/.git/worktrees/issue-1 {sessions}/evil-admin
-# (a long-running filter that dies makes every git there fail: the cleanup would then
-# refuse, rightly; without it git still answers and the worktree can go)
-sed -i '/process = /d' {sessions}/evil-common/config
+{process}cat {sessions}/evil-process >> {sessions}/evil-common/config
+cp -a {clone}/.git/worktrees/issue-7 {sessions}/evil-admin
 echo {sessions}/evil-common > {sessions}/evil-admin/commondir
-echo "gitdir: {sessions}/evil-admin" > {worktree}/.git
-{plants}# the worktree looks clean to git: the plants are excluded
-{excluded}evil-common/info/exclude
-echo planted
+echo "gitdir: {sessions}/evil-admin" > {sessions}/issue-7/.git
+{plants}echo planted
 """
 
 
 def _run(agentic: Agentic, issue: int) -> dict[str, Any]:
     with agentic.ff.admin() as admin:
-        r = admin.post("/api/pipelines/templates", content=TEMPLATE, headers=YAML)
-        assert r.status_code == 201, r.text
         r = admin.post(
             "/api/pipelines/templates/hostile_clone/runs",
-            json={"requestId": "go", "inputs": {"issue": issue}},
+            json={"requestId": f"go-{issue}", "inputs": {"issue": issue}},
         )
+        assert r.status_code in (200, 201), r.text
         run_id = r.json()["run"]["runId"]
 
         def ended() -> dict[str, Any] | None:
@@ -134,15 +131,37 @@ def _run(agentic: Agentic, issue: int) -> dict[str, Any]:
         return found
 
 
+def _check_script(out: str, canary: Path, bare: Path, token: str) -> None:
+    """The step's output is the jail's: its hostname, the repository's files as git in
+    the jail listed them (the planted fsmonitor ran there, where the canary's folder
+    is not), make's plan with its $(shell) jailed too, no host folder behind the
+    symlink, and only the FF_ values and the jail's fixed list in its environment."""
+    assert section(out, "host").strip() == "forgeflow-agent", out
+    tracked = subprocess.run(
+        ["git", f"--git-dir={bare}", "ls-tree", "-r", "--name-only", "main"],
+        capture_output=True, text=True, check=True,
+    ).stdout  # fmt: skip
+    listed = section(out, "ls-files")
+    assert tracked.split() and all(name in listed for name in tracked.split()), out
+    assert f"fsmonitor: 1: cannot create {canary}/ran: Directory nonexistent" in listed, out
+    made = section(out, "make")
+    assert f"echo $0 >> {canary}/ran" in made, out  # the plan, not run
+    assert f"make-shell: 1: cannot create {canary}/ran" in made, out
+    assert "No such file or directory" in section(out, "link"), out
+    assert "host-secret-4711" not in out and token not in out
+    env = dict(line.split("=", 1) for line in section(out, "env").splitlines() if "=" in line)
+    assert env["FF_REPO"] == "acme/widget" and env["HOME"] == "/home/agent", env
+    assert not [k for k in env if k.startswith(("FORGEFLOW", "SCRIPTED", "OPENAI"))], env
+
+
 def test_a_script_step_and_the_cleanup_run_jailed_on_a_hostile_clone(
     agentic: Agentic, tmp_path: Path
 ) -> None:
     root = str(agentic.ff.settings.resolved_workspace_root)
     repo = RepoRef("acme", "widget")
     resource = ResourceRef(repo, ResourceKind.ISSUE, agentic.issue)
-    assert agentic.issue == 1  # the worktree's admin folder is named issue-1
+    assert agentic.issue == 1  # its worktree is issue-1
     clone, sessions = repo_workspace(root, repo), repo_sessions(root, repo)
-    worktree = session_worktree(root, resource)
     canary = tmp_path / "canary"
     canary.mkdir()
     host = tmp_path / "host-data"
@@ -151,49 +170,38 @@ def test_a_script_step_and_the_cleanup_run_jailed_on_a_hostile_clone(
     other = Path(root) / "default" / "acme" / "other"
     other.mkdir(parents=True)
     (other / "file.txt").write_text("another repository\n")
-
-    turn = shell_turn(agentic, hostile(canary, clone, worktree, sessions, host, other))
-    assert "planted" in turn.output, turn.output
-    # What ran on the host up to here belongs to the turn's own flow (the boundary
-    # suite's matter); from here on, the step and the cleanup add nothing.
-    before = (canary / "ran").read_text() if (canary / "ran").exists() else ""
-
-    run = _run(agentic, agentic.issue)
-    assert run["status"] == "succeeded", "\n".join(map(str, (*run["steps"], run["state"])))
-
-    after = (canary / "ran").read_text() if (canary / "ran").exists() else ""
-    assert after == before, f"planted commands ran on the host: {after[len(before) :]!r}"
-    out = run["state"]["script"]["stdout"]
-    # The output is the jail's: its hostname, the files of the repository as git in
-    # the jail listed them, make's plan, and no host folder behind the symlink.
-    assert section(out, "host").strip() == "forgeflow-agent", out
-    bare = agentic.gitea.git_root / "acme" / "widget.git"
-    tracked = subprocess.run(
-        ["git", f"--git-dir={bare}", "ls-tree", "-r", "--name-only", "main"],
-        capture_output=True, text=True, check=True,
-    ).stdout  # fmt: skip
-    listed = section(out, "ls-files")
-    # the planted fsmonitor did run, in the jail, where the canary's folder is not
-    assert f"fsmonitor: 1: cannot create {canary}/ran: Directory nonexistent" in listed, out
-    for name in tracked.split():
-        assert name in listed, out
-    made = section(out, "make")
-    assert f"echo $0 >> {canary}/ran" in made, out  # the plan, not run
-    assert f"make-shell: 1: cannot create {canary}/ran" in made, out  # $(shell): jailed
-    assert "No such file or directory" in section(out, "link"), out
-    assert "host-secret-4711" not in out
-    env = dict(line.split("=", 1) for line in section(out, "env").splitlines() if "=" in line)
-    assert env["FF_REPO"] == "acme/widget" and env["HOME"] == "/home/agent", env
-    assert not [k for k in env if k.startswith(("FORGEFLOW", "SCRIPTED", "OPENAI", "CODEX_A"))]
     token = agentic.ff.settings.gitea_token
-    assert token is not None and token.get_secret_value() not in out
+    assert token is not None
+    bare = agentic.gitea.git_root / "acme" / "widget.git"
 
-    # The cleanup removed this session's folder and its bookkeeping, and nothing else.
-    assert run["state"]["cleanup"] == {"resourceKey": resource.key, "removed": True}
-    assert not Path(worktree).exists()
+    turn = shell_turn(agentic, hostile(canary, clone, sessions, host, other))
+    assert "planted" in turn.output, turn.output
+    with agentic.ff.admin() as admin:
+        r = admin.post("/api/pipelines/templates", content=TEMPLATE, headers=YAML)
+        assert r.status_code == 201, r.text
+
+    # issue-1 reads the clone's hostile config: the step runs jailed, the cleanup
+    # removes that session's folder and bookkeeping, and nothing else.
+    first = _run(agentic, 1)
+    assert first["status"] == "succeeded", "\n".join(map(str, first["steps"]))
+    _check_script(first["state"]["script"]["stdout"], canary, bare, token.get_secret_value())
+    assert first["state"]["cleanup"] == {"resourceKey": resource.key, "removed": True}
+    assert not Path(session_worktree(root, resource)).exists()
+    assert not Path(clone, ".git", "worktrees", "issue-1").exists()
+    assert Path(clone, ".git", "worktrees", "issue-7").is_dir()
+    assert Path(sessions, "issue-7", "README.md").is_file()
+
+    # issue-7's .git leads to the agent's copies: not provably our worktree, so the
+    # cleanup refuses and leaves it for an administrator; the step still runs jailed.
+    second = _run(agentic, 7)
+    assert second["status"] == "failed"
+    steps = {s["stepId"]: s for s in second["steps"]}
+    assert steps["cleanup"]["errorCode"] == "workspace_dirty", steps["cleanup"]
+    _check_script(second["state"]["script"]["stdout"], canary, bare, token.get_secret_value())
+    assert Path(sessions, "issue-7", "README.md").is_file()
+
+    # Nothing planted ran on the host, and nothing outside the repository was touched.
+    assert not (canary / "ran").exists(), (canary / "ran").read_text()
     assert (host / "secret.txt").read_text() == "host-secret-4711\n"
     assert (other / "file.txt").read_text() == "another repository\n"
-    assert Path(sessions, "issue-7", "keep.txt").read_text() == "keep\n"
-    assert Path(clone, ".git", "worktrees", "issue-7").is_dir()
-    assert not Path(clone, ".git", "worktrees", "issue-1").exists()
     assert Path(sessions, "evil-common", "config").is_file()  # the agent's own files stay
