@@ -9,6 +9,8 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from forgeflow.domain import modes
 from forgeflow.domain.ids import RepoRef, ResourceKind, ResourceRef
 from forgeflow.store import Store, sessions
@@ -110,3 +112,25 @@ def test_a_script_on_a_review_space_gets_a_read_only_repository(
 
     _run(store, tmp_path, scenario)
     assert not (clone / "written").exists()
+
+
+def test_dep_audit_lists_the_manifests_with_git_in_the_jail(store: Store, tmp_path: Path) -> None:
+    builtin = Path(modes.__file__).parents[1] / "pipelines" / "builtin" / "dep_audit.yaml"
+    nodes = yaml.safe_load(builtin.read_text())["nodes"]
+    step = next(n for n in nodes if n["id"] == "manifests")
+    clone = tmp_path / "workspaces" / "default" / "acme" / "widget"
+    (clone / "web").mkdir(parents=True)
+    subprocess.run(["git", "init", "-q", str(clone)], check=True)
+    for name in ("pyproject.toml", "web/package.json", "notes.txt"):
+        (clone / name).write_text("{}\n")
+    subprocess.run(["git", "-C", str(clone), "add", "."], check=True)
+    doc = _script("audit", step["extras"]["script"], timeoutSeconds=60)
+    next(n for n in doc["nodes"] if n["id"] == "s")["inputs"] = {"repo": "acme/widget"}
+
+    async def scenario(h: Harness) -> None:
+        await h.add(doc)
+        row = await h.run("audit")
+        assert row["status"] == "succeeded", row["error"]
+        assert row["state"]["s"]["stdout"].splitlines() == ["pyproject.toml", "web/package.json"]
+
+    _run(store, tmp_path, scenario)
