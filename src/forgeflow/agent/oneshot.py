@@ -162,6 +162,43 @@ class JailRunner:
             extra_ro_binds=extra_ro_binds,
             env=env,
         )
+        return await self._exec(full, environ, host_cwd, stdin, timeout, output_limit)
+
+    async def run_scratch(
+        self,
+        argv: Sequence[str],
+        *,
+        scratch: Path,
+        timeout: float,
+        output_limit: int,
+        env: Mapping[str, str] | None = None,
+    ) -> JailResult:
+        """Run ``argv`` in a jail holding no repository (a pipeline script of a run
+        without one): ``scratch``, a forgeflow-made folder outside every repository, is
+        all it can write, bound at its host path (where it starts) and as its home."""
+        scratch.mkdir(parents=True, exist_ok=True, mode=0o700)
+        jail.check_top_level(scratch)
+        extra = dict(env or {})
+        if not self.jailed:
+            host = {"PATH": os.environ.get("PATH", jail.JAIL_PATH), "HOME": str(scratch)}
+            environ = jail.base_env({**extra, **host})
+            return await self._exec(list(argv), environ, str(scratch), None, timeout, output_limit)
+        spec = jail.JailSpec(
+            scratch, (scratch,), network=self.network, env=extra, chdir=str(scratch)
+        )
+        jail.check_spec(spec)
+        full = jail.bwrap_argv(spec, argv, bwrap=self.bwrap)
+        return await self._exec(full, jail.jail_env(spec), None, None, timeout, output_limit)
+
+    async def _exec(
+        self,
+        full: list[str],
+        environ: dict[str, str],
+        host_cwd: str | None,
+        stdin: bytes | Path | None,
+        timeout: float,
+        output_limit: int,
+    ) -> JailResult:
         source: IO[bytes] | None = stdin.open("rb") if isinstance(stdin, Path) else None
         try:
             proc = await asyncio.create_subprocess_exec(

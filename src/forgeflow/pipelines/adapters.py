@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hashlib
-import os
 from collections.abc import Callable
 from dataclasses import KW_ONLY, dataclass
 from pathlib import Path
@@ -11,13 +10,20 @@ from typing import Any
 
 from sqlalchemy import Connection
 
+from forgeflow.agent.jail import JailRefused
+from forgeflow.agent.oneshot import JailResult, JailRunner
 from forgeflow.domain import modes
 from forgeflow.domain.ids import INSTANCE_ID, InvalidName, RepoRef, ResourceKind, ResourceRef
 from forgeflow.domain.paths import SESSIONS_DIR, repo_workspace
 from forgeflow.domain.records import Task
 from forgeflow.domain.states import SUCCEEDED_STATES, TERMINAL_STATES, TaskState
 from forgeflow.gitea.client import GiteaClient, GiteaError, GiteaUnavailable
-from forgeflow.pipelines.ports import AgentRequest, AgentTaskStatus
+from forgeflow.pipelines.ports import (
+    AgentRequest,
+    AgentTaskStatus,
+    ScriptOutput,
+    ScriptRequest,
+)
 from forgeflow.pipelines.registry import StepFailed
 from forgeflow.store import Store, sessions
 from forgeflow.store import repos as repo_q
@@ -26,6 +32,8 @@ from forgeflow.store import turns as turn_q
 from forgeflow.workspace.manager import WorkspaceDirty, WorkspaceError, WorkspaceManager
 
 PIPELINE_TASK_PREFIX = "pipeline-task-"
+# What a script step may print (each stream); past it the jail is ended.
+SCRIPT_OUTPUT_LIMIT = 1024 * 1024
 
 
 def pipeline_task_id(key: str) -> str:
@@ -261,24 +269,90 @@ class GiteaAdapter:
         return issue.get("state") == "closed"
 
 
+def _script_output(done: JailResult) -> ScriptOutput:
+    if done.timed_out:
+        raise TimeoutError
+    if done.truncated:
+        raise StepFailed(
+            "script_output_limit",
+            f"the script printed more than {SCRIPT_OUTPUT_LIMIT} bytes and was ended",
+            retryable=False,
+        )
+    return ScriptOutput(done.returncode, done.stdout, done.stderr)
+
+
 class LocalWorkspace:
     """WorkspacePort on this process's workspace root."""
 
     def __init__(
-        self, workspace_root: str, scratch_root: str, manager: WorkspaceManager | None = None
+        self,
+        workspace_root: str,
+        scratch_root: str,
+        manager: WorkspaceManager | None = None,
+        *,
+        jail_runner: JailRunner,
+        store: Store | None = None,
     ) -> None:
         self.workspace_root = workspace_root
         self.scratch_root = scratch_root
         self.manager = manager
+        self.jail_runner = jail_runner
+        self.store = store  # where a step's spaceId is looked up
 
-    def script_dir(self, run_id: str, repo: RepoRef | None) -> str:
-        if repo is not None:
-            path = repo_workspace(self.workspace_root, repo)
-            if os.path.isdir(path):
-                return path
-        scratch = Path(self.scratch_root) / run_id
-        scratch.mkdir(parents=True, exist_ok=True)
-        return str(scratch)
+    async def run_script(self, request: ScriptRequest) -> ScriptOutput:
+        """The repository's jail when its clone exists (read-only for a draft space),
+        else a jail around the run's own scratch folder (agent.oneshot)."""
+        read_only = await self._draft_space(request)
+        clone = self._clone(request.repo)
+        try:
+            if clone is not None and request.repo is not None:
+                done = await self.jail_runner.run(
+                    request.argv,
+                    repository=request.repo,
+                    cwd=str(clone),
+                    read_only=read_only,
+                    env=request.env,
+                    timeout=request.timeout,
+                    output_limit=SCRIPT_OUTPUT_LIMIT,
+                )
+            else:
+                done = await self.jail_runner.run_scratch(
+                    request.argv,
+                    scratch=Path(self.scratch_root) / request.run_id,
+                    env=request.env,
+                    timeout=request.timeout,
+                    output_limit=SCRIPT_OUTPUT_LIMIT,
+                )
+        except JailRefused as exc:
+            raise StepFailed(exc.code, str(exc), retryable=False) from None
+        except OSError as exc:  # E2BIG: the script or a value too long for an argv
+            raise StepFailed(
+                "invalid_input", f"the script did not start: {exc}", retryable=False
+            ) from None
+        return _script_output(done)
+
+    def _clone(self, repo: RepoRef | None) -> Path | None:
+        if repo is None:
+            return None
+        path = Path(repo_workspace(self.workspace_root, repo))
+        return path if path.is_dir() and not path.is_symlink() else None
+
+    async def _draft_space(self, request: ScriptRequest) -> bool:
+        """Whether the step's space (``extras.spaceId``) is a draft (read-only) space;
+        a space of another repository, or none at all, is refused."""
+        if request.space_id is None:
+            return False
+        space_id = request.space_id
+        row = None
+        if self.store is not None:
+            row = await self.store.read(lambda c: sessions.get(c, space_id))
+        if row is None or request.repo is None or row.repo_key != request.repo.key:
+            raise StepFailed(
+                "space_mismatch",
+                f"space {space_id} is not a conversation of inputs.repo",
+                retryable=False,
+            )
+        return modes.is_draft(row.mode)
 
     def session_resources(self) -> list[ResourceRef]:
         # <root>/.sessions/default/<owner>/<repo>/<kind>-<n>: the layout of

@@ -7,6 +7,7 @@ The engine knows nothing of tasks, Gitea or workspaces; bodies registered in the
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -23,6 +24,27 @@ class AgentRequest:
     prompt: str
     space_id: str | None = None
     mode: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ScriptRequest:
+    """One ``pipeline.bashScript`` command: where (the repository, or none: the run's
+    scratch folder; a draft space makes it read-only) and with what (``env`` is all of
+    its input)."""
+
+    run_id: str
+    repo: RepoRef | None
+    space_id: str | None
+    argv: tuple[str, ...]
+    env: Mapping[str, str]
+    timeout: float
+
+
+@dataclass(frozen=True, slots=True)
+class ScriptOutput:
+    code: int
+    stdout: bytes  # the last bytes only (bounded)
+    stderr: bytes
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,9 +96,11 @@ class GiteaPort(Protocol):
 
 
 class WorkspacePort(Protocol):
-    def script_dir(self, run_id: str, repo: RepoRef | None) -> str:
-        """Where ``pipeline.bashScript`` runs: the repository's workspace, else the run's
-        own scratch folder."""
+    async def run_script(self, request: ScriptRequest) -> ScriptOutput:
+        """Run a ``pipeline.bashScript`` command in the repository's jail (read-only for
+        a draft space), else in a jail around the run's own scratch folder. Raises
+        ``TimeoutError`` once it was killed at its time limit, ``StepFailed`` when the
+        space or repository does not fit."""
         ...
 
     async def cleanup(self, resource: ResourceRef) -> dict[str, Any]:

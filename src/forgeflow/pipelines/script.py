@@ -1,25 +1,25 @@
-"""``pipeline.bashScript``: ``bash -c <extras.script>`` in the repository's workspace.
+"""``pipeline.bashScript``: ``bash -c <extras.script>`` in the repository's jail.
 
 The script text is taken as written and never rendered: values from the state bag
 reach it only as environment variables ``FF_<NAME>``, one per rendered input, so a
 hostile value (``$(rm -rf /)``, quotes, newlines) is data, never code. It runs from
-an argv list (no shell in between), in its own process group, with a time limit
-(``extras.timeoutSeconds``, default 600 s) after which the whole group is killed.
-forgeflow's own settings (``FORGEFLOW_*``, among them its secrets) are not passed on.
+an argv list (no shell in between) inside the repository's jail, as the agent's
+commands do (the clone is the agent's: a ``Makefile``, hooks or a git configuration in
+it must not reach the host), read-only for a draft space, in a jail around the run's
+own scratch folder when there is no repository; with a time limit
+(``extras.timeoutSeconds``, default 600 s) after which the jail is killed. Nothing of
+forgeflow's environment (its settings, its secrets) is passed on.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import json
-import os
 import re
-import signal
 from collections.abc import Mapping
 from typing import Any
 
 from forgeflow.domain.ids import InvalidName, RepoRef
+from forgeflow.pipelines.ports import ScriptRequest
 from forgeflow.pipelines.registry import StepContext, StepFailed
 from forgeflow.redaction import redact_text
 
@@ -42,8 +42,9 @@ def env_value(value: Any) -> str:
 
 
 def script_env(inputs: Mapping[str, Any], ctx: StepContext) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("FORGEFLOW_")}
-    env.update({env_name(k): env_value(v) for k, v in inputs.items()})
+    """All the script gets: one variable per rendered input, and the step's ids. The
+    jail adds its fixed list (PATH, HOME, ...); nothing of forgeflow's environment."""
+    env = {env_name(k): env_value(v) for k, v in inputs.items()}
     env["FF_RUN_ID"] = ctx.run_id
     env["FF_STEP_ID"] = ctx.step_id
     if ctx.item_index is not None:
@@ -63,11 +64,6 @@ def _repo(inputs: Mapping[str, Any]) -> RepoRef | None:
         raise StepFailed("invalid_resource", str(exc), retryable=False) from None
 
 
-def _kill(proc: asyncio.subprocess.Process) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(proc.pid, signal.SIGKILL)
-
-
 def _tail(data: bytes) -> str:
     return redact_text(data[-MAX_OUTPUT:].decode("utf-8", "replace"))
 
@@ -76,34 +72,25 @@ async def bash_script(ctx: StepContext) -> dict[str, Any]:
     script = ctx.extras.get("script")
     if not isinstance(script, str) or not script.strip():
         raise StepFailed("invalid_script", "extras.script is required", retryable=False)
-    cwd = ctx.ports.workspace.script_dir(ctx.run_id, _repo(ctx.inputs))
-    env = script_env(ctx.inputs, ctx)
     limit = ctx.extras.get("timeoutSeconds")
     seconds = float(limit) if isinstance(limit, int | float) and limit > 0 else DEFAULT_TIMEOUT
-    proc = await asyncio.create_subprocess_exec(
-        "bash",
-        "-c",
-        script,
-        f"forgeflow-{ctx.step_id}",
-        cwd=cwd,
-        env=env,
-        stdin=asyncio.subprocess.DEVNULL,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-        start_new_session=True,
+    space = ctx.extras.get("spaceId")
+    request = ScriptRequest(
+        run_id=ctx.run_id,
+        repo=_repo(ctx.inputs),
+        space_id=str(ctx.render(space)) if space else None,
+        argv=("bash", "-c", script, f"forgeflow-{ctx.step_id}"),
+        env=script_env(ctx.inputs, ctx),
+        timeout=seconds,
     )
     try:
-        async with asyncio.timeout(seconds):
-            out, err = await proc.communicate()
+        done = await ctx.ports.workspace.run_script(request)
     except TimeoutError:
-        _kill(proc)
-        await proc.wait()
         raise StepFailed("script_timeout", f"the script ran longer than {seconds:g}s") from None
-    except BaseException:
-        # Cancelled (run cancelled, engine stopping): the script must not outlive its step.
-        _kill(proc)
-        raise
-    code = proc.returncode
-    if code != 0:
-        raise StepFailed("script_failed", f"exit code {code}: {_tail(err)[-2000:]}")
-    return {"exitCode": code, "stdout": _tail(out).strip(), "stderr": _tail(err)[-4000:]}
+    if done.code != 0:
+        raise StepFailed("script_failed", f"exit code {done.code}: {_tail(done.stderr)[-2000:]}")
+    return {
+        "exitCode": 0,
+        "stdout": _tail(done.stdout).strip(),
+        "stderr": _tail(done.stderr)[-4000:],
+    }

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
+from forgeflow.agent.oneshot import JailRunner
 from forgeflow.config import Settings
 from forgeflow.gitea.client import GiteaClient
 from forgeflow.pipelines.adapters import GiteaAdapter, LocalWorkspace, StoreAgentDispatch
@@ -32,6 +33,8 @@ def build_engine(
         root,
         str(Path(settings.data_dir) / "pipelines"),
         WorkspaceManager.from_settings(settings),
+        jail_runner=JailRunner.from_settings(settings),
+        store=store,
     )
     return PipelineEngine(
         store,

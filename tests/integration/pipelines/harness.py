@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
+from forgeflow.agent.oneshot import JailRunner
 from forgeflow.pipelines import templates
 from forgeflow.pipelines.adapters import LocalWorkspace
 from forgeflow.pipelines.bodies import register_builtins
@@ -138,7 +139,12 @@ async def harness(
 ) -> AsyncIterator[Harness]:
     registry = PipelineBodyRegistry()
     register_builtins(registry)
-    workspace = LocalWorkspace(str(tmp_path / "workspaces"), str(tmp_path / "scratch"))
+    workspace = LocalWorkspace(
+        str(tmp_path / "workspaces"),
+        str(tmp_path / "scratch"),
+        jail_runner=JailRunner(tmp_path / "workspaces"),
+        store=store,
+    )
     pe = PipelineEngine(
         store,
         registry,
