@@ -255,8 +255,9 @@ def test_bind_sources_renamed_to_host_folders_show_nothing_of_the_host(
     exploit = (
         f"echo '== proc'; ls {git}/objects/info/ /proc | grep -c .; ls -d /proc/{pytest_pid}\n"
         f"for p in /proc/[0-9]* {git}/objects/info/[0-9]*; do"
-        f" echo pwned > $p/root{canary.folder}/via-proc-root 2>/dev/null;"
-        f" printf '#!/bin/sh\\necho stolen\\n' > $p/root{askpass} 2>/dev/null; done; echo tried\n"
+        f" {{ echo pwned > $p/root{canary.folder}/via-proc-root; }} 2>/dev/null;"
+        f" {{ printf '#!/bin/sh\\necho stolen\\n' > $p/root{askpass}; }} 2>/dev/null; done;"
+        f" echo tried; cat /proc/{pytest_pid}/environ | tr '\\0' '\\n' | grep -c . \n"
     )
     second = attempt_turn(jailed, exploit, "@ccweb-bot again")
     assert canary.fired() == [], f"the jail wrote on the host through /proc: {second.output}"
