@@ -13,6 +13,7 @@ assertion is what happened on the host."""
 
 from __future__ import annotations
 
+import json
 import os
 import stat
 from collections.abc import Iterator
@@ -23,10 +24,13 @@ import pytest
 
 from forgeflow_testkit.gitea_emulator import GiteaEmulator
 from forgeflow_testkit.model_server import ScriptedModel
+from forgeflow_testkit.model_steps import ShellCall, ToolCall
 from tests.support.agentic import Agentic, start_agentic
 from tests.support.attacks import (
     Canary,
+    add_other_repo,
     attempt_turn,
+    calls_turn,
     leaks,
     listener,
     snapshot,
@@ -245,7 +249,8 @@ def test_bind_sources_renamed_to_host_folders_show_nothing_of_the_host(
     before = askpass.read_bytes() if askpass.exists() else None
     plant = (
         f"mv {git}/objects {git}/objects-moved && mkdir {git}/objects &&"
-        f' for d in {git}/objects-moved/*; do [ "${{d##*/}}" = info ] || mv "$d" {git}/objects/; done'
+        f" for d in {git}/objects-moved/*; do"
+        f' [ "${{d##*/}}" = info ] || mv "$d" {git}/objects/; done'
         f" && ln -s {up(git / 'objects', Path('/proc'))} {git}/objects/info && echo planted-proc\n"
         f"ls -la {git}/objects/\n"
     )
@@ -371,7 +376,8 @@ def test_setuid_files_the_agent_makes_are_not_setuid_for_the_host(jailed: Agenti
     _clone, worktree, home = paths(jailed)
     shell_turn(
         jailed,
-        "cp /bin/sh ~/suid-sh && chmod 4755 ~/suid-sh; cp /bin/sh ./suid-sh && chmod 6755 ./suid-sh;"
+        "cp /bin/sh ~/suid-sh && chmod 4755 ~/suid-sh;"
+        " cp /bin/sh ./suid-sh && chmod 6755 ./suid-sh;"
         " ls -l ~/suid-sh ./suid-sh",
     )
     for path in (home / "suid-sh", worktree / "suid-sh"):
@@ -402,7 +408,8 @@ def test_a_flood_on_the_app_servers_stdout_does_not_stop_forgeflow(jailed: Agent
     parses: a forged message and a line far beyond any bound. forgeflow stays up and
     the next task works."""
     flood = (
-        "for p in /proc/[0-9]*; do grep -q app-server $p/cmdline 2>/dev/null && A=${p#/proc/}; done;"
+        "for p in /proc/[0-9]*; do"
+        " grep -q app-server $p/cmdline 2>/dev/null && A=${p#/proc/}; done;"
         " echo app-server=$A;"
         ' printf \'{"jsonrpc":"2.0","method":"turn/completed","params":{}}\\n\' > /proc/$A/fd/1;'
         " head -c 80000000 /dev/zero | tr '\\0' x > /proc/$A/fd/1; echo flooded"
@@ -412,3 +419,113 @@ def test_a_flood_on_the_app_servers_stdout_does_not_stop_forgeflow(jailed: Agent
     wait_idle(jailed)
     again = shell_turn(jailed, "echo still-here", "@ccweb-bot again")
     assert again.output.strip() == "still-here"
+
+
+# How the jail finds the broker and its model capability, before and after the boundary
+# redesign (the Codex config file, or Codex's -c overrides and its environment).
+FIND_BROKER = (
+    "B=$(grep -aoh 'http://127.0.0.1:[0-9]*/model' ~/.codex/config.toml /proc/[0-9]*/cmdline"
+    " 2>/dev/null | head -1); B=${B%/model}\n"
+    "K=${AGENT_CAPABILITY:-$(sed -n 's|^experimental_bearer_token = \"\\(.*\\)\"$|\\1|p'"
+    " ~/.codex/config.toml 2>/dev/null)}\n"
+    # A session's Gitea capability, wherever the jail may see it.
+    "S=$(grep -raoh 'Bearer [A-Za-z0-9_-]\\{20,\\}' ~/.codex /proc/[0-9]*/environ"
+    " /proc/[0-9]*/cmdline 2>/dev/null | sort -u | sed 's/^Bearer //' | tr '\\n' ' ')\n"
+    'echo "== found"; echo "$B"; echo "$K"; echo "$S"\n'
+)
+
+
+def reuse(broker: str, capabilities: list[str], owner: str, repo: str, issue: int) -> str:
+    """Each capability against the model pass-through, and as a Gitea tools session
+    (posting a comment on ``owner/repo#issue``, under every comment tool's name)."""
+    code = "curl -s -o /dev/null -w '%{http_code}\\n'"
+    lines = ["echo '== reuse'"]
+    for cap in capabilities:
+        auth = f"-H 'Authorization: Bearer {cap}' -H 'Content-Type: application/json'"
+        lines.append(f"{code} -X POST {auth} -d '{{}}' {broker}/model/responses")
+        for tool in ("add_comment", "issue_write", "create_issue_comment"):
+            args = (
+                f'{{"owner":"{owner}","repo":"{repo}","issue_number":{issue},"index":{issue},'
+                f'"number":{issue},"method":"add_comment","body":"reused capability"}}'
+            )
+            params = f'{{"name":"{tool}","arguments":{args}}}'
+            rpc = f'{{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{params}}}'
+            accept = "-H 'Accept: application/json, text/event-stream'"
+            lines.append(f"curl -s {auth} {accept} -X POST -d '{rpc}' {broker}/mcp; echo")
+    return "\n".join(lines)
+
+
+def found(output: str) -> tuple[str, list[str]]:
+    broker, model_cap, sessions = [*section(output, "found").splitlines(), "", "", ""][:3]
+    caps = [c for c in [model_cap, *sessions.split()] if c]
+    assert broker.startswith("http://127.0.0.1:") and caps, output
+    return broker, caps
+
+
+def test_a_repositorys_capabilities_do_not_work_for_another(agentic: Agentic) -> None:
+    """What repo A's jail can read of its capabilities (model and Gitea tools), used in
+    repo B's jail while A's app-server still runs: no model request is relayed for it,
+    no comment lands on A's issue."""
+    first = shell_turn(agentic, FIND_BROKER)
+    broker, caps = found(first.output)
+    other_issue = add_other_repo(agentic, "other-secret-cap")
+    comments = len(agentic.gitea.comments("acme", "widget", agentic.issue))
+    before = len(agentic.model.requests)
+    attempt = attempt_turn(
+        agentic,
+        reuse(broker, caps, "acme", "widget", agentic.issue),
+        "@ccweb-bot look at this",
+        on=("acme", "other", other_issue),
+    )
+    assert len(agentic.gitea.comments("acme", "widget", agentic.issue)) == comments, attempt.output
+    # The turn on acme/other made its own few model requests; a relayed reuse adds more.
+    relayed = [r for r in agentic.model.requests[before:] if not r.body.get("input")]
+    codes = section(attempt.output, "reuse").split()
+    assert "200" not in codes and not relayed, attempt.output
+
+
+def test_capabilities_end_with_their_app_server(jailed: Agentic) -> None:
+    """The capabilities of one app-server, kept in the home across an idle stop, are
+    refused once the next app-server runs."""
+    first = shell_turn(jailed, FIND_BROKER)
+    broker, caps = found(first.output)
+    wait_idle(jailed)
+    comments = len(jailed.gitea.comments("acme", "widget", jailed.issue))
+    second = attempt_turn(jailed, reuse(broker, caps, "acme", "widget", jailed.issue))
+    after = [c["body"] for c in jailed.gitea.comments("acme", "widget", jailed.issue)]
+    assert "reused capability" not in after[comments:], second.output
+    assert "200" not in section(second.output, "reuse").split(), second.output
+
+
+def test_tool_arguments_cannot_reach_another_repository(agentic: Agentic) -> None:
+    """The model (hostile like the agent) calls the Gitea tools on its own repository
+    with arguments that would leave it: ``..`` segments, encoded slashes, backslashes,
+    an absolute URL. Gitea is never asked for acme/other, and its secret reaches
+    neither the model nor a comment."""
+    secret = "other-secret-tools"
+    add_other_repo(agentic, secret)
+    sneaky = [
+        "../../other/contents/SECRET.md",
+        "..%2F..%2Fother%2Fcontents%2FSECRET.md",
+        "..\\..\\other\\contents\\SECRET.md",
+        "%2e%2e/%2e%2e/other/contents/SECRET.md",
+        f"{agentic.gitea.url}/api/v1/repos/acme/other/contents/SECRET.md",
+        "/api/v1/repos/acme/other/contents/SECRET.md",
+    ]
+    names = ("read_file", "get_file_contents", "get_file")
+    calls: list[ToolCall | ShellCall] = [
+        ToolCall(names, {"owner": "acme", "repo": "widget", "path": p}) for p in sneaky
+    ]
+    calls += [
+        ToolCall(names, {"owner": "acme", "repo": "widget", "path": "README.md", "ref": r})
+        for r in ("../../../other/contents/SECRET.md", "main/../../../other")
+    ]
+    calls.append(ShellCall("true"))
+    calls_turn(agentic.model, calls)
+    detail = agentic.finished(agentic.mention("@ccweb-bot read around"))
+    asked = [p for _m, p, _s in agentic.gitea.requests if "/other" in p.lower()]
+    assert asked == [], f"Gitea was asked for another repository: {asked}"
+    seen = json.dumps([r.body for r in agentic.model.requests])
+    assert secret not in seen, "the other repository's secret reached the model"
+    assert secret not in json.dumps(agentic.gitea.comments("acme", "widget", agentic.issue))
+    assert detail["terminal"]

@@ -7,21 +7,35 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import json
 import sqlite3
 import threading
 import urllib.parse
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 from forgeflow_testkit.agents import TurnAsk, read_turn
-from forgeflow_testkit.model_server import RecordedRequest, last_input_is_tool_output
-from forgeflow_testkit.model_steps import Reply, ShellCall, Step, gitea_comment, message, new_id
+from forgeflow_testkit.model_server import (
+    RecordedRequest,
+    ScriptedModel,
+    last_input_is_tool_output,
+)
+from forgeflow_testkit.model_steps import (
+    Reply,
+    ShellCall,
+    Step,
+    ToolCall,
+    gitea_comment,
+    message,
+    new_id,
+)
 from tests.support.agentic import Agentic, app_server_groups
 from tests.support.cluster import wait_for
+from tests.support.forgeflow import WEBHOOK_SECRET
 from tests.support.turns import END, START, tool_output, wrapped
 from tests.support.world import BOT
 
@@ -38,6 +52,7 @@ def attempt_turn(
     command: str | Callable[[], str],
     text: str = "@ccweb-bot again",
     timeout: float = 60,
+    on: tuple[str, str, int] | None = None,
 ) -> Attempt:
     """Like tests.support.turns.shell_turn, but the task may end in any state (an attack
     may well block the session): what the test asserts is on the host."""
@@ -64,7 +79,13 @@ def attempt_turn(
     )
     model.respond(last_input_is_tool_output(shell_id), answer, times=1, first=True)
     model.respond(lambda r: read_turn(r) is not None, shell, times=1, first=True)
-    task_id = agentic.mention(text)
+    if on is None:
+        task_id = agentic.mention(text)
+    else:  # a mention on another repository (owner, name, issue)
+        agentic.gitea.post_comment(*on, author="alice", body=text)
+        delivery = agentic.gitea.deliveries[-1]
+        assert delivery.status_code == 202, delivery.response
+        task_id = json.loads(delivery.response)["taskId"]
     try:
         detail = agentic.finished(task_id, timeout=timeout)
     except AssertionError:
@@ -143,7 +164,7 @@ def listener() -> Iterator[Listener]:
             self.send_header("Content-Length", "0")
             self.end_headers()
 
-        do_GET = do_POST = do_CONNECT = do_PUT = _any  # noqa: N815
+        do_GET = do_POST = do_CONNECT = do_PUT = _any
 
         def log_message(self, format: str, *args: Any) -> None:
             pass
@@ -197,3 +218,45 @@ def leaks(agentic: Agentic) -> list[str]:
             if value in text:
                 found.append(f"{form} in {where}")
     return found
+
+
+def calls_turn(model: ScriptedModel, calls: Sequence[ToolCall | ShellCall]) -> None:
+    """The next turn makes ``calls`` one after another (tool calls too, unlike
+    tests.support.turns.script_turn), then answers "Done." on Gitea."""
+    ids = [new_id("call") for _ in calls]
+    comment_id = new_id("call")
+    asks: list[TurnAsk] = []
+
+    def first(request: RecordedRequest) -> Step:
+        ask = read_turn(request)
+        assert ask is not None
+        asks.append(ask)
+        return Reply.of(replace(calls[0], call_id=ids[0]))
+
+    def answer(_request: RecordedRequest) -> Step:
+        ask = asks[0]
+        body = f"Done.\n\n{ask.marker}"
+        return gitea_comment(ask.owner, ask.repo, ask.number, body, call_id=comment_id)
+
+    def then(n: int) -> Callable[[RecordedRequest], Step]:
+        return lambda _r: Reply.of(replace(calls[n], call_id=ids[n]))
+
+    model.respond(
+        last_input_is_tool_output(comment_id), lambda _r: message("Done."), times=1, first=True
+    )
+    model.respond(last_input_is_tool_output(ids[-1]), answer, times=1, first=True)
+    for n in range(len(calls) - 1, 0, -1):
+        model.respond(last_input_is_tool_output(ids[n - 1]), then(n), times=1, first=True)
+    model.respond(lambda r: read_turn(r) is not None, first, times=1, first=True)
+
+
+def add_other_repo(agentic: Agentic, secret: str) -> int:
+    """A second private repository, acme/other, with an issue and a file holding
+    ``secret``, hooked to forgeflow; returns the issue's number."""
+    gitea = agentic.gitea
+    gitea.add_repo("acme", "other", files={"SECRET.md": f"{secret}\n"})
+    gitea.set_permission("acme", "other", "alice", "write")
+    gitea.set_permission("acme", "other", BOT, "admin")
+    issue = gitea.add_issue("acme", "other", title=f"Private {secret}", author="alice")
+    gitea.add_hook("acme", "other", url=agentic.ff.webhook_url, secret=WEBHOOK_SECRET)
+    return issue
