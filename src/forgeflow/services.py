@@ -110,11 +110,7 @@ class Services:
 
         s = self.settings
         assert s.gitea_token is not None
-        workspace = WorkspaceManager(
-            s.resolved_workspace_root,
-            token=s.gitea_token.get_secret_value(),
-            fetch_interval=s.fetch_interval_seconds,
-        )
+        workspace = WorkspaceManager.from_settings(s)
         publisher = Publisher(self.store, workspace)
         try:
             self.runtime = create_runtime(s, publisher.for_session)

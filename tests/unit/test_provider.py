@@ -7,7 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from forgeflow.agent.provider import ProviderError, load_provider, to_toml, with_capability
+from forgeflow.agent.provider import (
+    CAPABILITY_ENV,
+    ProviderError,
+    load_provider,
+    overrides,
+    with_capability_env,
+)
 
 OPERATOR = """
 model = "gpt-test"
@@ -44,15 +50,17 @@ def test_the_operators_codex_provider_is_used_and_its_secrets_stay_out(tmp_path:
         environ={"CORP_KEY": "sk-corp"},
     )
     assert (provider.base_url, provider.api_key) == ("https://llm.corp.example/v1", "sk-corp")
-    config = with_capability(provider.jail_config("http://127.0.0.1:9/model"), "cap-1")
-    text = to_toml(config)
+    config = with_capability_env(provider.jail_config("http://127.0.0.1:9/model"))
+    text = " ".join(overrides(config))
     for secret in ("sk-corp", "header-secret", "ghp_secret", "llm.corp.example", "CORP_KEY"):
         assert secret not in text
     assert config["model"] == "gpt-test" and config["features"] == {"plugins": False}
     assert "mcp_servers" not in config
     ours = config["model_providers"][config["model_provider"]]
     assert ours["base_url"] == "http://127.0.0.1:9/model"
-    assert ours["experimental_bearer_token"] == "cap-1"
+    # No token in the config at all: Codex reads the capability from the jail's env.
+    assert ours["env_key"] == CAPABILITY_ENV and "experimental_bearer_token" not in ours
+    assert "-c model_providers.forgeflow.base_url=\"http://127.0.0.1:9/model\"" in text
     assert (ours["wire_api"], ours["stream_max_retries"]) == ("responses", 0)
 
 

@@ -31,12 +31,13 @@ from forgeflow.agent.jsonrpc import (
     kill_group,
 )
 from forgeflow.agent.port import AgentError, Notice
-from forgeflow.agent.provider import to_toml, with_capability
+from forgeflow.agent.provider import CAPABILITY_ENV, overrides, with_capability_env
 
 log = structlog.get_logger("forgeflow.appserver")
 
 _FORWARD_IN_JAIL = "/opt/forgeflow/forward.py"
 _SOCKET_IN_JAIL = "/run/forgeflow/broker.sock"
+_MAKE_CODEX_HOME = 'mkdir -p -- "$CODEX_HOME" && exec "$0" "$@"'
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,7 +51,7 @@ class Launch:
     read_only: bool  # a draft space's jail: the repository read-only
     jailed: bool
     network: bool
-    config: Json  # the jail's Codex config.toml
+    config: Json  # the jail's Codex config (passed as -c overrides)
     log_path: Path
     pgid_file: Path
     bwrap: str = "bwrap"
@@ -58,7 +59,9 @@ class Launch:
     broker_port: int = 0
     git_name: str = "forgeflow-agent"
 
-    def _offline(self) -> tuple[list[str], tuple[tuple[str, str, str], ...], tuple[Path, ...]]:
+    def _offline(
+        self, codex: list[str]
+    ) -> tuple[list[str], tuple[tuple[str, str, str], ...], tuple[Path, ...]]:
         """A jail without network reaches the brokers through ``forward.py``, run by the
         host's base Python (read-only in the jail) before the app-server."""
         assert self.broker_socket is not None
@@ -70,31 +73,37 @@ class Launch:
         )
         base = Path(sys.base_prefix)
         readable = () if base == Path("/usr") or Path("/usr") in base.parents else (base,)
-        return [*argv, *self.argv], placed, readable
+        return [*argv, *codex], placed, readable
 
-    def command(self) -> tuple[list[str], dict[str, str]]:
-        """The command line and its environment (neither holds a key)."""
-        extra: dict[str, str] = {}
+    def command(self, capability: str) -> tuple[list[str], dict[str, str]]:
+        """The command line (no secret in it) and its environment (the capability, the
+        git identity: nothing is written into the agent's home)."""
+        email = f"{self.git_name}@forgeflow.invalid"
+        extra = {
+            CAPABILITY_ENV: capability,
+            "GIT_AUTHOR_NAME": self.git_name,
+            "GIT_AUTHOR_EMAIL": email,
+            "GIT_COMMITTER_NAME": self.git_name,
+            "GIT_COMMITTER_EMAIL": email,
+        }
+        codex = [*self.argv, *overrides(with_capability_env(self.config))]
         if self.jailed:
+            # Codex wants its CODEX_HOME to exist; it is made inside the jail, by the
+            # jail (forgeflow's host side creates nothing in the agent's home).
+            codex = ["/bin/sh", "-c", _MAKE_CODEX_HOME, *codex]
             writable, readable = self.repository, self.installation
             if self.read_only:
                 writable, readable = (), readable + self.repository
-            argv = self.argv
+            argv = codex
             placed: tuple[tuple[str, str, str], ...] = ()
             if not self.network:
-                argv, placed, python = self._offline()
+                argv, placed, python = self._offline(codex)
                 readable += python
-            protected = jail.git_protected(self.repository[0]) if writable else ()
             spec = jail.JailSpec(
-                self.home,
-                writable,
-                readable,
-                network=self.network,
-                env=extra,
-                protected=tuple(p for p in protected if p.exists()),
-                placed=placed,
+                self.home, writable, readable, network=self.network, env=extra, placed=placed
             )
-            return jail.bwrap_argv(spec, argv, bwrap=self.bwrap), {}
+            jail.check_spec(spec)
+            return jail.bwrap_argv(spec, argv, bwrap=self.bwrap), jail.jail_env(spec)
         # Unjailed (FORGEFLOW_SANDBOX=none): the same fixed environment, host paths.
         env = jail.base_env(
             {
@@ -104,7 +113,7 @@ class Launch:
                 "CODEX_HOME": str(self.home / ".codex"),
             }
         )
-        return self.argv, env
+        return codex, env
 
 
 def pgid_file(run_dir: Path, key: str) -> Path:
@@ -146,27 +155,16 @@ class AppServer:
         return self.proc is not None and not self.proc.closed.is_set()
 
     async def start(self, launch: Launch, on_message: Handler, timeout: float) -> RpcProcess:
-        codex_home = launch.home / ".codex"
-        codex_home.mkdir(parents=True, exist_ok=True)
-        # Written anew at every start, with this start's capability: whatever the agent
-        # wrote there is replaced.
-        config = codex_home / "config.toml"
-        config.unlink(missing_ok=True)
-        fd = os.open(config, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(to_toml(with_capability(launch.config, self.capability)))
-        for path in launch.repository:
-            path.mkdir(parents=True, exist_ok=True)  # bwrap binds only what exists
-        if (launch.repository[0] / ".git").is_dir():
-            for path in jail.git_protected(launch.repository[0])[1:]:
-                path.mkdir(parents=True, exist_ok=True)  # read-only in the jail, so made now
-        # The agent commits as the bot, without `git config` (the clone's config is
-        # read-only in the jail).
-        (launch.home / ".gitconfig").write_text(
-            f"[user]\n\tname = {launch.git_name}\n\temail = {launch.git_name}@forgeflow.invalid\n",
-            encoding="utf-8",
-        )
-        argv, env = launch.command()
+        # forgeflow writes nothing inside the agent's home or trees (a symlink planted
+        # there would lead the write elsewhere): it only makes the top-level folders,
+        # whose parents are its own, and the jail checks them with lstat.
+        for path in (launch.home, *launch.repository):
+            path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            with contextlib.suppress(FileExistsError):
+                path.mkdir(mode=0o700)
+        if not launch.jailed:  # one trusted user: no jail to make it in
+            (launch.home / ".codex").mkdir(exist_ok=True)
+        argv, env = launch.command(self.capability)
         try:
             proc = await RpcProcess.spawn(
                 argv,

@@ -8,19 +8,27 @@ built as an allow-list: bwrap starts from an empty root and we bind in only
 - the Codex installation that ``FORGEFLOW_CODEX_COMMAND`` names and its interpreter,
   read-only, wherever they live (a CI checkout may sit under ``/tmp``);
 - the repository's clone and its session worktrees, read-write, at their host paths
-  (a git worktree names its clone by absolute path and back);
+  (a git worktree names its clone by absolute path and back): each a top-level folder
+  forgeflow made, in a folder of forgeflow's that is not bound, checked with ``lstat``
+  to be a real directory just before the jail starts. Nothing inside an agent-writable
+  tree is ever a bind source or destination;
 - a private home that persists between app-servers (package caches, Codex's rollouts
   for ``thread/resume``) and a private ``/tmp``;
 - a fresh ``/proc`` of its own PID namespace and a minimal ``/dev``.
 
-The environment is cleared and rebuilt from a fixed list: no variable of forgeflow's
-and no credential. Hand-written argv: no Python library drives bubblewrap.
+The environment is rebuilt from a fixed list: no variable of forgeflow's and no
+credential. It is handed to bwrap as its process environment (bwrap passes it on), not
+as ``--setenv`` arguments, so what the jail is given (its capability) is not in the
+host's process list. The jail gets a user namespace of its own and may not make more
+(``--unshare-user --disable-userns``). Hand-written argv: no Python library drives
+bubblewrap.
 """
 
 from __future__ import annotations
 
 import os
 import shutil
+import stat
 import subprocess
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -90,11 +98,27 @@ class JailSpec:
     readable: tuple[Path, ...] = ()  # the Codex installation and its interpreter
     network: bool = True
     env: Mapping[str, str] = field(default_factory=dict)  # on top of the fixed list
-    # Inside the writable paths, read-only again: what forgeflow's own git reads from
-    # the clone and must not take from the agent (config, hooks, info, alternates).
-    protected: tuple[Path, ...] = ()
-    # (bwrap option, host path, jail path): single files placed elsewhere in the jail
+    # (bwrap option, host path, jail path): forgeflow-owned files and folders placed at
+    # paths of the jail's own root (/run/forgeflow, /opt/forgeflow), never inside a bind
     placed: tuple[tuple[str, str, str], ...] = ()
+    chdir: str = JAIL_HOME
+
+
+class JailRefused(Exception):
+    """A path the jail would bind is not the real directory forgeflow made."""
+
+    code = "workspace_dirty"
+
+
+def check_top_level(path: Path) -> None:
+    """``path`` must be a real directory, not a symlink (``lstat``: nothing followed).
+    Its parent is forgeflow's and not bound, so the agent cannot swap it afterwards."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        raise JailRefused(f"{path} does not exist") from None
+    if not stat.S_ISDIR(st.st_mode):
+        raise JailRefused(f"{path} is not a directory (a symlink or a file was put there)")
 
 
 def base_env(extra: Mapping[str, str]) -> dict[str, str]:
@@ -118,6 +142,10 @@ def bwrap_argv(spec: JailSpec, command: Sequence[str], *, bwrap: str = "bwrap") 
         bwrap,
         "--die-with-parent",
         "--new-session",
+        "--unshare-user",
+        # Codex runs with the jail as its sandbox (externalSandbox) and needs no
+        # namespaces of its own; denying them shrinks the kernel surface an escape uses.
+        "--disable-userns",
         "--unshare-pid",
         "--unshare-ipc",
         "--unshare-uts",
@@ -147,28 +175,24 @@ def bwrap_argv(spec: JailSpec, command: Sequence[str], *, bwrap: str = "bwrap") 
         argv += ["--ro-bind", str(path), str(path)]
     for path in spec.writable:
         argv += ["--bind", str(path), str(path)]
-    for path in spec.protected:
-        argv += ["--ro-bind", str(path), str(path)]
     for option, host_path, jail_path in spec.placed:
         argv += [option, host_path, jail_path]
     # The root itself (bwrap's tmpfs holding the mount points) is read-only too: writes
     # land only in the binds above and the tmpfs /tmp and /home.
-    argv += ["--remount-ro", "/", "--clearenv"]
-    for key, value in base_env(spec.env).items():
-        argv += ["--setenv", key, value]
-    argv += ["--chdir", JAIL_HOME, "--", *command]
+    argv += ["--remount-ro", "/"]
+    argv += ["--chdir", spec.chdir, "--", *command]
     return argv
 
 
-def git_protected(clone: Path) -> tuple[Path, ...]:
-    """What of a clone's ``.git`` stays read-only in the jail. forgeflow runs git on the
-    host in this clone (fetch, status, push with the bot's token); a config the agent
-    wrote could run a command there (a filter driver), send the token elsewhere (a
-    remote URL, a proxy), and alternates could pull another repository's objects into a
-    push. The agent's own git needs none of them writable: it commits, branches and
-    stashes in objects, refs and the worktrees' folders."""
-    gitdir = clone / ".git"
-    return (gitdir / "config", gitdir / "hooks", gitdir / "info", gitdir / "objects" / "info")
+def jail_env(spec: JailSpec) -> dict[str, str]:
+    """The environment bwrap is started with, and passes on unchanged to the jail."""
+    return base_env(spec.env)
+
+
+def check_spec(spec: JailSpec) -> None:
+    """Every read-write bind of ``spec`` (and the home) is a real directory."""
+    for path in (spec.home, *spec.writable):
+        check_top_level(path)
 
 
 def installation_paths(command: Sequence[str]) -> tuple[Path, ...]:

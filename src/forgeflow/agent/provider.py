@@ -1,5 +1,6 @@
 """The model provider forgeflow talks to on the jailed agent's behalf, and the Codex
-configuration the jail is given instead of the operator's.
+configuration the jail is given instead of the operator's (as ``-c`` overrides on the
+app-server's command line, with the capability in its environment).
 
 The operator configures the model once: ``FORGEFLOW_MODEL_BASE_URL`` and
 ``FORGEFLOW_MODEL_API_KEY``, or else the provider of the ``CODEX_HOME`` forgeflow is
@@ -81,16 +82,33 @@ class ModelProvider:
         }
 
 
-def with_capability(config: Mapping[str, Any], capability: str) -> dict[str, Any]:
-    """The jail's config with its capability as the provider's bearer token: in a file
-    of the jail's home (mode 0600), never on a command line or in an environment that
-    other users of the host could read. It is worthless outside this forgeflow."""
+# The variable the jail's Codex reads its bearer token from (the provider's env_key):
+# set in the jail's environment only, never in a file or on a command line.
+CAPABILITY_ENV = "AGENT_CAPABILITY"
+
+
+def with_capability_env(config: Mapping[str, Any]) -> dict[str, Any]:
+    """The jail's config, its provider told to read the capability from
+    :data:`CAPABILITY_ENV` (the value itself is set in the jail's environment)."""
     providers = dict(config.get("model_providers") or {})
-    providers[BROKER_PROVIDER] = {
-        **providers.get(BROKER_PROVIDER, {}),
-        "experimental_bearer_token": capability,
-    }
+    providers[BROKER_PROVIDER] = {**providers.get(BROKER_PROVIDER, {}), "env_key": CAPABILITY_ENV}
     return {**config, "model_providers": providers}
+
+
+def overrides(table: Mapping[str, Any], prefix: str = "") -> list[str]:
+    """``-c key=value`` arguments for ``codex app-server`` (values in TOML): they beat
+    any ``config.toml`` the agent writes in its home, so forgeflow writes none there.
+    Only non-secret values: a command line is visible to every user of the host."""
+    args: list[str] = []
+    for key, value in table.items():
+        if not _BARE_KEY.fullmatch(key):
+            raise ProviderError(f"config key {key!r} cannot be passed as a -c override")
+        dotted = f"{prefix}.{key}" if prefix else key
+        if isinstance(value, Mapping):
+            args += overrides(value, dotted)
+        else:
+            args += ["-c", f"{dotted}={_value(value)}"]
+    return args
 
 
 def load_provider(

@@ -28,11 +28,10 @@ def build_engine(
     registry = PipelineBodyRegistry()
     register_builtins(registry)
     root = str(settings.resolved_workspace_root)
-    token = settings.gitea_token.get_secret_value() if settings.gitea_token else None
     workspace = LocalWorkspace(
         root,
         str(Path(settings.data_dir) / "pipelines"),
-        WorkspaceManager(Path(root), token=token),
+        WorkspaceManager.from_settings(settings),
     )
     return PipelineEngine(
         store,

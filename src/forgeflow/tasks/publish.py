@@ -88,9 +88,7 @@ class Publisher:
         try:
             await self._finish_pending(task, repo_row)
             new = await self.workspace.local_head(repo, target.local)
-            if new is None or await self.workspace.contains(
-                repo, new, f"refs/remotes/origin/{default}"
-            ):
+            if new is None or await self.workspace.contains(repo, new, default):
                 return Outcome("nothing", target.remote)
             old = await self.workspace.remote_head(repo, url, target.remote)
         except WorkspaceError as exc:
@@ -124,7 +122,12 @@ class Publisher:
                 error = None  # it landed before a crash took its record
                 recovered = True
             else:
-                error = await self.workspace.push(repo, url, intent.new_sha, intent.target)
+                local = rules.target(
+                    parse_resource_key(task.resource_key), task.refs, repo_row.default_branch
+                ).local
+                error = await self.workspace.push(
+                    repo, url, intent.new_sha, intent.target, local=local
+                )
                 recovered = False
         except WorkspaceError as exc:
             error, recovered = str(exc), False

@@ -6,7 +6,7 @@ With a ``fetch_interval`` above 0, a task for an issue or pull request skips the
 - its session's worktree exists and this manager fetched the clone less than
   ``fetch_interval`` seconds ago: such a task uses no fetched ref (its branch exists); or
 - the worktree is new and Gitea's head of the default branch is the commit
-  ``origin/<default branch>`` already is: the new branch starts from the current head
+  the mirror's default branch already is: the new branch starts from the current head
   either way.
 
 With 0, every task fetches.
@@ -64,14 +64,14 @@ class FetchRule:
         if not head:
             return None
         if last is not None and last.branch == branch:
-            # Only this manager fetches the clone, under its lock: the head it recorded
-            # is still the clone's, without a git process to ask.
+            # Only this manager fetches the mirror, under its lock: the head it recorded
+            # is still the mirror's, without a git process to ask.
             ours = last.head
         else:
             ours = (
                 await self.git.run(
                     "rev-parse", "--verify", "--quiet",
-                    f"refs/remotes/origin/{branch}^{{commit}}", cwd=path, check=False,
+                    f"refs/heads/{branch}^{{commit}}", cwd=path, check=False,
                 )
             ).stdout.strip()  # fmt: skip
         if ours != head:

@@ -24,9 +24,23 @@ ASKPASS_NAME = ".forgeflow-askpass"
 USERNAME_VAR = "FORGEFLOW_GIT_USERNAME"
 PASSWORD_VAR = "FORGEFLOW_GIT_PASSWORD"  # noqa: S105 - the variable's name, not a secret
 
-# git asks "Username for 'https://host': " first, then "Password for ...".
+ALLOWED_VAR = "FORGEFLOW_GIT_ALLOWED"
+
+# git asks "Username for 'https://host/path': " first, then "Password for
+# 'https://user@host/path': " (with credential.useHttpPath the prompt holds the path).
+# The script answers only when that URL lies under the one forgeflow allows (the
+# configured Gitea URL): a URL anything rewrote (a config, a redirect) gets nothing.
 ASKPASS_SCRIPT = f"""#!/bin/sh
-# forgeflow: answers git's credential prompts from the child's own environment.
+# forgeflow: answers git's credential prompts from the child's own environment, and
+# only for the allowed destination.
+url=${{1#*\\'}}; url=${{url%\\'*}}
+case "$url" in
+  *://*@*) scheme=${{url%%://*}}; rest=${{url#*://}}; url="$scheme://${{rest#*@}}" ;;
+esac
+case "$url/" in
+  "${ALLOWED_VAR}"*) ;;
+  *) exit 1 ;;
+esac
 case "$1" in
   Username*) printf '%s\\n' "${USERNAME_VAR}" ;;
   *) printf '%s\\n' "${PASSWORD_VAR}" ;;
@@ -66,6 +80,8 @@ SAFE_CONFIG: tuple[tuple[str, str], ...] = (
     ("core.hooksPath", os.devnull),
     ("core.fsmonitor", "false"),
     ("credential.helper", ""),
+    # The prompt (and so the askpass check) carries the whole URL, path included.
+    ("credential.useHttpPath", "true"),
     ("protocol.allow", "never"),
     ("protocol.http.allow", "always"),
     ("protocol.https.allow", "always"),
@@ -189,6 +205,9 @@ class GitRunner:
     token: str | None
     username: str = "forgeflow"
     timeout: float = 300.0
+    # The credentials are given only to URLs under this one (the configured Gitea);
+    # None: under the scheme, host and port of the URL the command names.
+    gitea_url: str | None = None
     # Told about every git process started (argv, environment, process): an audit and
     # test seam that sees exactly what git was handed.
     on_spawn: Callable[[list[str], Mapping[str, str], asyncio.subprocess.Process], None] | None = (
@@ -230,7 +249,16 @@ class GitRunner:
         self._askpass = path
         return path
 
-    def environment(self, *, auth: bool) -> dict[str, str]:
+    def allowed_prefix(self, url: str | None) -> str:
+        """What a prompt's URL must start with for the askpass to answer."""
+        base = self.gitea_url or url or ""
+        parts = urlsplit(base)
+        host = parts.hostname or ""
+        netloc = f"{host}:{parts.port}" if parts.port else host
+        path = parts.path.rstrip("/") if self.gitea_url else ""
+        return f"{parts.scheme}://{netloc}{path}/"
+
+    def environment(self, *, auth: bool, url: str | None = None) -> dict[str, str]:
         env = {k: os.environ[k] for k in _PASSTHROUGH if k in os.environ}
         env.update(
             {
@@ -253,6 +281,7 @@ class GitRunner:
             env["GIT_ASKPASS"] = self.askpass_path()
             env[USERNAME_VAR] = self.username
             env[PASSWORD_VAR] = self.token
+            env[ALLOWED_VAR] = self.allowed_prefix(url)
         return env
 
     def argv(self, args: tuple[str, ...]) -> list[str]:
@@ -276,7 +305,8 @@ class GitRunner:
         argv = self.argv(args)
         limit = self.timeout if time_limit is None else time_limit
         what = f"git {args[0]}" if args else "git"
-        env = self.environment(auth=auth)
+        url = next((a for a in args if a.startswith(("http://", "https://"))), None)
+        env = self.environment(auth=auth, url=url)
         if worktree is not None and cwd is not None:
             env.update(
                 {"GIT_DIR": worktree[0], "GIT_COMMON_DIR": worktree[1], "GIT_WORK_TREE": cwd}

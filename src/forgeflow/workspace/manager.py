@@ -1,22 +1,31 @@
 """The workspace manager: where a task's repository and session live on disk.
 
-One persistent clone per repository, only ever cloned or fetched, and one git worktree
-per issue or pull request on its own ``ccweb/<kind>-<n>`` branch. Nothing here resets,
-cleans or overwrites: anything unexpected is reported as :class:`WorkspaceDirty` and left
-exactly as it was for an administrator (task state ``blocked_workspace``).
+Two repositories per repository, one per side of the jail (docs/security.md):
 
-The git it runs with Gitea lives in remote.py, the worktree mechanics in worktrees.py,
-the checks in checks.py and the fetch rule in fetchrule.py.
+- forgeflow's bare **mirror** (mirror.py), outside every bind: the only repository its
+  credentialed git (fetch, ls-remote, push with the bot's token) works in;
+- the agent's **clone** ``<root>/default/<owner>/<repo>`` and one git worktree per issue
+  or pull request on its own ``ccweb/<kind>-<n>`` branch: the jail's. Every git
+  command on them runs inside that repository's jail (injail.py), and what it prints
+  is untrusted.
+
+Objects cross as data: a bundle made in the mirror goes into the jail on stdin; a
+session's work comes out as a bundle on stdout, verified and fetched in the mirror.
+Nothing here resets, cleans or overwrites the agent's trees: anything unexpected is
+:class:`WorkspaceDirty` (task state ``blocked_workspace``).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
-from collections.abc import Awaitable, Callable, Mapping
+import tempfile
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from pathlib import Path
-from typing import Literal
+from typing import Any
 
+from forgeflow.agent.oneshot import JailRunner
 from forgeflow.domain.ids import RepoRef, ResourceKind, ResourceRef
 from forgeflow.domain.paths import (
     SESSIONS_DIR,
@@ -24,8 +33,7 @@ from forgeflow.domain.paths import (
     session_branch,
     session_worktree,
 )
-from forgeflow.workspace import remote, worktrees
-from forgeflow.workspace.checks import Checks
+from forgeflow.workspace import injail, mirror
 from forgeflow.workspace.fetchrule import FetchRule
 from forgeflow.workspace.git import (
     GitAuthFailed,
@@ -38,6 +46,7 @@ from forgeflow.workspace.git import (
     check_sha,
     check_url,
 )
+from forgeflow.workspace.injail import JailGit, Report
 from forgeflow.workspace.records import PullRequestRefs, RepoCheckout, SessionWorktree
 from forgeflow.workspace.status import WorktreeStatus
 
@@ -54,27 +63,16 @@ __all__ = [
     "WorktreeStatus",
 ]
 
-# What a look at a session's worktree found: the check's error (or None), the status.
-_Look = tuple[BaseException | None, WorktreeStatus | BaseException]
-
-
-def _is_empty_dir(path: str) -> bool:
-    return os.path.isdir(path) and not os.path.islink(path) and not os.listdir(path)
-
-
-def _raise_first(look: _Look) -> WorktreeStatus:
-    """The status of a look, or its first error: the check's verdict goes first, as a
-    path that is not ours fails git status too."""
-    checked, status = look
-    for outcome in (checked, status):
-        if isinstance(outcome, BaseException):
-            raise outcome
-    assert isinstance(status, WorktreeStatus)
-    return status
+_DIRTY = {
+    "not_a_clone": "exists but is not a forgeflow clone",
+    "index_lock": "has a stale index.lock",
+    "occupied": "is taken by something that is not this session's worktree",
+    "need_bundle": "was emptied since forgeflow last filled it",
+}
 
 
 class WorkspaceManager:
-    """Clones, fetches and hands out worktrees below one root; never edits the clones."""
+    """Mirrors, clones and worktrees below one root; never edits the agent's work."""
 
     def __init__(
         self,
@@ -84,27 +82,43 @@ class WorkspaceManager:
         git_timeout: float = 300.0,
         fetch_interval: float = 0.0,
         username: str = "forgeflow",
+        gitea_url: str | None = None,
+        runner: JailRunner | None = None,
         on_spawn: Callable[[list[str], Mapping[str, str], asyncio.subprocess.Process], None]
         | None = None,
     ) -> None:
-        # Resolved once, so that every later "is it under the root?" check compares
-        # real paths with a real path.
         self.root = Path(os.path.realpath(root))
         self.git = GitRunner(
-            root=str(self.root),
+            root=str(self.root / mirror.MIRRORS_DIR),
             token=token or None,
             username=username,
             timeout=git_timeout,
             on_spawn=on_spawn,
+            gitea_url=gitea_url,
         )
-        # The scheduler's repository lease already serialises work on one repository;
-        # this lock only keeps two coroutines of this process off the same clone.
+        self.jail = JailGit(runner or JailRunner(self.root), git_timeout)
         self._locks: dict[str, asyncio.Lock] = {}
         self.fetch_rule = FetchRule(self.git, fetch_interval)
-        self.checks = Checks(self.git)
-        # A session's own checks, started beside the main clone's (both only read) and
-        # picked up by prepare_session: the task waits for the slower, not for both.
-        self._peeked: dict[str, asyncio.Task[_Look]] = {}
+        # Per repository: the mirror's branch tips last delivered into its clone. A
+        # restart forgets them, and the next delivery is a whole bundle.
+        self._delivered: dict[str, set[str]] = {}
+        self._origins: dict[str, str] = {}  # the clone URL each mirror is fetched from
+        self._sessions: set[str] = set()  # worktrees this manager prepared
+
+    @classmethod
+    def from_settings(cls, settings: Any) -> WorkspaceManager:
+        """The manager of a forgeflow's settings: its Gitea, token and jail."""
+        token = settings.gitea_token.get_secret_value() if settings.gitea_token else None
+        return cls(
+            settings.resolved_workspace_root,
+            token=token,
+            fetch_interval=settings.fetch_interval_seconds,
+            gitea_url=settings.gitea_url,
+            runner=JailRunner.from_settings(settings),
+        )
+
+    def mirror(self, repo: RepoRef) -> str:
+        return mirror.mirror_path(self.root, repo)
 
     # -- the main clone ------------------------------------------------------------------
 
@@ -117,91 +131,104 @@ class WorkspaceManager:
         session: ResourceRef | None = None,
         branch_head: Callable[[], Awaitable[str | None]] | None = None,
     ) -> RepoCheckout:
-        """Clone on first use, else check the clone is untouched and fetch it, unless the
-        fetch rule (fetchrule.py) lets the task for ``session`` use it as it is;
-        ``branch_head()`` is Gitea's answer for the default branch's head."""
+        """Bring the mirror up to date (unless the fetch rule lets this task skip it),
+        then, in the jail, check the agent's clone and deliver the new objects (or make
+        the clone from a bundle on first use)."""
         check_url(clone_url, "clone URL")
         check_ref(default_branch, "default branch")
         if session is not None and session.repo.key != repo.key:
             raise ValueError("the session belongs to another repository")
-        path = repo_workspace(str(self.root), repo)
         async with self._lock(repo):
-            self._inside_root(path)
             try:
-                return await self._prepare_repo(
-                    path, clone_url, default_branch, session, branch_head
-                )
+                return await self._prepare_repo(repo, clone_url, default_branch, session,
+                                                branch_head)  # fmt: skip
             except BaseException:
-                # Whatever went wrong, the next task checks and fetches from scratch.
-                self.fetch_rule.forget(path)
-                self.checks.forget(path)
-                if session is not None:
-                    peek = self._peeked.pop(session_worktree(str(self.root), session), None)
-                    if peek is not None:
-                        peek.cancel()
+                self.fetch_rule.forget(self.mirror(repo))
+                self._delivered.pop(repo.key, None)
                 raise
 
     async def _prepare_repo(
         self,
-        path: str,
+        repo: RepoRef,
         clone_url: str,
         branch: str,
         session: ResourceRef | None,
         branch_head: Callable[[], Awaitable[str | None]] | None,
     ) -> RepoCheckout:
-        action: Literal["cloned", "fetched"]
-        if os.path.lexists(path) and not _is_empty_dir(path):
-            worktree = None if session is None else session_worktree(str(self.root), session)
-            rule = worktree is not None and self.fetch_rule.interval > 0
-            upstream: asyncio.Future[str | None] | None = None
-            if rule and branch_head is not None and not os.path.isdir(str(worktree)):
-                # A new worktree may skip the fetch if Gitea's head is the clone's: ask
-                # Gitea while git checks the clone.
-                upstream = asyncio.ensure_future(branch_head())
-            try:
-                await self._check_main_clone(path, clone_url, worktree)
-            except BaseException:
-                if upstream is not None:
-                    upstream.cancel()
-                raise
-            if rule:
-                exists = os.path.isdir(str(worktree))
+        path = self.mirror(repo)
+        self._origins[repo.key] = clone_url
+        reused = None
+        if not await mirror.ensure(self.git, path, clone_url, branch):
+            if session is not None and self.fetch_rule.interval > 0:
+                exists = session_worktree(str(self.root), session) in self._sessions
+                upstream = asyncio.ensure_future(branch_head()) if branch_head else None
                 reused = await self.fetch_rule.reuse(path, branch, exists, upstream)
-                if reused is not None:
-                    return reused
-            await self.git.run(
-                "fetch", "--quiet", "--prune", "--no-recurse-submodules", "origin",
-                cwd=path, auth=True,
-            )  # fmt: skip
-            action = "fetched"
-        else:
-            parent = os.path.dirname(path)
-            os.makedirs(parent, mode=0o700, exist_ok=True)
-            self._inside_root(parent)
-            await remote.clone(self.git, path, clone_url)
-            # Ours, from this URL, at this path: the next task need not ask git who it is.
-            self.checks.trust(path, clone_url)
-            action = "cloned"
-        head = await remote.commit_of(self.git, path, f"refs/remotes/origin/{branch}")
+            if reused is None:
+                await mirror.fetch(self.git, path, clone_url, branch)
+        head = await mirror.commit_of(self.git, path, f"refs/heads/{branch}")
+        if head is None:
+            raise GitFailed(f"Gitea has no branch {branch}", details={"branch": branch})
+        cloned = await self._deliver(repo, path, clone_url)
         self.fetch_rule.record(path, branch, head)
-        return RepoCheckout(path=path, action=action, head=head)
+        clone = repo_workspace(str(self.root), repo)
+        if reused is not None:
+            return RepoCheckout(clone, "reused", head, reused.fetched_ago)
+        return RepoCheckout(clone, "cloned" if cloned else "fetched", head)
 
-    async def _check_main_clone(self, path: str, clone_url: str, worktree: str | None) -> None:
-        if worktree is not None:
-            old = self._peeked.pop(worktree, None)
-            if old is not None:
-                old.cancel()
-            if os.path.lexists(worktree):
-                self._peeked[worktree] = asyncio.create_task(self._look(path, worktree))
-        await self.checks.main_clone(path, clone_url)
+    async def _deliver(self, repo: RepoRef, path: str, clone_url: str) -> bool:
+        """The repo step in the jail, with a bundle of what the clone lacks; True when
+        the clone was made now."""
+        clone = repo_workspace(str(self.root), repo)
+        tips = await mirror.tips(self.git, path)
+        known = self._delivered.get(repo.key)
+        report = await self._repo_step(repo, path, clone, clone_url, tips, known)
+        if report.words.keys() & {"need_bundle", "fetch_failed"} and known is not None:
+            report = await self._repo_step(repo, path, clone, clone_url, tips, None)
+        for word in ("clone_failed", "fetch_failed"):
+            if word in report.words:
+                raise GitFailed(f"the {word.split('_')[0]} of {clone} failed in the jail")
+        reasons: list[str] = [
+            w for w in ("not_a_clone", "need_bundle", "index_lock") if w in report.words
+        ]
+        status = report.status
+        if status is not None and status.unmerged:
+            reasons.append("unmerged")
+        if status is not None and (status.modified or status.untracked):
+            reasons.append("modified")
+        if reasons:
+            raise WorkspaceDirty(
+                f"the repository clone {clone} was changed ({', '.join(reasons)}); "
+                "nothing was fetched, reset or cleaned",
+                details={"path": clone, "reasons": reasons,
+                         "status": status.summary() if status else None},
+            )  # fmt: skip
+        self._delivered[repo.key] = tips
+        return "cloned" in report.words
 
-    async def _look(self, main: str, path: str) -> _Look:
-        """Is the session's worktree ours, and its status: both only read, so side by
-        side; errors are returned (the check's verdict goes first)."""
-        checked, status = await asyncio.gather(
-            self.checks.session(main, path), self.worktree_status(path), return_exceptions=True
-        )
-        return checked, status
+    async def _repo_step(
+        self, repo: RepoRef, path: str, clone: str, clone_url: str, tips: set[str],
+        known: set[str] | None,
+    ) -> Report:  # fmt: skip
+        with self._bundle_file(path) as out:
+            refs = ["HEAD", "--branches"]
+            send = tips != known and await mirror.bundle(self.git, path, out, refs, known or set())
+            res = await self.jail.step(
+                injail.REPO_STEP, repo, clone, clone, "bundle" if send else "none", clone_url,
+                stdin=Path(out) if send else None,
+            )  # fmt: skip
+        return injail.parse(res, "the clone's check")
+
+    @contextlib.contextmanager
+    def _bundle_file(self, path: str) -> Iterator[str]:
+        """A fresh file name beside the mirror (forgeflow's folder, never bound)."""
+        fd, name = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".bundle-")
+        os.close(fd)
+        os.unlink(name)  # git bundle create writes it anew
+        try:
+            yield name
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(name)
 
     # -- sessions ------------------------------------------------------------------------
 
@@ -215,7 +242,8 @@ class WorkspaceManager:
     ) -> SessionWorktree:
         """The session's worktree, created on first use and checked every time; a pull
         request's session follows its head when it can do so without touching work."""
-        main = repo_workspace(str(self.root), resource.repo)
+        repo = resource.repo
+        main = repo_workspace(str(self.root), repo)
         if os.path.realpath(checkout.path) != main:
             raise ValueError("checkout does not belong to this resource's repository")
         is_pull = resource.kind is ResourceKind.PULL_REQUEST
@@ -225,137 +253,171 @@ class WorkspaceManager:
             raise ValueError("pull request refs belong to another pull request")
         check_ref(default_branch, "default branch")
         path = session_worktree(str(self.root), resource)
-        async with self._lock(resource.repo):
-            self._inside_root(path)
-            target = await remote.fetch_pull(self.git, main, pull) if pull else None
-            peeked = self._peeked.pop(path, None)
-            created = not os.path.lexists(path)
-            if created:
-                if peeked is not None:  # looked at before the path was gone
-                    peeked.cancel()
-                    peeked = None
-                os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
-                self._inside_root(os.path.dirname(path))
-                start = target or checkout.head
-                await worktrees.add_worktree(self.git, main, path, session_branch(resource), start)
-            status = _raise_first(await (peeked or self._look(main, path)))
-            if status.unmerged:
-                raise WorkspaceDirty(
-                    f"session worktree {path} has unmerged paths",
-                    details={"path": path, "reason": "unmerged", "status": status.summary()},
-                )
-            return await self._follow(path, status, target, created)
-
-    async def _follow(
-        self, path: str, status: WorktreeStatus, target: str | None, created: bool
-    ) -> SessionWorktree:
-        """Fast-forward a clean session that is only behind the pull request's head; a
-        session with work of its own is never touched: the prompt tells the agent."""
-        moved = forwarded = False
-        if target is not None:
-            dirs = self._worktree_dirs(path)
-            relation = await worktrees.relation(self.git, path, status.head, target, dirs)
-            if relation == "behind" and status.clean:
-                await self.git.run(
-                    "merge", "--ff-only", "--no-edit", target, cwd=path, worktree=dirs
-                )
-                status = await self.worktree_status(path)
-                forwarded = True
-            elif relation in {"behind", "diverged"}:
-                moved = True
+        async with self._lock(repo):
+            self._sessions.discard(path)
+            report = await self._session_step(repo, main, path, resource, checkout, pull)
+        for word in ("occupied", "index_lock", "no_target", "fetch_failed", "add_failed"):
+            if word in report.words:
+                if word in _DIRTY:
+                    raise WorkspaceDirty(f"{path} {_DIRTY[word]}",
+                                         details={"path": path, "reason": word})  # fmt: skip
+                raise GitFailed(f"the session's preparation failed in the jail ({word})")
+        status = report.status
+        if status is None:
+            raise GitFailed("the session's preparation printed no status")
+        if status.unmerged:
+            raise WorkspaceDirty(
+                f"session worktree {path} has unmerged paths",
+                details={"path": path, "reason": "unmerged", "status": status.summary()},
+            )
+        self._sessions.add(path)
         return SessionWorktree(
             path=path,
             branch=status.branch,
             status=status,
-            upstream_moved=moved,
-            fast_forwarded=forwarded,
-            created=created,
+            upstream_moved="moved" in report.words,
+            fast_forwarded="forwarded" in report.words,
+            created="created" in report.words,
         )
 
-    async def worktree_status(self, path: str) -> WorktreeStatus:
-        path = os.path.realpath(path)
-        self._inside_root(path)
-        return await self.checks.status(path, self._worktree_dirs(path))
+    async def _session_step(
+        self, repo: RepoRef, main: str, path: str, resource: ResourceRef,
+        checkout: RepoCheckout, pull: PullRequestRefs | None,
+    ) -> Report:  # fmt: skip
+        start, number = checkout.head, ""
+        mpath = self.mirror(repo)
+        with self._bundle_file(mpath) as out:
+            send = False
+            if pull is not None:
+                url = check_url(pull.head_clone_url, "head clone URL").geturl()
+                origin = self._origins.get(repo.key)
+                start = await mirror.fetch_pull(self.git, mpath, origin or url, url,
+                                                pull.head_ref, pull.number)  # fmt: skip
+                if await mirror.has_commit(self.git, mpath, check_sha(pull.head_sha, "head sha")):
+                    start = pull.head_sha.lower()
+                number = str(int(pull.number))
+                local = f"refs/forgeflow/pull/{number}/head"
+                known = self._delivered.get(repo.key, set())
+                send = await mirror.bundle(self.git, mpath, out, [local], known)
+            res = await self.jail.step(
+                injail.SESSION_STEP, repo, main, main, path, session_branch(resource), start,
+                number, "bundle" if send else "none", stdin=Path(out) if send else None,
+            )  # fmt: skip
+        return injail.parse(res, "the session's preparation")
 
-    def _worktree_dirs(self, path: str) -> tuple[str, str]:
-        """git's folders of a session worktree, from its clone's records (its own
-        ``.git`` file is the agent's to rewrite)."""
-        rel = os.path.relpath(path, os.path.join(self.root, SESSIONS_DIR))
-        instance, owner, repo, _leaf = rel.split(os.sep)
-        return self.checks.worktree_dirs(os.path.join(self.root, instance, owner, repo), path)
+    async def worktree_status(self, path: str) -> WorktreeStatus:
+        repo = self._repo_of(path)
+        res = await self.jail.step(injail.STATUS_STEP, repo, path, path, read_only=True)
+        report = injail.parse(res, "git status")
+        if report.status is None:
+            raise WorkspaceDirty(f"{path} {_DIRTY['occupied']}",
+                                 details={"path": path, "reason": "occupied"})  # fmt: skip
+        return report.status
+
+    def _repo_of(self, path: str) -> RepoRef:
+        """The repository of a session worktree path (one that forgeflow computed)."""
+        rel = os.path.relpath(os.path.normpath(path), self.root / SESSIONS_DIR)
+        parts = rel.split(os.sep)
+        if len(parts) != 4 or parts[0] == "..":
+            raise ValueError(f"{path} is not a session worktree of this workspace")
+        return RepoRef(parts[1], parts[2])
 
     async def remove_session(self, resource: ResourceRef) -> bool:
         """Remove a clean session worktree (its branch and commits stay); dirty → refuse."""
-        main = repo_workspace(str(self.root), resource.repo)
+        repo = resource.repo
+        main = repo_workspace(str(self.root), repo)
         path = session_worktree(str(self.root), resource)
-        async with self._lock(resource.repo):
-            self._inside_root(path)
-            if not os.path.isdir(os.path.join(main, ".git")):
-                return False
-            if not os.path.lexists(path):
-                if path in await worktrees.registered(self.git, main):
-                    await self.git.run("worktree", "prune", cwd=main)
-                return False
-            await self.checks.session(main, path)
-            status = await self.worktree_status(path)
-            if not status.clean:
-                raise WorkspaceDirty(
-                    f"session worktree {path} has uncommitted work; not removed",
-                    details={"path": path, "reason": "uncommitted", "status": status.summary()},
-                )
-            await self.git.run("worktree", "remove", "--", path, cwd=main)
-            return True
+        async with self._lock(repo):
+            res = await self.jail.step(injail.REMOVE_STEP, repo, main, main, path)
+        report = injail.parse(res, "the session's removal")
+        if "dirty" in report.words:
+            raise WorkspaceDirty(
+                f"session worktree {path} has uncommitted work; not removed",
+                details={"path": path, "reason": "uncommitted",
+                         "status": report.status.summary() if report.status else None},
+            )  # fmt: skip
+        if "occupied" in report.words:
+            raise WorkspaceDirty(f"{path} {_DIRTY['occupied']}",
+                                 details={"path": path, "reason": "occupied"})  # fmt: skip
+        return "removed" in report.words
 
     # -- publishing ----------------------------------------------------------------------
 
     async def local_head(self, repo: RepoRef, branch: str) -> str | None:
-        """The commit of a session's local branch (branches live in the main clone)."""
+        """The commit of a session's local branch, as the jail tells it."""
         main = repo_workspace(str(self.root), repo)
         ref = f"refs/heads/{check_ref(branch, 'session branch')}"
         try:
-            return await remote.commit_of(self.git, main, ref)
+            return await self.jail.head(repo, main, ref)
         except GitFailed:
             return None
 
     async def remote_head(self, repo: RepoRef, clone_url: str, branch: str) -> str | None:
-        """Gitea's head of ``branch`` now (None: no such branch)."""
-        main = repo_workspace(str(self.root), repo)
-        return await remote.remote_head(self.git, main, clone_url, branch)
+        """Gitea's head of ``branch`` now (None: no such branch); from the mirror."""
+        ref = f"refs/heads/{check_ref(branch, 'branch')}"
+        out = await self.git.run(
+            "ls-remote", "--", check_url(clone_url, "clone URL").geturl(), ref,
+            cwd=self._mirror_dir(repo), auth=True,
+        )  # fmt: skip
+        first = out.stdout.split()
+        return check_sha(first[0], "remote head") if first else None
 
-    async def contains(self, repo: RepoRef, sha: str, ref: str) -> bool:
-        """Whether ``sha`` is already in ``ref`` of the main clone (nothing new in it)."""
-        main = repo_workspace(str(self.root), repo)
-        return await remote.is_ancestor(self.git, main, check_sha(sha, "commit"), ref)
+    async def contains(self, repo: RepoRef, sha: str, branch: str) -> bool:
+        """Whether ``sha`` is already in the mirror's ``branch`` (nothing new in it)."""
+        path = self._mirror_dir(repo)
+        if not await mirror.has_commit(self.git, path, sha):
+            return False
+        ref = f"refs/heads/{check_ref(branch, 'branch')}"
+        res = await self.git.run("merge-base", "--is-ancestor", sha, ref, cwd=path, check=False)
+        if res.returncode not in (0, 1):
+            raise self.git.failure("git merge-base", res)
+        return res.returncode == 0
 
-    async def push(self, repo: RepoRef, clone_url: str, sha: str, branch: str) -> str | None:
-        """Push ``sha`` to ``branch`` on Gitea, fast-forward only (remote.push). None when
-        it landed, else git's reason, scrubbed."""
-        main = repo_workspace(str(self.root), repo)
+    async def push(
+        self, repo: RepoRef, clone_url: str, sha: str, branch: str, *, local: str | None = None
+    ) -> str | None:
+        """Take ``sha`` of the session's ``local`` branch out of the jail as a bundle,
+        verify and fetch it into the mirror, and push it to ``branch`` from there,
+        fast-forward only. None when it landed, else git's output (for the log)."""
+        sha = check_sha(sha, "commit")
+        check_ref(branch, "branch")
+        path = self._mirror_dir(repo)
+        private = f"refs/forgeflow/publish/{branch}"
         async with self._lock(repo):
-            return await remote.push(self.git, main, clone_url, sha, branch)
+            if not await mirror.has_commit(self.git, path, sha):
+                await self._take(repo, path, check_ref(local or branch, "session branch"), sha,
+                                 private)  # fmt: skip
+            return await mirror.push(self.git, path, clone_url, sha, branch)
+
+    async def _take(self, repo: RepoRef, path: str, local: str, sha: str, private: str) -> None:
+        main = repo_workspace(str(self.root), repo)
+        ref = f"refs/heads/{local}"
+        with self._bundle_file(path) as out:
+            res = await self.jail.step(injail.BUNDLE_STEP, repo, main, main, ref,
+                                       limit=injail.BUNDLE_LIMIT, read_only=True)  # fmt: skip
+            if res.returncode != 0 or res.truncated or res.timed_out:
+                raise GitFailed("the session's commits could not be read out of the jail")
+            Path(out).write_bytes(res.stdout)  # a fresh name in forgeflow's folder
+            await mirror.take_bundle(self.git, path, out, ref, sha, private)
 
     async def branch_diff(self, repo: RepoRef, base: str, sha: str) -> str:
-        """What ``sha`` changes since it left ``base`` (``git diff base...sha``): published
-        work as a reviewer reads it. No external diff driver or text conversion runs:
-        the repository's own attributes must not start programs here."""
-        main = repo_workspace(str(self.root), repo)
-        spec = f"{check_ref(base, 'base')}...{check_sha(sha, 'commit')}"
+        """What a published ``sha`` changes since it left ``base`` (``git diff
+        base...sha``), read in the mirror: no external diff driver or text conversion."""
+        base = check_ref(base, "base")
+        if base.startswith("refs/remotes/origin/"):
+            base = "refs/heads/" + base.removeprefix("refs/remotes/origin/")
+        spec = f"{base}...{check_sha(sha, 'commit')}"
         args = ("diff", "--no-color", "--no-ext-diff", "--no-textconv", spec, "--")
-        result = await self.git.run(*args, cwd=main, time_limit=30)
+        result = await self.git.run(*args, cwd=self._mirror_dir(repo), time_limit=30)
         return result.stdout
 
     # -- helpers -------------------------------------------------------------------------
 
-    def _inside_root(self, path: str) -> None:
-        # domain.paths already refuses names that escape the root; this also catches a
-        # symlink planted inside the root that would lead git elsewhere.
-        real = os.path.realpath(path)
-        root = str(self.root)
-        if os.path.commonpath([root, real]) != root:
-            raise WorkspaceDirty(
-                f"{path} resolves outside the workspace root",
-                details={"path": path, "reason": "outside_root"},
-            )
+    def _mirror_dir(self, repo: RepoRef) -> str:
+        path = self.mirror(repo)
+        if not os.path.isdir(path):
+            raise GitFailed(f"no mirror of {repo.key} yet", details={"repo": repo.key})
+        return path
 
     def _lock(self, repo: RepoRef) -> asyncio.Lock:
         return self._locks.setdefault(repo.key, asyncio.Lock())

@@ -1,0 +1,249 @@
+"""One command in a repository's jail, to its end: what forgeflow runs on the agent's
+files (git on the clone and the worktrees, a pipeline's script).
+
+The jail is the app-server's (jail.py): the same system binds, the repository's clone,
+sessions folder and home at their host paths, a private ``/tmp``, the same fixed
+environment, no capabilities, its own user namespace without the right to make more.
+forgeflow's host side never runs a program on an agent-writable path; it runs this.
+
+What comes back is untrusted: stdout and stderr are bounded (``output_limit`` bytes
+each; past it the command is ended and ``truncated`` set), and callers parse them as
+data (shas with ``check_sha``, refs with ``check_ref``, never a path to act on).
+``stdin`` is bytes or a forgeflow-owned host file opened here (a bundle): the jail
+reads it from its standard input, so no shared folder and no path crosses.
+
+With ``FORGEFLOW_SANDBOX=none`` (one trusted user) the same command runs unjailed, in
+the same cleared environment with host paths.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any
+
+from forgeflow.agent import jail
+from forgeflow.domain.ids import RepoRef
+from forgeflow.domain.paths import agent_home, repo_sessions, repo_workspace
+
+Spawned = Callable[[list[str], Mapping[str, str], str | None], None]
+
+
+@dataclass(frozen=True, slots=True)
+class JailResult:
+    returncode: int  # -9 and friends when it was ended
+    stdout: bytes
+    stderr: bytes
+    truncated: bool  # an output passed output_limit: the command was ended
+    timed_out: bool  # the time limit passed: the command was ended
+
+
+@dataclass(frozen=True, slots=True)
+class JailPaths:
+    """Where one repository's jail lives on the host (all forgeflow-made folders)."""
+
+    clone: Path
+    sessions: Path
+    home: Path
+
+    @classmethod
+    def of(cls, root: Path, repo: RepoRef, *, read_only: bool = False) -> JailPaths:
+        r = str(root)
+        return cls(
+            Path(repo_workspace(r, repo)),
+            Path(repo_sessions(r, repo)),
+            Path(agent_home(r, repo, read_only=read_only)),
+        )
+
+    def make(self) -> None:
+        """Create the three top-level folders (their parents are forgeflow's, 0700),
+        then check each is a real directory: bwrap binds only what exists."""
+        for path in (self.clone, self.sessions, self.home):
+            path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            with contextlib.suppress(FileExistsError):
+                path.mkdir(mode=0o700)
+            jail.check_top_level(path)
+
+
+class JailRunner:
+    """Runs one command in a repository's jail (or unjailed with sandbox ``none``)."""
+
+    def __init__(
+        self,
+        workspace_root: Path,
+        *,
+        jailed: bool = True,
+        network: bool = False,
+        bwrap: str = "bwrap",
+        on_spawn: Spawned | None = None,
+    ) -> None:
+        self.root = Path(os.path.realpath(workspace_root))
+        self.jailed = jailed
+        self.network = network  # the default of run(); git steps pass network=False
+        self.bwrap = bwrap
+        # Told about every process started here (argv, environment, cwd): a test seam.
+        self.on_spawn = on_spawn
+
+    @classmethod
+    def from_settings(cls, settings: Any, *, on_spawn: Spawned | None = None) -> JailRunner:
+        return cls(
+            settings.resolved_workspace_root,
+            jailed=settings.sandbox == "bwrap",
+            network=settings.agent_network == "on",
+            on_spawn=on_spawn,
+        )
+
+    def paths(self, repo: RepoRef, *, read_only: bool = False) -> JailPaths:
+        return JailPaths.of(self.root, repo, read_only=read_only)
+
+    def command(
+        self,
+        argv: Sequence[str],
+        *,
+        repository: RepoRef,
+        cwd: str,
+        read_only: bool = False,
+        network: bool | None = None,
+        extra_ro_binds: Sequence[tuple[Path, str]] = (),
+        env: Mapping[str, str] | None = None,
+    ) -> tuple[list[str], dict[str, str], str | None]:
+        """(argv, environment, host cwd) of the process to start."""
+        paths = self.paths(repository, read_only=read_only)
+        paths.make()
+        extra = dict(env or {})
+        if not self.jailed:
+            environ = jail.base_env(
+                {
+                    **extra,
+                    "PATH": os.environ.get("PATH", jail.JAIL_PATH),
+                    "HOME": str(paths.home),
+                    "CODEX_HOME": str(paths.home / ".codex"),
+                }
+            )
+            return list(argv), environ, cwd
+        trees = (paths.clone, paths.sessions)
+        placed = tuple(("--ro-bind", str(src), dst) for src, dst in extra_ro_binds)
+        spec = jail.JailSpec(
+            paths.home,
+            () if read_only else trees,
+            trees if read_only else (),
+            network=self.network if network is None else network,
+            env=extra,
+            placed=placed,
+            chdir=cwd,
+        )
+        jail.check_spec(spec)
+        return jail.bwrap_argv(spec, argv, bwrap=self.bwrap), jail.jail_env(spec), None
+
+    async def run(
+        self,
+        argv: Sequence[str],
+        *,
+        repository: RepoRef,
+        cwd: str,
+        stdin: bytes | Path | None = None,
+        timeout: float,
+        output_limit: int,
+        read_only: bool = False,
+        network: bool | None = None,
+        extra_ro_binds: Sequence[tuple[Path, str]] = (),
+        env: Mapping[str, str] | None = None,
+    ) -> JailResult:
+        """Run ``argv`` with ``cwd`` (a path as the jail sees it: the host path of a
+        folder in the clone or sessions, or /home/agent); see the module docstring."""
+        full, environ, host_cwd = self.command(
+            argv,
+            repository=repository,
+            cwd=cwd,
+            read_only=read_only,
+            network=network,
+            extra_ro_binds=extra_ro_binds,
+            env=env,
+        )
+        source: IO[bytes] | None = stdin.open("rb") if isinstance(stdin, Path) else None
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                *full,
+                cwd=host_cwd,
+                env=environ,
+                stdin=source if source is not None else asyncio.subprocess.PIPE,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE,
+                # Its own group: the time limit ends bwrap, and --die-with-parent and
+                # the PID namespace end everything inside.
+                start_new_session=True,
+            )
+        finally:
+            if source is not None:
+                source.close()
+        if self.on_spawn is not None:
+            self.on_spawn(list(full), environ, host_cwd)
+        return await _collect(
+            proc, stdin if isinstance(stdin, bytes) else b"", timeout, output_limit
+        )
+
+
+async def _collect(
+    proc: asyncio.subprocess.Process, data: bytes, timeout: float, limit: int
+) -> JailResult:
+    over = asyncio.Event()
+
+    async def feed() -> None:
+        if proc.stdin is None:
+            return
+        with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+            if data:
+                proc.stdin.write(data)
+                await proc.stdin.drain()
+        proc.stdin.close()
+
+    async def read(stream: asyncio.StreamReader | None) -> bytes:
+        chunks: list[bytes] = []
+        size = 0
+        while stream is not None:
+            chunk = await stream.read(65536)
+            if not chunk:
+                break
+            if size + len(chunk) > limit:
+                # Past the bound: the command is ended (the stopper below), and what it
+                # still wrote is read to the end and dropped, so the pipe closes here.
+                chunks.append(chunk[: max(0, limit - size)])
+                over.set()
+            elif not over.is_set():
+                chunks.append(chunk)
+            size += len(chunk)
+        return b"".join(chunks)
+
+    work: asyncio.Future[Any] = asyncio.gather(
+        feed(), read(proc.stdout), read(proc.stderr), proc.wait()
+    )
+    stopper: asyncio.Future[Any] = asyncio.ensure_future(over.wait())
+    timed_out = False
+    try:
+        done, _ = await asyncio.wait(
+            {work, stopper}, timeout=timeout, return_when="FIRST_COMPLETED"
+        )
+        if work not in done:
+            timed_out = not over.is_set()
+            _kill(proc)
+        _, out, err, _ = await work
+    except BaseException:
+        _kill(proc)
+        with contextlib.suppress(BaseException):
+            await asyncio.wait_for(proc.wait(), 5)
+        raise
+    finally:
+        stopper.cancel()
+    code = proc.returncode if proc.returncode is not None else -1
+    return JailResult(code, out, err, over.is_set(), timed_out)
+
+
+def _kill(proc: asyncio.subprocess.Process) -> None:
+    if proc.returncode is None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)
