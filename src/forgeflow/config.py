@@ -9,7 +9,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
-from pydantic import Field, SecretStr, ValidationError, field_validator
+from pydantic import Field, SecretStr, ValidationError, ValidationInfo, field_validator
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -78,7 +78,9 @@ class Settings(BaseSettings):
     bot_login: str = "ccweb-bot"
     admin_token: SecretStr | None = None
     codex_command: str = "codex app-server"
-    gitea_mcp_command: str = "gitea-mcp -t stdio"
+    # Empty (the default): forgeflow's own Gitea tools only; set, an external Gitea MCP
+    # server (stdio) whose tools are offered after forgeflow's, through the same scope.
+    gitea_mcp_command: str = ""
     sandbox: Literal["bwrap", "none"] = "bwrap"
     agent_network: Literal["on", "off"] = "on"
     agent_idle_seconds: float = Field(default=300.0, gt=0)
@@ -148,12 +150,12 @@ class Settings(BaseSettings):
 
     @field_validator("codex_command", "gitea_mcp_command")
     @classmethod
-    def _check_command(cls, value: str) -> str:
+    def _check_command(cls, value: str, info: ValidationInfo) -> str:
         try:
             parts = shlex.split(value)
         except ValueError as exc:
             raise ValueError(f"is not a valid command line ({exc})") from exc
-        if not parts:
+        if not parts and info.field_name == "codex_command":
             raise ValueError("must not be empty")
         return value
 

@@ -11,10 +11,10 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from forgeflow.agent import jail
+from forgeflow.agent.gitea_tools.external import External, mcp_env
 from forgeflow.agent.jsonrpc import Json, ProcessGone, RpcError, RpcProcess, RpcTimeout
 from forgeflow.agent.port import AgentError
 from forgeflow.agent.provider import ProviderError, load_provider
-from forgeflow.agent.tools import comment_tool_of, handshake, mcp_env, spawn_server
 from forgeflow.config import Settings
 from forgeflow.gitea.client import GiteaClient, GiteaError
 from forgeflow.store import Store, StoreUnavailable
@@ -223,21 +223,24 @@ async def _model(s: Settings) -> Check:
 
 
 async def _gitea_mcp(s: Settings) -> Check:
+    if not s.gitea_mcp_argv:
+        return Check("gitea tools", True, "forgeflow's own Gitea tools (no external server)")
     token = s.gitea_token.get_secret_value() if s.gitea_token else ""
+    external = External(
+        s.gitea_mcp_argv, mcp_env(s.gitea_url or "", token), timeout=s.mcp_timeout_seconds
+    )
     try:
-        proc = await spawn_server(s.gitea_mcp_argv, mcp_env(s.gitea_url or "", token))
-        try:
-            tool = comment_tool_of(await handshake(proc, s.mcp_timeout_seconds))
-        finally:
-            await proc.close()
+        offered = await external.tools(exclude=set())
     except AgentError as exc:
         return Check(
             "gitea-mcp",
             False,
             f"{exc.code}: {exc}",
-            "install gitea-mcp or set FORGEFLOW_GITEA_MCP_COMMAND",
+            "install the external Gitea MCP server, or unset FORGEFLOW_GITEA_MCP_COMMAND",
         )
-    return Check("gitea-mcp", True, f"MCP handshake done, comment tool {tool.name}")
+    finally:
+        await external.aclose()
+    return Check("gitea-mcp", True, f"external MCP server ready, {len(offered)} scoped tools")
 
 
 async def _workspace(s: Settings) -> Check:

@@ -1,6 +1,6 @@
 """The brokers outside the jail, over real sockets: the model pass-through against a
-streaming upstream, and the Gitea tools against the real PyPI ``gitea-mcp`` talking to
-the Gitea emulator."""
+streaming upstream, and the Gitea tools (forgeflow's own, and the opt-in PyPI
+``gitea-mcp``) against the Gitea emulator, called with the ``mcp`` SDK's client."""
 
 from __future__ import annotations
 
@@ -12,12 +12,17 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import httpx
 import pytest
 from aiohttp import web
+from mcp import ClientSession, types
+from mcp.client.streamable_http import streamable_http_client
 
 from forgeflow.agent.broker import Broker, Grant
+from forgeflow.agent.gitea_tools import GiteaTools
+from forgeflow.agent.gitea_tools.external import External, mcp_env
 from forgeflow.agent.provider import ModelProvider
-from forgeflow.agent.tools import GiteaTools, mcp_env
+from forgeflow.gitea.client import GiteaClient
 from forgeflow_testkit.gitea_emulator import GiteaEmulator
 
 GITEA_MCP = Path(sys.executable).parent / "gitea-mcp"
@@ -66,7 +71,11 @@ class Upstream:
         return response
 
 
-async def _no_tools(_grant: Grant, _message: dict[str, Any]) -> dict[str, Any] | None:
+def _no_tools() -> GiteaTools:
+    return GiteaTools(GiteaClient("http://127.0.0.1:9", None), "bot", on_refused=_ignore)
+
+
+def _ignore(*_args: Any) -> None:
     return None
 
 
@@ -77,7 +86,7 @@ def test_the_pass_through_streams_adds_the_key_and_counts_tokens() -> None:
 async def _pass_through() -> None:
     upstream = Upstream()
     await upstream.start()
-    broker = Broker(ModelProvider(upstream.url, KEY), _no_tools)
+    broker = Broker(ModelProvider(upstream.url, KEY), _no_tools())
     await broker.start()
     grant = Grant("acme/widget", "acme", "widget")
     capability = broker.grant(grant)
@@ -145,53 +154,90 @@ async def _rpc(
 def test_the_gitea_tools_are_scoped_to_the_sessions_repository(
     two_repos: tuple[GiteaEmulator, str],
 ) -> None:
-    asyncio.run(_scoped_tools(*two_repos))
+    asyncio.run(_scoped_tools(*two_repos, external=False))
 
 
-async def _scoped_tools(emu: GiteaEmulator, token: str) -> None:
+def test_the_external_server_passes_the_same_scope_rules(
+    two_repos: tuple[GiteaEmulator, str],
+) -> None:
+    asyncio.run(_scoped_tools(*two_repos, external=True))
+
+
+async def _call(session: ClientSession, name: str, args: dict[str, Any]) -> tuple[bool, str]:
+    result = await session.call_tool(name, args)
+    text = "".join(c.text for c in result.content if isinstance(c, types.TextContent))
+    return result.isError, text
+
+
+async def _scoped_tools(emu: GiteaEmulator, token: str, *, external: bool) -> None:
     refused: list[tuple[str, str]] = []
+    gitea = GiteaClient(emu.url, token)
+    outside = External([str(GITEA_MCP)], mcp_env(emu.url, token), timeout=30) if external else None
     tools = GiteaTools(
-        [str(GITEA_MCP)],
-        mcp_env(emu.url, token),
-        timeout=30,
+        gitea,
+        "ccweb-bot",
         on_refused=lambda grant, tool, _args, why: refused.append((tool, why)),
+        external=outside,
     )
-    broker = Broker(ModelProvider("http://127.0.0.1:9", None), tools.handle)
+    broker = Broker(ModelProvider("http://127.0.0.1:9", None), tools)
     await broker.start()
-    session = broker.grant(Grant("acme/widget", "acme", "widget", session_key="s1"))
+    key = "default:acme/widget:issue:1"
+    session_cap = broker.grant(Grant("acme/widget", "acme", "widget", session_key=key))
     model_only = broker.grant(Grant("acme/widget", "acme", "widget"))
+    headers = {"Authorization": f"Bearer {session_cap}"}
     try:
-        async with aiohttp.ClientSession() as http:
-            url = broker.mcp_url
-            listed = await _rpc(http, url, session, "tools/list", {})
-            names = {t["name"] for t in listed["result"]["tools"]}
-            assert "add_comment" in names and "get_issue" in names
-            # Unscoped or past the session's branch: not offered.
-            for hidden in ("list_repos", "get_server_version", "merge_pr", "commit_changes"):
-                assert hidden not in names
-            body = {"owner": "acme", "repo": "other", "issue_number": 1, "body": "leak"}
-            out = await _rpc(
-                http, url, session, "tools/call", {"name": "add_comment", "arguments": body}
-            )
-            assert out["result"]["isError"] is True
-            assert "acme/widget only" in out["result"]["content"][0]["text"]
+        async with (
+            httpx.AsyncClient(headers=headers, timeout=60) as client,
+            streamable_http_client(broker.mcp_url, http_client=client) as (read, write, _),
+            ClientSession(read, write) as session,
+        ):
+            await session.initialize()
+            names = {t.name for t in (await session.list_tools()).tools}
+            assert {"add_comment", "get_issue", "read_file", "push_branch"} - names == {
+                "push_branch"  # no publisher was given
+            }
+            if external:
+                # Unscoped or past the session's branch: not offered; scoped ones are.
+                assert {"list_issues", "get_pull_request"} <= names, names
+                for hidden in ("list_repos", "get_server_version", "merge_pr", "commit_changes"):
+                    assert hidden not in names
+                await _external_calls(session, emu, names)
+            # Own tools take no repository at all: naming one is an unknown argument.
+            err, text = await _call(session, "add_comment", {"body": "x", "owner": "acme"})
+            assert err and "owner" in text and "Extra inputs" in text
+            for crafted in ("../../other/repo", "a/%2F../b", "/etc/passwd", "http://x/y", "a\\b"):
+                err, text = await _call(session, "read_file", {"path": crafted})
+                assert err and text.startswith("refused: invalid arguments: path"), text
+            err, text = await _call(session, "read_file", {"path": "README.md", "ref": "main..x"})
+            assert err and "ref" in text
+            err, text = await _call(session, "add_comment", {"body": "hello"})
+            assert not err and json.loads(text)["id"] > 0
+            assert [c["body"] for c in emu.comments("acme", "widget", 1)][-1] == "hello"
             assert emu.comments("acme", "other", 1) == []
-            hidden_call = {"name": "list_repos", "arguments": {"owner": "acme"}}
-            out = await _rpc(http, url, session, "tools/call", hidden_call)
-            assert out["result"]["isError"] is True
-            assert [t for t, _ in refused] == ["add_comment", "list_repos"]
-            # Its own repository (Gitea names are case-insensitive): relayed.
-            body = {"owner": "ACME", "repo": "widget", "issue_number": 1, "body": "hello"}
-            out = await _rpc(
-                http, url, session, "tools/call", {"name": "add_comment", "arguments": body}
-            )
-            assert not out["result"].get("isError"), out
-            assert [c["body"] for c in emu.comments("acme", "widget", 1)] == ["hello"]
-            # The model capability is not a session's: no tools with it.
-            async with http.post(
-                url, json={}, headers={"Authorization": f"Bearer {model_only}"}
-            ) as r:
-                assert r.status == 401
+        assert len(refused) >= 7
+        # The model capability is not a session's: no tools with it.
+        async with (
+            aiohttp.ClientSession() as http,
+            http.post(
+                broker.mcp_url, json={}, headers={"Authorization": f"Bearer {model_only}"}
+            ) as r,
+        ):
+            assert r.status == 401
     finally:
         await broker.aclose()
-        await tools.aclose()
+        await gitea.aclose()
+
+
+async def _external_calls(session: ClientSession, emu: GiteaEmulator, names: set[str]) -> None:
+    tool = "get_pull_request"
+    other = {"owner": "acme", "repo": "other", "pull_number": 1}
+    err, text = await _call(session, tool, other)
+    assert err and "acme/widget only" in text
+    # A value that would climb out of the repository in the URL path.
+    for crafted in ("../../acme/other", "1%2F..", "widget/../other", "http://evil/x"):
+        crafted_args = {"owner": "acme", "repo": "widget", "pull_number": crafted}
+        err, text = await _call(session, tool, crafted_args)
+        assert err and text.startswith("refused:"), (crafted, text)
+    # Its own repository (case-insensitive): relayed.
+    err, text = await _call(session, "list_issues", {"owner": "ACME", "repo": "widget"})
+    assert not err and "t" in text, text

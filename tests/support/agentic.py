@@ -90,7 +90,6 @@ def start_agentic(
         "gitea_token": bot,
         "agent_runtime": "codex",
         "codex_command": f"{CODEX} app-server",
-        "gitea_mcp_command": str(GITEA_MCP),
         "model": "scripted-model",
         "retry_base_seconds": 0.2,
         "poll_seconds": 0.5,

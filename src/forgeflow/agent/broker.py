@@ -5,24 +5,30 @@ process, on loopback, outside every jail.
   requests here with a repository's capability; forgeflow swaps it for the operator's
   key, streams the answer back as it arrives (never buffered whole) and counts the
   tokens of each ``response.completed``.
-- ``/mcp``: the Gitea tools (streamable HTTP MCP, JSON answers), bound to one session by
-  its capability and relayed to the one Gitea MCP server of this process
-  (``tools.py``).
+- ``/mcp``: the Gitea tools, an MCP server built with the ``mcp`` SDK (streamable HTTP,
+  stateless, JSON answers; ``gitea_tools/``), bound to one session by its capability:
+  the broker resolves it to a :class:`Grant` and passes that in the ASGI scope.
 
 A capability is a random bearer token that means something only to this process and
 only while its grant lives: grants are revoked when a repository's app-server stops.
-aiohttp's server: it is already forgeflow's HTTP client, and it streams both ways.
+aiohttp's server: it is already forgeflow's HTTP client, and it streams both ways. The
+SDK's transport is an ASGI app; ``_asgi`` hands it one aiohttp request (hand-written:
+the one aiohttp-to-ASGI adapter on PyPI imports aiohttp's private names, and the SDK's
+own hosting is a second HTTP server, uvicorn, that would take over forgeflow's signal
+handling while serving in the same process).
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import secrets
 import socket
-from collections.abc import Awaitable, Callable
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import aiohttp
 import structlog
@@ -34,7 +40,17 @@ from forgeflow.redaction import forget_secrets, register_secrets
 log = structlog.get_logger("forgeflow.broker")
 
 Json = dict[str, Any]
-McpHandler = Callable[["Grant", Json], Awaitable[Json | None]]
+Message = dict[str, Any]
+GRANT_KEY = "forgeflow.grant"  # the caller's grant in the ASGI scope's "state"
+
+
+class McpApp(Protocol):
+    """The Gitea tools' MCP server: an ASGI app with a lifetime."""
+
+    def running(self) -> AbstractAsyncContextManager[None]: ...
+
+    async def __call__(self, scope: Message, receive: Any, send: Any) -> None: ...
+
 
 # Request headers that describe the hop or the caller's credentials; everything else
 # Codex sends (content type, its session and version headers) goes through as is.
@@ -78,7 +94,7 @@ class Broker:
     def __init__(
         self,
         provider: ModelProvider,
-        mcp: McpHandler,
+        mcp: McpApp,
         *,
         host: str = "127.0.0.1",
         unix_socket: Path | None = None,
@@ -90,6 +106,8 @@ class Broker:
         self._grants: dict[str, Grant] = {}
         self._runner: web.AppRunner | None = None
         self._client: aiohttp.ClientSession | None = None
+        self._mcp_task: asyncio.Task[None] | None = None
+        self._mcp_stop = asyncio.Event()
         self.port = 0
 
     # -- lifecycle ------------------------------------------------------------------
@@ -101,6 +119,7 @@ class Broker:
         app.router.add_route("*", "/model/{tail:.*}", self._model)
         app.router.add_post("/mcp", self._mcp_post)
         app.router.add_route("*", "/mcp", self._mcp_other)
+        await self._start_mcp()
         runner = web.AppRunner(app, access_log=None)
         await runner.setup()
         # Our own socket, so the port the kernel chose is known without asking aiohttp.
@@ -120,7 +139,31 @@ class Broker:
             timeout=aiohttp.ClientTimeout(total=None, sock_connect=30)
         )
 
+    async def _start_mcp(self) -> None:
+        # The SDK's session manager runs in a task group that must be entered and left in
+        # one task: this one, for the broker's lifetime.
+        started: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+        async def run() -> None:
+            try:
+                async with self._mcp.running():
+                    started.set_result(None)
+                    await self._mcp_stop.wait()
+            except Exception as exc:
+                if not started.done():
+                    started.set_exception(exc)
+                raise
+
+        self._mcp_stop = asyncio.Event()
+        self._mcp_task = asyncio.create_task(run(), name="broker.mcp")
+        await started
+
     async def aclose(self) -> None:
+        if self._mcp_task is not None:
+            self._mcp_stop.set()
+            with contextlib.suppress(Exception):
+                await self._mcp_task
+            self._mcp_task = None
         if self._client is not None:
             await self._client.close()
             self._client = None
@@ -223,27 +266,63 @@ class Broker:
         # An event line is small; a tail this long is not one we count.
         return tail if len(tail) < 4 * 1024 * 1024 else b""
 
-    # -- the Gitea tools (MCP over streamable HTTP, JSON answers only) -----------------
+    # -- the Gitea tools (the SDK's streamable HTTP transport, stateless) ---------------
 
-    async def _mcp_post(self, request: web.Request) -> web.Response:
+    async def _mcp_post(self, request: web.Request) -> web.StreamResponse:
         grant = self._granted(request, session=True)
-        try:
-            message = await request.json()
-        except ValueError:
-            return _rpc_error(None, -32700, "the body is not JSON")
-        if not isinstance(message, dict):
-            return _rpc_error(None, -32600, "batches are not supported")
-        answer = await self._mcp(grant, message)
-        if answer is None:  # a notification or a response: accepted, nothing to say
-            return web.Response(status=202)
-        return web.json_response(answer)
+        return await self._asgi(request, grant)
 
     async def _mcp_other(self, request: web.Request) -> web.Response:
-        # No server-initiated stream (GET) and no session to end (DELETE).
+        # Stateless: no server-initiated stream (GET) and no session to end (DELETE).
         self._granted(request, session=True)
         return web.Response(status=405, headers={"Allow": "POST"})
 
+    async def _asgi(self, request: web.Request, grant: Grant) -> web.StreamResponse:
+        """One request through the MCP server's ASGI app (ASGI 3.0 HTTP)."""
+        body = await request.read()
+        finished = asyncio.Event()
+        response: web.StreamResponse | None = None
+        scope: Message = {
+            "type": "http",
+            "asgi": {"version": "3.0", "spec_version": "2.3"},
+            "http_version": "1.1",
+            "method": request.method,
+            "scheme": "http",
+            "path": request.path,
+            "raw_path": request.raw_path.split("?", 1)[0].encode(),
+            "root_path": "",
+            "query_string": request.query_string.encode(),
+            "headers": [(k.lower(), v) for k, v in request.raw_headers],
+            "client": None,
+            "server": None,
+            "state": {GRANT_KEY: grant},
+        }
+        sent_body = False
 
-def _rpc_error(request_id: Any, code: int, message: str) -> web.Response:
-    body = {"jsonrpc": "2.0", "id": request_id, "error": {"code": code, "message": message}}
-    return web.json_response(body, status=400)
+        async def receive() -> Message:
+            nonlocal sent_body
+            if not sent_body:
+                sent_body = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            await finished.wait()
+            return {"type": "http.disconnect"}
+
+        async def send(message: Message) -> None:
+            nonlocal response
+            if message["type"] == "http.response.start":
+                response = web.StreamResponse(status=int(message["status"]))
+                for key, value in message.get("headers") or ():
+                    response.headers.add(key.decode("latin-1"), value.decode("latin-1"))
+                await response.prepare(request)
+            elif message["type"] == "http.response.body" and response is not None:
+                await response.write(message.get("body") or b"")
+                if not message.get("more_body"):
+                    await response.write_eof()
+
+        try:
+            await self._mcp(scope, receive, send)
+        finally:
+            finished.set()
+        if response is None:
+            raise web.HTTPInternalServerError(text="the MCP server gave no answer")
+        return response

@@ -12,7 +12,7 @@ unjailed with ``dangerFullAccess``; a pipeline draft space (review/plan mode) wi
 
 No credential reaches an app-server: its model requests go through the broker's
 pass-through with a capability of its repository, its Gitea tools through the broker's
-``/mcp`` with a capability of its session (``broker.py``, ``tools.py``).
+``/mcp`` with a capability of its session (``broker.py``, ``gitea_tools/``).
 """
 
 from __future__ import annotations
@@ -37,6 +37,8 @@ from forgeflow.agent.codexconfig import (
     sandbox_policy,
     server_key,
 )
+from forgeflow.agent.gitea_tools import GiteaTools, Publish
+from forgeflow.agent.gitea_tools.external import External, mcp_env
 from forgeflow.agent.items import TurnState, on_notification, on_server_request
 from forgeflow.agent.jsonrpc import Json, ProcessGone, RpcError, RpcProcess, RpcTimeout
 from forgeflow.agent.port import (
@@ -51,10 +53,10 @@ from forgeflow.agent.port import (
     TurnStatus,
 )
 from forgeflow.agent.threads import mcp_ready, open_thread, thread_params
-from forgeflow.agent.tools import GiteaTools, Publish, mcp_env
 from forgeflow.config import Settings
 from forgeflow.domain.ids import RepoRef
 from forgeflow.domain.paths import agent_home, repo_sessions, repo_workspace
+from forgeflow.gitea.client import GiteaClient
 from forgeflow.redaction import redact
 
 log = structlog.get_logger("forgeflow.codex")
@@ -63,19 +65,27 @@ log = structlog.get_logger("forgeflow.codex")
 class CodexRuntime:
     def __init__(self, cfg: CodexConfig, publish: Publish | None = None) -> None:
         self.cfg = cfg
+        external = None
+        if cfg.mcp_argv:  # FORGEFLOW_GITEA_MCP_COMMAND: the opt-in external server
+            external = External(
+                cfg.mcp_argv,
+                mcp_env(cfg.gitea_url, cfg.gitea_token),
+                timeout=cfg.mcp_ready_timeout,
+                stderr_path=cfg.data_dir / "logs" / "gitea-mcp.log",
+                elicitation=cfg.elicitation_policy,
+            )
+        self._gitea = GiteaClient(cfg.gitea_url, cfg.gitea_token or None)
         self.tools = GiteaTools(
-            cfg.mcp_argv,
-            mcp_env(cfg.gitea_url, cfg.gitea_token),
-            timeout=cfg.mcp_ready_timeout,
-            stderr_path=cfg.data_dir / "logs" / "gitea-mcp.log",
+            self._gitea,
+            cfg.bot_login,
             on_refused=self._refused,
-            elicitation=cfg.elicitation_policy,
             publish=publish,
+            external=external,
         )
         offline = cfg.jailed and not cfg.network
         self.broker = Broker(
             cfg.provider,
-            self.tools.handle,
+            self.tools,
             unix_socket=cfg.data_dir / "run" / "broker.sock" if offline else None,
         )
         self._servers: dict[str, AppServer] = {}
@@ -84,7 +94,6 @@ class CodexRuntime:
         self._turns: dict[str, TurnState] = {}
         self._readable: tuple[Path, ...] | None = None
         self._swept = False
-        self._tool: CommentTool | None = None
 
     @classmethod
     def from_settings(cls, settings: Settings, publish: Publish | None = None) -> CodexRuntime:
@@ -196,9 +205,7 @@ class CodexRuntime:
     # -- sessions -----------------------------------------------------------------------
 
     async def comment_tool(self) -> CommentTool:
-        if self._tool is None:
-            self._tool = await self.tools.comment_tool()
-        return self._tool
+        return self.tools.comment_tool()
 
     async def ensure_session(self, spec: SessionSpec) -> str:
         server = await self._server(spec.owner, spec.repo, spec.read_only)
@@ -301,8 +308,8 @@ class CodexRuntime:
     async def aclose(self) -> None:
         for server in list(self._servers.values()):
             await self._stop(server, "forgeflow stopped")
-        await self.tools.aclose()
         await self.broker.aclose()
+        await self._gitea.aclose()
 
     def _complete(self, turn: TurnState, status: TurnStatus, **kw: Any) -> None:
         """End a turn once: the broker's count of its model use, then its completion;

@@ -10,9 +10,9 @@ from __future__ import annotations
 import importlib
 from typing import Any, cast
 
+from forgeflow.agent.gitea_tools import Publish
 from forgeflow.agent.port import AgentRuntime
 from forgeflow.agent.provider import ProviderError
-from forgeflow.agent.tools import Publish
 from forgeflow.config import Settings
 
 

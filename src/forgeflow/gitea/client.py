@@ -17,6 +17,15 @@ from urllib.parse import quote, urlsplit
 import aiohttp
 
 from forgeflow.config import Permission
+from forgeflow.gitea.models import (
+    ChangedFile,
+    CombinedStatus,
+    Comment,
+    Issue,
+    Label,
+    PullRequest,
+    parse_list,
+)
 
 
 class GiteaError(Exception):
@@ -264,6 +273,121 @@ class GiteaClient:
         )
         return comment
 
+    # -- the agent's tools (agent/gitea_tools): typed answers, bounded reads -----------
+
+    async def comments_page(
+        self, owner: str, repo: str, index: int, *, page: int, limit: int
+    ) -> list[Comment]:
+        """One page of an issue's comments, oldest first (Gitea ListIssueComments)."""
+        found = await self._json(
+            "GET",
+            f"{self._repo_path(owner, repo)}/issues/{int(index)}/comments",
+            (200,),
+            params={"page": str(int(page)), "limit": str(int(limit))},
+        )
+        return _typed(Comment, found)
+
+    async def comment(self, owner: str, repo: str, comment_id: int) -> Comment:
+        found = await self._json(
+            "GET", f"{self._repo_path(owner, repo)}/issues/comments/{int(comment_id)}", (200,)
+        )
+        return Comment.model_validate(found)
+
+    async def search_issues(
+        self, owner: str, repo: str, *, query: str, state: str, kind: str, page: int, limit: int
+    ) -> list[Issue]:
+        """Gitea ListIssues with ``q`` (keyword search), ``state`` and ``type``."""
+        params = {"state": state, "page": str(int(page)), "limit": str(int(limit))}
+        if query:
+            params["q"] = query
+        if kind != "all":
+            params["type"] = kind
+        found = await self._json(
+            "GET", f"{self._repo_path(owner, repo)}/issues", (200,), params=params
+        )
+        return _typed(Issue, found)
+
+    async def pull(self, owner: str, repo: str, index: int) -> PullRequest:
+        return PullRequest.model_validate(await self.get_pull(owner, repo, index))
+
+    async def issue(self, owner: str, repo: str, index: int) -> Issue:
+        return Issue.model_validate(await self.get_issue(owner, repo, index))
+
+    async def open_pulls(self, owner: str, repo: str, *, limit: int = 50) -> list[PullRequest]:
+        found = await self._json(
+            "GET",
+            f"{self._repo_path(owner, repo)}/pulls",
+            (200,),
+            params={"state": "open", "limit": str(int(limit))},
+        )
+        return _typed(PullRequest, found)
+
+    async def pull_files(
+        self, owner: str, repo: str, index: int, *, limit: int
+    ) -> list[ChangedFile]:
+        found = await self._json(
+            "GET",
+            f"{self._repo_path(owner, repo)}/pulls/{int(index)}/files",
+            (200,),
+            params={"limit": str(int(limit))},
+        )
+        return _typed(ChangedFile, found)
+
+    async def pull_diff(self, owner: str, repo: str, index: int) -> bytes:
+        """The pull request's diff (Gitea GET /repos/{o}/{r}/pulls/{index}.diff)."""
+        path = f"{self._repo_path(owner, repo)}/pulls/{int(index)}.diff"
+        return await self._bytes(path, None)
+
+    async def raw_file(self, owner: str, repo: str, path: str, ref: str) -> bytes:
+        """A file's bytes at ``ref`` (Gitea GetRawFile). ``path``: already checked
+        segments (agent/gitea_tools/args.py); each is percent-encoded here again."""
+        encoded = "/".join(quote(part, safe="") for part in path.split("/"))
+        return await self._bytes(f"{self._repo_path(owner, repo)}/raw/{encoded}", {"ref": ref})
+
+    async def _bytes(self, path: str, params: dict[str, str] | None) -> bytes:
+        answer = await self._request("GET", path, params=params)
+        if answer.status_code != 200:
+            raise GiteaError(f"GET {path}: HTTP {answer.status_code}", answer.status_code)
+        return answer.content
+
+    async def create_pull(
+        self, owner: str, repo: str, *, head: str, base: str, title: str, body: str
+    ) -> PullRequest:
+        found = await self._json(
+            "POST",
+            f"{self._repo_path(owner, repo)}/pulls",
+            (201,),
+            json={"head": head, "base": base, "title": title, "body": body},
+        )
+        return PullRequest.model_validate(found)
+
+    async def edit_pull(
+        self, owner: str, repo: str, index: int, changes: dict[str, str]
+    ) -> PullRequest:
+        found = await self._json(
+            "PATCH", f"{self._repo_path(owner, repo)}/pulls/{int(index)}", (201,), json=changes
+        )
+        return PullRequest.model_validate(found)
+
+    async def repo_labels(self, owner: str, repo: str) -> list[Label]:
+        found = await self._json(
+            "GET", f"{self._repo_path(owner, repo)}/labels", (200,), params={"limit": "50"}
+        )
+        return _typed(Label, found)
+
+    async def remove_label(self, owner: str, repo: str, index: int, label_id: int) -> None:
+        path = f"{self._repo_path(owner, repo)}/issues/{int(index)}/labels/{int(label_id)}"
+        answer = await self._request("DELETE", path)
+        if answer.status_code != 204:
+            raise GiteaError(f"DELETE {path}: HTTP {answer.status_code}", answer.status_code)
+
+    async def combined_status(self, owner: str, repo: str, ref: str) -> CombinedStatus:
+        """Gitea GetCombinedCommitStatusByRef (GET /repos/{o}/{r}/commits/{ref}/status)."""
+        found = await self._json(
+            "GET", f"{self._repo_path(owner, repo)}/commits/{quote(ref, safe='')}/status", (200,)
+        )
+        return CombinedStatus.model_validate(found)
+
     async def current_user(self) -> dict[str, Any]:
         user: dict[str, Any] = await self._json("GET", "/user", (200,))
         return user
@@ -296,6 +420,13 @@ class GiteaClient:
             raise GiteaError(
                 f"DELETE hook {hook_id}: HTTP {response.status_code}", response.status_code
             )
+
+
+def _typed(model: Any, found: Any) -> list[Any]:
+    try:
+        return parse_list(model, found)
+    except ValueError as exc:
+        raise GiteaError(f"malformed answer: {str(exc)[:200]}") from None
 
 
 class PermissionCache:

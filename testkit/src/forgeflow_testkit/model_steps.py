@@ -203,17 +203,25 @@ def delay(seconds: float, then: Step) -> Reply | HttpError:
 def gitea_comment(
     owner: str, repo: str, issue_number: int, body: str, *, call_id: str | None = None
 ) -> ToolCall:
-    """A comment through whichever Gitea MCP server the thread has: the PyPI `gitea-mcp`
-    (`add_comment{owner, repo, issue_number, body}`) or the official Go server
-    (`issue_write{method: "add_comment", …}`, older releases `create_issue_comment`)."""
+    """A comment through the thread's Gitea tools: forgeflow's own ``add_comment{body}``
+    (bound to the session's issue), or an external server's ``add_comment{owner, repo,
+    issue_number, body}`` (PyPI `gitea-mcp`) / ``issue_write{method: "add_comment", …}``
+    (official Go server; older releases `create_issue_comment`)."""
     fields = {"owner": owner, "repo": repo, "issue_number": issue_number, "body": body}
 
     def arguments(tool: ToolRef) -> dict[str, Any]:
+        if "owner" not in (tool.parameters.get("properties") or {}):
+            return {"body": body}
         return {"method": "add_comment", **fields} if tool.name.endswith("issue_write") else fields
 
     return ToolCall(
         ("add_comment", "issue_write", "create_issue_comment"), arguments, None, call_id
     )
+
+
+def gitea_tool(name: str, arguments: Mapping[str, Any], *, call_id: str | None = None) -> ToolCall:
+    """A call of one of forgeflow's own Gitea tools (namespace ``mcp__gitea``)."""
+    return ToolCall(name, dict(arguments), "mcp__gitea", call_id)
 
 
 def render_item(part: Part, tools: Sequence[ToolRef]) -> JsonObject:
