@@ -27,6 +27,7 @@ from forgeflow_testkit.model_server import ScriptedModel
 from forgeflow_testkit.model_steps import ShellCall, ToolCall
 from tests.support.agentic import Agentic, start_agentic
 from tests.support.attacks import (
+    Attempt,
     Canary,
     add_other_repo,
     attempt_turn,
@@ -142,12 +143,14 @@ COMMIT = (
 RETOUCH = "sleep 1.1; touch .gitattributes a.txt b.inc c.if\n"
 
 
-def publish_then_mention_again(agentic: Agentic, command: str) -> None:
+def publish_then_mention_again(agentic: Agentic, command: str) -> Attempt:
     """The agent commits and plants in one turn (forgeflow publishes after it); after an
     idle stop, a second mention makes forgeflow prepare the clone and session again."""
-    attempt_turn(agentic, command, "@ccweb-bot please fix it")
+    first = attempt_turn(agentic, command, "@ccweb-bot please fix it")
+    assert "committed" in first.output, first.output  # the attack ran
     wait_idle(agentic)
     attempt_turn(agentic, "git status --short; git log -1 --format=%s", "@ccweb-bot again")
+    return first
 
 
 def test_git_config_through_commondir_runs_nothing_on_the_host(
@@ -222,13 +225,21 @@ def test_the_bot_token_goes_only_to_gitea(jailed: Agentic, canary: Canary) -> No
         plant = "\n".join(
             f"git config -f {clone}/.git/config '{k}' '{v}'" for k, v in rewrites.items()
         )
+        # The clone's config as it is when it is writable (it is the jail's own after
+        # the redesign), else through a copied .git (read-only config before it).
         command = (
-            COMMIT + f"mv {clone}/.git {clone}/.git-moved && cp -a {clone}/.git-moved {clone}/.git"
-            f" && chmod -R u+w {clone}/.git/\n{plant}\n"
+            COMMIT + f"git config -f {clone}/.git/config x.probe 1 2>/dev/null"
+            " && echo planted-in-place ||"
+            f" {{ mv {clone}/.git {clone}/.git-moved && cp -a {clone}/.git-moved {clone}/.git"
+            f" && chmod -R u+w {clone}/.git/; }}\n{plant}\n"
         )
-        publish_then_mention_again(jailed, command)
+        first = publish_then_mention_again(jailed, command)
         assert heard.authorizations() == [], f"the listener got credentials: {heard.seen}"
         assert heard.seen == [], f"forgeflow's git was sent to the listener: {heard.seen}"
+    # forgeflow did publish the agent's commit, to Gitea itself (when the config was the
+    # clone's own; a replaced .git blocks the session instead).
+    if "planted-in-place" in first.output:
+        assert jailed.gitea.branch_sha("acme", "widget", f"ccweb/issue-{jailed.issue}")
     assert leaks(jailed) == []
 
 

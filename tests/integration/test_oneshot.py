@@ -48,9 +48,7 @@ def test_a_command_sees_its_trees_and_a_cleared_environment(
 
 def test_output_past_the_limit_ends_the_command(runner: JailRunner) -> None:
     result = asyncio.run(
-        runner.run(
-            ["sh", "-c", "yes"], repository=REPO, cwd="/tmp", timeout=30, output_limit=4096
-        )
+        runner.run(["sh", "-c", "yes"], repository=REPO, cwd="/tmp", timeout=30, output_limit=4096)
     )
     assert result.truncated and len(result.stdout) == 4096 and result.returncode != 0
 

@@ -100,7 +100,8 @@ def attempt_turn(
         if START in text_out:
             output = text_out.split(START, 1)[1].rsplit(END, 1)[0]
     # For the report of a failing test: how the task ended and what the command printed.
-    print(f"-- {text!r}: {detail['task']['state']}\n{output[-3000:]}")
+    publish = [(e["action"], e["metadata"]) for e in detail["audit"] if "publish" in e["action"]]
+    print(f"-- {text!r}: {detail['task']['state']} {publish}\n{output[-3000:]}")
     return Attempt(task_id, detail, output)
 
 

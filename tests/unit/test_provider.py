@@ -60,7 +60,7 @@ def test_the_operators_codex_provider_is_used_and_its_secrets_stay_out(tmp_path:
     assert ours["base_url"] == "http://127.0.0.1:9/model"
     # No token in the config at all: Codex reads the capability from the jail's env.
     assert ours["env_key"] == CAPABILITY_ENV and "experimental_bearer_token" not in ours
-    assert "-c model_providers.forgeflow.base_url=\"http://127.0.0.1:9/model\"" in text
+    assert '-c model_providers.forgeflow.base_url="http://127.0.0.1:9/model"' in text
     assert (ours["wire_api"], ours["stream_max_retries"]) == ("responses", 0)
 
 
