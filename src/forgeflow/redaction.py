@@ -6,30 +6,57 @@ a log line or an audit row passes through :func:`redact`.
 
 from __future__ import annotations
 
+import base64
 import re
 from typing import Any
+from urllib.parse import quote
 
 _SECRETS: set[str] = set()
 _SENSITIVE_KEYS = re.compile(r"(token|secret|password|authorization|api[_-]?key)$", re.I)
+# Whatever follows an Authorization header's scheme, whoever printed it (git's curl
+# trace, an HTTP library's error): the credential itself, in any encoding.
+_AUTH_HEADER = re.compile(r"(authorization:\s*(?:basic|bearer|token)\s+)[^\s\"']+", re.I)
 MASK = "***"
+# The user names forgeflow's git sends with the bot token (Basic auth is base64 of
+# "user:token"): each one's encoding is masked too.
+GIT_USERNAMES = ("forgeflow", "ccweb-bot", "x-access-token", "oauth2")
 
 
-def register_secrets(values: list[str]) -> None:
-    """Remember secret values; short ones are ignored to avoid masking ordinary words."""
-    _SECRETS.update(v for v in values if v and len(v) >= 6)
+def derived_forms(secret: str, usernames: tuple[str, ...] = GIT_USERNAMES) -> set[str]:
+    """The forms a secret travels in: URL-encoded, and base64 of ``user:secret`` (with
+    and without padding, also of the secret alone)."""
+    forms = {quote(secret, safe=""), quote(secret)}
+    for prefix in ("", *(f"{u}:" for u in usernames)):
+        encoded = base64.b64encode(f"{prefix}{secret}".encode()).decode()
+        forms |= {encoded, encoded.rstrip("=")}
+        forms.add(base64.urlsafe_b64encode(f"{prefix}{secret}".encode()).decode().rstrip("="))
+    return {f for f in forms if f != secret}
+
+
+def register_secrets(values: list[str], *, usernames: tuple[str, ...] = ()) -> None:
+    """Remember secret values and their derived forms; short ones are ignored to avoid
+    masking ordinary words."""
+    names = GIT_USERNAMES + tuple(usernames)
+    for value in values:
+        if value and len(value) >= 6:
+            _SECRETS.add(value)
+            _SECRETS.update(derived_forms(value, names))
 
 
 def forget_secrets(values: list[str]) -> None:
     """Stop masking values that no longer open anything (a revoked capability), so the
     set stays as small as the secrets that are live."""
-    _SECRETS.difference_update(values)
+    for value in values:
+        _SECRETS.discard(value)
+        _SECRETS.difference_update(derived_forms(value))
 
 
 def redact_text(text: str) -> str:
-    for secret in _SECRETS:
+    # Longest first: a secret's base64 must not be half-masked by a shorter form.
+    for secret in sorted(_SECRETS, key=len, reverse=True):
         if secret in text:
             text = text.replace(secret, MASK)
-    return text
+    return _AUTH_HEADER.sub(lambda m: m.group(1) + MASK, text)
 
 
 def redact(value: Any) -> Any:

@@ -255,7 +255,7 @@ def default_worker_id(settings: Settings) -> str:
 def build_services(settings: Settings, *, migrate: bool = True, role: Role = Role.ALL) -> Services:
     admin_token, _ = ensure_admin_token(settings)
     settings.admin_token = SecretStr(admin_token)
-    register_secrets(settings.secret_values())
+    register_secrets(settings.secret_values(), usernames=(settings.bot_login,))
     store = Store(settings.resolved_database_url)
     if migrate:
         store.migrate()

@@ -124,7 +124,9 @@ def test_forgeflow_data_and_the_model_key_are_out_of_reach(agentic: Agentic) -> 
         # under ~/.codex, where a grep for the whole literal would find the command.
         f"echo '== grep'; K={key_head}; grep -rl \"${{K}}{key_tail}\" ~ /tmp;"
         " echo grep-exit=$?\n"
-        "echo '== config'; cat ~/.codex/config.toml",
+        "echo '== config'; cat ~/.codex/config.toml;"
+        " for p in /proc/[0-9]*; do tr '\\0' '\\n' < $p/cmdline; done 2>/dev/null"
+        " | grep '^model_provider' | sort -u",
     )
     for what, secret in secrets(agentic).items():
         assert secret not in out, f"the {what} is visible in the jail"
@@ -141,11 +143,14 @@ def test_forgeflow_data_and_the_model_key_are_out_of_reach(agentic: Agentic) -> 
     assert "HOME=/home/agent" in env and "FORGEFLOW_" not in env and "KEY=" not in env, env
     assert section(out, "grep").strip() == "grep-exit=1"  # searched, found nothing
     config = section(out, "config")
-    base_urls = re.findall(r'^base_url = "(.*)"$', config, re.M)
+    # forgeflow writes no config.toml: Codex gets its settings as -c overrides.
+    assert "config.toml: No such file or directory" in config, config
+    base_urls = re.findall(r'^model_providers\.forgeflow\.base_url="(.*)"$', config, re.M)
     assert len(base_urls) == 1 and re.fullmatch(r"http://127\.0\.0\.1:\d+/model", base_urls[0])
-    assert agentic.model.url not in config and "env_key" not in config
-    # Its only credential: the capability forgeflow wrote there, not the model's key.
-    assert len(re.findall(r'^experimental_bearer_token = "[A-Za-z0-9_-]{40,}"$', config, re.M)) == 1
+    assert agentic.model.url not in config and "bearer" not in config
+    assert 'model_providers.forgeflow.env_key="AGENT_CAPABILITY"' in config, config
+    # Its only credential: the capability in its environment, not the model's key.
+    assert len(re.findall(r"^AGENT_CAPABILITY=[A-Za-z0-9_-]{40,}$", env, re.M)) == 1, env
 
 
 def test_another_repositorys_clone_and_worktree_are_out_of_reach(agentic: Agentic) -> None:
@@ -201,15 +206,16 @@ def test_loopback_services_want_a_capability_and_writes_stay_inside(agentic: Age
     out = run_in_turn(
         agentic,
         # The broker's address is in the jail's Codex config.
-        "B=$(sed -n 's|^base_url = \"\\(http://127.0.0.1:[0-9]*\\)/model\"$|\\1|p'"
-        " ~/.codex/config.toml)\n"
+        "B=$(for p in /proc/[0-9]*; do tr '\\0' '\\n' < $p/cmdline; done 2>/dev/null"
+        " | sed -n 's|^model_providers.forgeflow.base_url=\"\\(http://127.0.0.1:[0-9]*\\)/model\"$|\\1|p'"
+        " | head -1)\n"
         f"echo '== admin'; {code} {agentic.ff.url}/api/gitea-workflow/tasks;"
         f" {code} -H 'Authorization: Bearer made-up' {agentic.ff.url}/api/gitea-workflow/tasks\n"
         "echo '== broker'; echo \"$B\"\n"
         f"echo '== mcp'; {code} -X POST -H 'Content-Type: application/json' -d '{rpc}' $B/mcp;"
         f" {code} -X POST -H 'Authorization: Bearer made-up' -d '{rpc}' $B/mcp;"
         # the repository's model capability is not a session's Gitea capability
-        "K=$(sed -n 's|^experimental_bearer_token = \"\\(.*\\)\"$|\\1|p' ~/.codex/config.toml);"
+        "K=$AGENT_CAPABILITY;"
         f" {code} -X POST -H \"Authorization: Bearer $K\" -d '{rpc}' $B/mcp\n"
         f"echo '== model'; {code} -X POST -d '{{}}' $B/model/responses;"
         f" {code} -X POST -H 'Authorization: Bearer made-up' -d '{{}}' $B/model/responses\n"

@@ -105,7 +105,8 @@ def test_a_refused_push_fails_no_task_and_the_next_turn_is_told(agentic: Agentic
     assert re.fullmatch(r"[0-9a-f]{40}", mine) and mine != theirs
     refused = audited(first.detail, "publish.refused")
     assert len(refused) == 1 and refused[0]["branch"] == branch, first.detail["audit"]
-    assert re.search(r"rejected|non-fast-forward|fetch first", refused[0]["error"]), refused
+    assert refused[0]["code"] == "push_not_fast_forward", refused
+    assert refused[0]["error"].startswith("push_not_fast_forward: "), refused
     assert publish_rows(first.detail) == ["publish.refused"]
     assert gitea.branch_sha("acme", "widget", branch) == theirs
     assert "was refused" not in first.prompt

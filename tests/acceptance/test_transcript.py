@@ -42,15 +42,15 @@ def test_the_transcript_shows_commands_tool_calls_and_messages(agentic: Agentic)
 
 def test_a_secret_the_agent_prints_never_reaches_the_transcript(agentic: Agentic) -> None:
     # The one secret the agent can read: its repository's capability for the brokers,
-    # in the jail's Codex config. The model saw it (that is the agent's own output);
+    # in the jail's environment. The model saw it (that is the agent's own output);
     # the transcript forgeflow keeps and shows must not.
-    turn = shell_turn(agentic, "grep experimental_bearer_token ~/.codex/config.toml")
-    found = re.search(r'experimental_bearer_token = "([^"]+)"', turn.output)
+    turn = shell_turn(agentic, 'echo "capability = $AGENT_CAPABILITY"')
+    found = re.search(r"capability = (\S+)", turn.output)
     assert found is not None, turn.output
     capability = found.group(1)
     stored = json.dumps(transcript(agentic, turn.task_id))
     assert capability not in stored
-    assert 'experimental_bearer_token = \\"***\\"' in stored, stored
+    assert "capability = ***" in stored, stored
 
 
 def test_an_unknown_task_has_no_transcript(agentic: Agentic) -> None:

@@ -60,7 +60,7 @@ def test_a_git_past_its_time_limit_is_killed_and_reaped(
         _watch_children_with_pidfds()
         spawned: list[int] = []
         git = GitRunner(
-            root=str(tmp_path / "ws"), token=None, on_spawn=lambda a, e, p: spawned.append(p.pid)
+            root=str(tmp_path / "ws"), token=None, on_spawn=lambda a, e, p, c: spawned.append(p.pid)
         )
         with pytest.raises(GitTimeout):
             await git.run("status", time_limit=0.3)

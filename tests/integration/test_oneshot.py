@@ -80,7 +80,7 @@ def test_a_host_file_is_given_as_stdin(runner: JailRunner, tmp_path: Path) -> No
 def test_a_symlinked_tree_is_not_bound(tmp_path: Path) -> None:
     runner = JailRunner(tmp_path / "ws")
     paths = runner.paths(REPO)
-    paths.make()
+    paths.make(runner.root)
     paths.home.rmdir()
     paths.home.symlink_to("/etc")  # what an escaped agent would plant
     with pytest.raises(JailRefused, match="not a directory"):

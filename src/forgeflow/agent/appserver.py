@@ -45,6 +45,7 @@ class Launch:
     """How an app-server is started: the command and, when jailed, its jail."""
 
     argv: list[str]
+    root: Path  # the workspace root, forgeflow's: every tree below it is made checked
     home: Path  # the repository's private home (host path)
     repository: tuple[Path, ...]  # its clone and its sessions folder
     installation: tuple[Path, ...]  # the Codex installation, read-only
@@ -159,9 +160,7 @@ class AppServer:
         # there would lead the write elsewhere): it only makes the top-level folders,
         # whose parents are its own, and the jail checks them with lstat.
         for path in (launch.home, *launch.repository):
-            path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-            with contextlib.suppress(FileExistsError):
-                path.mkdir(mode=0o700)
+            jail.make_tree(launch.root, path)
         if not launch.jailed:  # one trusted user: no jail to make it in
             (launch.home / ".codex").mkdir(exist_ok=True)
         argv, env = launch.command(self.capability)

@@ -113,6 +113,7 @@ class CodexRuntime:
             self._readable = jail.installation_paths(self.cfg.argv) if self.cfg.jailed else ()
         return Launch(
             argv=self.cfg.argv,
+            root=self.cfg.workspace_root,
             home=Path(agent_home(root, ref, read_only=read_only)),
             repository=(Path(repo_workspace(root, ref)), Path(repo_sessions(root, ref))),
             installation=self._readable,

@@ -26,6 +26,7 @@ bubblewrap.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import stat
@@ -108,6 +109,25 @@ class JailRefused(Exception):
     """A path the jail would bind is not the real directory forgeflow made."""
 
     code = "workspace_dirty"
+
+    def __init__(self, message: str, reason: str = "not_a_directory") -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+def make_tree(root: Path, path: Path) -> None:
+    """Create ``path`` below ``root`` (0700), each folder on the way made or checked
+    with ``lstat``: a symlink anywhere between them is refused, never followed."""
+    rel = path.relative_to(root)
+    root.mkdir(parents=True, exist_ok=True, mode=0o700)  # the operator's, not the agent's
+    current = root
+    for part in rel.parts:
+        current = current / part
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(current, 0o700)
+        st = os.lstat(current)
+        if not stat.S_ISDIR(st.st_mode):
+            raise JailRefused(f"{current} is not a directory of forgeflow's", "outside_root")
 
 
 def check_top_level(path: Path) -> None:

@@ -60,14 +60,11 @@ class JailPaths:
             Path(agent_home(r, repo, read_only=read_only)),
         )
 
-    def make(self) -> None:
-        """Create the three top-level folders (their parents are forgeflow's, 0700),
-        then check each is a real directory: bwrap binds only what exists."""
+    def make(self, root: Path) -> None:
+        """Create the three top-level folders below ``root`` (bwrap binds only what
+        exists), with no symlink anywhere on the way (jail.make_tree)."""
         for path in (self.clone, self.sessions, self.home):
-            path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-            with contextlib.suppress(FileExistsError):
-                path.mkdir(mode=0o700)
-            jail.check_top_level(path)
+            jail.make_tree(root, path)
 
 
 class JailRunner:
@@ -114,7 +111,7 @@ class JailRunner:
     ) -> tuple[list[str], dict[str, str], str | None]:
         """(argv, environment, host cwd) of the process to start."""
         paths = self.paths(repository, read_only=read_only)
-        paths.make()
+        paths.make(self.root)
         extra = dict(env or {})
         if not self.jailed:
             environ = jail.base_env(

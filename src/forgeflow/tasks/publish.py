@@ -18,6 +18,7 @@ from sqlalchemy import Connection
 from forgeflow.domain import publish as rules
 from forgeflow.domain.ids import parse_resource_key
 from forgeflow.domain.records import Repository, Task
+from forgeflow.redaction import redact_text
 from forgeflow.store import Store, pushes, repos, tasks
 from forgeflow.store import audit as audit_q
 from forgeflow.tasks.moves import task_event
@@ -154,17 +155,45 @@ class Publisher:
     async def _refused(
         self, task: Task, branch: str, intent: pushes.Push | None, error: str
     ) -> Outcome:
-        # One line of plain text for the audit, the answer and the next prompt.
-        error = " ".join(error.split())
-        log.warning("publish.refused", task_id=task.task_id, branch=branch)
+        # git's remote output is the server's (or whoever answered) words: it goes to
+        # the log, scrubbed; the audit, the answer and the next prompt get a code and
+        # forgeflow's own reason.
+        code, reason = refusal(error)
+        log.warning("publish.refused", task_id=task.task_id, branch=branch, code=code,
+                    output=redact_text(" ".join(error.split()))[:2000])  # fmt: skip
+        detail = f"{code}: {reason}"
         event = task_event(
-            task, "publish.refused", metadata={"branch": branch, "error": error[:1000]}
+            task, "publish.refused", metadata={"branch": branch, "code": code, "error": detail}
         )
 
         def done(c: Connection) -> None:
             if intent is not None:
-                pushes.finish(c, intent.push_key, pushes.REFUSED, error[:1000])
+                pushes.finish(c, intent.push_key, pushes.REFUSED, detail)
             audit_q.append(c, event)
 
         await self.store.write(done)
-        return Outcome("refused", branch, detail=error)
+        return Outcome("refused", branch, detail=detail)
+
+
+# (what git or Gitea printed, lower-cased) -> the code and forgeflow's reason
+_REFUSALS = (
+    (("non-fast-forward", "fetch first", "stale info", "is behind its remote"),
+     "push_not_fast_forward",
+     "the branch on Gitea has commits the session does not have"),
+    (("protected",), "push_protected_branch", "the branch is protected on Gitea"),
+    (("hook declined", "pre-receive", "update hook"), "push_hook_declined",
+     "a server hook on Gitea declined the push"),
+    (("authentication", "401", "403", "could not read username", "access denied"),
+     "git_auth_failed", "Gitea did not accept forgeflow's credentials"),
+    (("bundle", "jail", "out of the jail"), "publish_bundle_refused",
+     "the session's commits could not be taken out of its jail intact"),
+)  # fmt: skip
+
+
+def refusal(error: str) -> tuple[str, str]:
+    """The code and the reason forgeflow states for a failed push."""
+    lowered = error.lower()
+    for needles, code, reason in _REFUSALS:
+        if any(n in lowered for n in needles):
+            return code, reason
+    return "push_failed", "git could not push the branch to Gitea (see forgeflow's log)"

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import SplitResult, urlsplit
 
-from forgeflow.redaction import MASK, redact_text
+from forgeflow.redaction import MASK, derived_forms, redact_text
 
 ASKPASS_NAME = ".forgeflow-askpass"
 USERNAME_VAR = "FORGEFLOW_GIT_USERNAME"
@@ -109,6 +109,9 @@ _AUTH_MARKERS = (
     "http basic: access denied",
     "invalid username or password",
 )
+
+
+Spawn = Callable[[list[str], Mapping[str, str], asyncio.subprocess.Process, str | None], None]
 
 
 class WorkspaceError(Exception):
@@ -208,17 +211,17 @@ class GitRunner:
     # The credentials are given only to URLs under this one (the configured Gitea);
     # None: under the scheme, host and port of the URL the command names.
     gitea_url: str | None = None
-    # Told about every git process started (argv, environment, process): an audit and
-    # test seam that sees exactly what git was handed.
-    on_spawn: Callable[[list[str], Mapping[str, str], asyncio.subprocess.Process], None] | None = (
-        None
-    )
+    # Told about every git process started (argv, environment, process, cwd): an
+    # audit and test seam that sees exactly what git was handed.
+    on_spawn: Spawn | None = None
     _askpass: str | None = field(default=None, init=False, repr=False)
 
     def scrub(self, text: str) -> str:
         """Remove the token (and every registered secret) from text meant for people."""
         if self.token:
-            text = text.replace(self.token, MASK)
+            for form in sorted({self.token, *derived_forms(self.token, (self.username,))},
+                               key=len, reverse=True):  # fmt: skip
+                text = text.replace(form, MASK)
         return redact_text(text)
 
     def askpass_path(self) -> str:
@@ -304,7 +307,8 @@ class GitRunner:
         file, which the agent can rewrite to a folder (and config) of its own."""
         argv = self.argv(args)
         limit = self.timeout if time_limit is None else time_limit
-        what = f"git {args[0]}" if args else "git"
+        words = [a for i, a in enumerate(args) if a != "-c" and (i == 0 or args[i - 1] != "-c")]
+        what = f"git {words[0]}" if words else "git"
         url = next((a for a in args if a.startswith(("http://", "https://"))), None)
         env = self.environment(auth=auth, url=url)
         if worktree is not None and cwd is not None:
@@ -323,7 +327,7 @@ class GitRunner:
             start_new_session=True,
         )
         if self.on_spawn is not None:
-            self.on_spawn(list(argv), env, proc)
+            self.on_spawn(list(argv), env, proc, cwd)
         try:
             out, err = await asyncio.wait_for(proc.communicate(), timeout=limit)
         except TimeoutError:

@@ -14,9 +14,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from forgeflow.agent.jail import JailRefused
 from forgeflow.agent.oneshot import JailResult, JailRunner
 from forgeflow.domain.ids import RepoRef
-from forgeflow.workspace.git import GitFailed, GitTimeout, check_sha
+from forgeflow.workspace.git import GitFailed, GitTimeout, WorkspaceDirty, check_sha
 from forgeflow.workspace.status import WorktreeStatus, parse_status
 
 OUTPUT_LIMIT = 4 * 1024 * 1024  # a status of a huge tree is cut, not trusted to end
@@ -73,9 +74,11 @@ if [ -n "$5" ]; then
   target=$(g rev-parse --verify --quiet "$4^{{commit}}") || {{ echo ff:no_target; exit 0; }}
 fi
 if [ ! -e "$2" ] && [ ! -L "$2" ]; then
-  out=$(g worktree add --no-track -b "$3" -- "$2" "$4" 2>&1) || {{
-    case "$out" in *"missing but already registered"*) g worktree prune;; esac
-    g worktree add --no-track -b "$3" -- "$2" "$4" >&2 2>&1 || g worktree add -- "$2" "$3" >&2 \\
+  # A stale registration (its folder deleted) is pruned; a branch that outlived its
+  # worktree is checked out as it is: its commits are the session's work.
+  g worktree add -q --no-track -b "$3" -- "$2" "$4" >&2 || {{
+    g worktree prune
+    g worktree add -q --no-track -b "$3" -- "$2" "$4" >&2 || g worktree add -q -- "$2" "$3" >&2 \\
       || {{ echo ff:add_failed; exit 0; }}
   }}
   echo ff:created
@@ -85,7 +88,10 @@ top=$(g rev-parse --show-toplevel 2>/dev/null) && [ "$top" = "$2" ] \\
   || {{ echo ff:occupied; exit 0; }}
 common=$(cd "$(g rev-parse --git-common-dir)" && pwd -P)
 [ "$common" = "$(cd "$1/.git" && pwd -P)" ] || {{ echo ff:occupied; exit 0; }}
-[ -e "$(g rev-parse --absolute-git-dir)/index.lock" ] && {{ echo ff:index_lock; exit 0; }}
+admin=$(g rev-parse --absolute-git-dir)
+# Registered at this very path (a copy of another worktree points elsewhere).
+[ "$(cat "$admin/gitdir" 2>/dev/null)" = "$2/.git" ] || {{ echo ff:occupied; exit 0; }}
+[ -e "$admin/index.lock" ] && {{ echo ff:index_lock; exit 0; }}
 if [ -n "$target" ]; then
   head=$(g rev-parse --verify --quiet HEAD)
   if [ "$head" = "$target" ]; then :
@@ -164,6 +170,15 @@ class JailGit:
     async def step(
         self, script: str, repo: RepoRef, cwd: str, *args: str, stdin: Path | None = None,
         limit: int = OUTPUT_LIMIT, read_only: bool = False,
+    ) -> JailResult:  # fmt: skip
+        try:
+            return await self._run(script, repo, cwd, args, stdin, limit, read_only)
+        except JailRefused as exc:
+            raise WorkspaceDirty(str(exc), details={"path": cwd, "reason": exc.reason}) from None
+
+    async def _run(
+        self, script: str, repo: RepoRef, cwd: str, args: tuple[str, ...],
+        stdin: Path | None, limit: int, read_only: bool,
     ) -> JailResult:  # fmt: skip
         return await self.runner.run(
             ["/bin/sh", "-c", script, "forgeflow-git", *args],

@@ -21,7 +21,7 @@ import asyncio
 import contextlib
 import os
 import tempfile
-from collections.abc import Awaitable, Callable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +40,7 @@ from forgeflow.workspace.git import (
     GitFailed,
     GitRunner,
     GitTimeout,
+    Spawn,
     WorkspaceDirty,
     WorkspaceError,
     check_ref,
@@ -84,8 +85,7 @@ class WorkspaceManager:
         username: str = "forgeflow",
         gitea_url: str | None = None,
         runner: JailRunner | None = None,
-        on_spawn: Callable[[list[str], Mapping[str, str], asyncio.subprocess.Process], None]
-        | None = None,
+        on_spawn: Spawn | None = None,
     ) -> None:
         self.root = Path(os.path.realpath(root))
         self.git = GitRunner(
@@ -199,7 +199,7 @@ class WorkspaceManager:
             raise WorkspaceDirty(
                 f"the repository clone {clone} was changed ({', '.join(reasons)}); "
                 "nothing was fetched, reset or cleaned",
-                details={"path": clone, "reasons": reasons,
+                details={"path": clone, "reason": reasons[0], "reasons": reasons,
                          "status": status.summary() if status else None},
             )  # fmt: skip
         self._delivered[repo.key] = tips

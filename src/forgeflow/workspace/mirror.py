@@ -27,8 +27,9 @@ from forgeflow.workspace.git import (
 )
 
 MIRRORS_DIR = ".mirrors"
-# git options for data that came from the jail: every object is checked.
-_FSCK = ("-c", "transfer.fsckObjects=true")
+# git options for a bundle file forgeflow wrote from the jail's output: every object is
+# checked, and the file transport (refused for all else) reads this one host file.
+_FROM_JAIL = ("-c", "transfer.fsckObjects=true", "-c", "protocol.file.allow=always")
 
 
 def mirror_path(root: Path, repo: RepoRef) -> str:
@@ -128,7 +129,7 @@ async def take_bundle(git: GitRunner, path: str, bundle_file: str, ref: str, sha
     if len(named) != 2 or named[0] != sha or named[1] != ref:
         raise GitFailed("the session's bundle does not hold the commit it was made for")
     await git.run(
-        *_FSCK, "fetch", "--quiet", "--no-tags", "--no-write-fetch-head", "--",
+        *_FROM_JAIL, "fetch", "--quiet", "--no-tags", "--no-write-fetch-head", "--",
         bundle_file, f"+{ref}:{private}", cwd=path,
     )  # fmt: skip
     if await commit_of(git, path, private) != sha:
@@ -147,4 +148,4 @@ async def push(git: GitRunner, path: str, clone_url: str, sha: str, branch: str)
     if res.returncode == 0:
         return None
     lines = [ln for ln in (res.stdout + "\n" + res.stderr).splitlines() if ln.strip()]
-    return "; ".join(lines[-6:])[:2000] or f"git push exited {res.returncode}"
+    return "; ".join(lines)[:4000] or f"git push exited {res.returncode}"
