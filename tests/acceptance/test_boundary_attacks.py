@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import resource
 import stat
 from collections.abc import Iterator
 from pathlib import Path
@@ -540,3 +541,35 @@ def test_tool_arguments_cannot_reach_another_repository(agentic: Agentic) -> Non
     assert secret not in seen, "the other repository's secret reached the model"
     assert secret not in json.dumps(agentic.gitea.comments("acme", "widget", agentic.issue))
     assert detail["terminal"]
+
+
+def test_the_jail_cannot_take_the_hosts_memory_or_process_table(jailed: Agentic) -> None:
+    """A fork bomb or a memory hog in the jail would take forgeflow (and every other
+    repository's work) down with it: the OOM killer picks the biggest process, a full
+    process table stops forgeflow starting git or bwrap. Not run here (it would hurt the
+    machine): the jail must carry a bound on both, as an rlimit or a cgroup limit, which
+    its own /proc and /sys show."""
+    out = shell_turn(
+        jailed,
+        "echo '== limits'; grep -E '^Max (processes|address space|data size)' /proc/self/limits\n"
+        "echo '== cgroup'; cat /sys/fs/cgroup/memory.max /sys/fs/cgroup/pids.max 2>&1",
+    ).output
+    limits = {
+        line.rsplit(None, 3)[0]: line.split()[-3]
+        for line in section(out, "limits").splitlines()
+        if line.strip()
+    }
+    cgroup = section(out, "cgroup").split()
+    # Lower than forgeflow's own limit: the machine's default is no bound for the jail.
+    host_procs = resource.getrlimit(resource.RLIMIT_NPROC)[0]
+    jail_procs = limits.get("Max processes", "unlimited")
+    processes = (len(cgroup) > 1 and cgroup[1].isdigit()) or (
+        jail_procs != "unlimited"
+        and (host_procs == resource.RLIM_INFINITY or int(jail_procs) < host_procs)
+    )
+    memory = (
+        limits.get("Max address space") != "unlimited"
+        or limits.get("Max data size") != "unlimited"
+        or (bool(cgroup) and cgroup[0].isdigit())
+    )
+    assert processes and memory, f"the jail has no bound on processes and memory:\n{out}"
