@@ -364,31 +364,50 @@ def mention_to_request(
     return request.received_at - t0
 
 
-def codex(world: World, root: Path, rounds: int) -> Result:
-    """Jailed forgeflow (new repository, follow-up, new issue on the active repository)
-    against the direct floor, with one scripted model answering both."""
-    model = ScriptedModel().start()
-    answering_agent(model)
-    env = write_codex_home(root / "codex-home", model.url).env()
+def codex_path(
+    world: World, root: Path, model: ScriptedModel, rounds: int, sandbox: str
+) -> dict[str, list[float]]:
+    """forgeflow with ``FORGEFLOW_SANDBOX=sandbox``: new repository, follow-up, new issue
+    on the active repository, mention → the model's first request."""
+    env = write_codex_home(root / f"codex-home-{sandbox}", model.url).env()
     env |= {"FORGEFLOW_AGENT_RUNTIME": "codex", "FORGEFLOW_MODEL": "scripted-model"}
     env |= {"FORGEFLOW_CODEX_COMMAND": f"{CODEX} app-server", "FORGEFLOW_GITEA_MCP_COMMAND": MCP}
-    env |= {"FORGEFLOW_SANDBOX": "bwrap"}
+    env |= {"FORGEFLOW_SANDBOX": sandbox}
     times: dict[str, list[float]] = {"new_repo": [], "follow_up": [], "new_issue": []}
+    serve = Serve(root / f"codex-{sandbox}", world.emu.url, world.bot_token, env).start()
     try:
-        serve = Serve(root / "codex", world.emu.url, world.bot_token, env).start()
-        try:
-            world.add_repo("cx-warmup", 1, serve.url)  # untimed: broker, gitea-mcp, clone
-            mention_to_request(serve, world, model, "cx-warmup", 1)
-            for k in range(rounds):
-                world.add_repo(f"cx{k}", 2, serve.url)
-                for kind, issue in (("new_repo", 1), ("follow_up", 1), ("new_issue", 2)):
-                    times[kind].append(mention_to_request(serve, world, model, f"cx{k}", issue))
-        finally:
-            serve.stop()
+        warmup = f"cx-warmup-{sandbox}"
+        world.add_repo(warmup, 1, serve.url)  # untimed: broker, gitea-mcp, clone
+        mention_to_request(serve, world, model, warmup, 1)
+        for k in range(rounds):
+            name = f"cx{k}-{sandbox}"
+            world.add_repo(name, 2, serve.url)
+            for kind, issue in (("new_repo", 1), ("follow_up", 1), ("new_issue", 2)):
+                times[kind].append(mention_to_request(serve, world, model, name, issue))
+    finally:
+        serve.stop()
+    return times
+
+
+def codex(world: World, root: Path, rounds: int) -> Result:
+    """Jailed forgeflow against the same forgeflow unjailed (``none``) in the same run,
+    and against the direct floor, with one scripted model answering all."""
+    model = ScriptedModel().start()
+    answering_agent(model)
+    try:
+        times = codex_path(world, root, model, rounds, "bwrap")
+        unjailed = codex_path(world, root, model, rounds, "none")
         floor = asyncio.run(direct_floor(root, world, model, rounds))
     finally:
         model.stop()
     out: Result = {k: summary_ms(v) for k, v in times.items()}
+    out |= {f"none_{k}": summary_ms(v) for k, v in unjailed.items()}
+    out["jail_follow_up_overhead_pct"] = round(
+        100 * (out["follow_up"]["p50_ms"] / out["none_follow_up"]["p50_ms"] - 1), 1
+    )
+    out["jail_new_issue_extra_ms"] = round(
+        out["new_issue"]["p50_ms"] - out["none_new_issue"]["p50_ms"], 1
+    )
     out |= {f"floor_{k}": summary_ms(v) for k, v in floor.items()}
     out["ratio_new_issue"] = round(
         out["new_issue"]["p50_ms"] / out["floor_new_thread"]["p50_ms"], 2

@@ -77,16 +77,19 @@ def test_other_processes_and_their_environments_are_out_of_sight(agentic: Agenti
         (bwrap,) = app_server_groups(agentic.ff.settings.data_dir)
         watched.extend([os.getpid(), gitea_mcp, bwrap])
         return (
-            "echo '== environ'; cat /proc/*/environ | tr '\\0' '\\n'\n"
             "echo '== count'; ls /proc | grep -E '^[0-9]+$' | wc -l\n"
-            "echo '== cmdlines'; for f in /proc/[0-9]*/cmdline; do tr '\\0' ' ' < $f; echo; done\n"
-            "echo '== host pids'\n" + "".join(f"cat /proc/{pid}/cmdline\n" for pid in watched)
+            # (the start of each: Codex's -c settings would fill its output limit)
+            "echo '== cmdlines'; for f in /proc/[0-9]*/cmdline;"
+            " do tr '\\0' ' ' < $f | head -c 160; echo; done\n"
+            "echo '== host pids'\n"
+            + "".join(f"cat /proc/{pid}/cmdline\n" for pid in watched)
+            + "echo '== environ'; cat /proc/*/environ | tr '\\0' '\\n' | sort -u\n"
         )
 
     out = run_in_turn(agentic, command)
     environ = section(out, "environ")
     # It did read environments: its own processes', with no key at all (the jail's
-    # capability is in its Codex config, not in an environment or on a command line).
+    # capability, worthless outside, is its only credential, in its own environment).
     assert "HOME=/home/agent" in environ and "KEY=" not in environ, environ
     for what, secret in secrets(agentic).items():
         assert secret not in out, f"the {what} is visible in the jail"
@@ -143,8 +146,9 @@ def test_forgeflow_data_and_the_model_key_are_out_of_reach(agentic: Agentic) -> 
     assert "HOME=/home/agent" in env and "FORGEFLOW_" not in env and "KEY=" not in env, env
     assert section(out, "grep").strip() == "grep-exit=1"  # searched, found nothing
     config = section(out, "config")
-    # forgeflow writes no config.toml: Codex gets its settings as -c overrides.
-    assert "config.toml: No such file or directory" in config, config
+    # forgeflow writes no config.toml (Codex may keep its own there, e.g. the projects
+    # it trusts): Codex gets forgeflow's settings as -c overrides, no token in a file.
+    assert "experimental_bearer_token" not in config, config
     base_urls = re.findall(r'^model_providers\.forgeflow\.base_url="(.*)"$', config, re.M)
     assert len(base_urls) == 1 and re.fullmatch(r"http://127\.0\.0\.1:\d+/model", base_urls[0])
     assert agentic.model.url not in config and "bearer" not in config
@@ -336,31 +340,30 @@ def test_the_agent_still_works_in_its_worktree_home_and_tmp(
 def test_the_agent_cannot_steer_forgeflows_git_on_the_host(
     agentic: Agentic, tmp_path: Path
 ) -> None:
-    """forgeflow's own git runs on the host in the clone the agent works in. The agent
-    tries to make it run a command there: a filter driver in the clone's config, a hook,
-    alternates, and a worktree ``.git`` file pointing at a git folder of its own whose
-    config has the filter. None of it runs; the hijacked worktree blocks the session."""
+    """forgeflow's own git never runs in the clone the agent works in (it works in its
+    mirror; git on the clone runs in the jail). The agent plants commands for it: a
+    filter driver in the clone's config, a hook, alternates, attributes, and a worktree
+    ``.git`` file pointing at a git folder of its own whose config has the filter.
+    Nothing runs on the host; the hijacked worktree blocks the session."""
     mark = tmp_path / "forgeflow-ran-the-agents-command"
     clone = Path(agentic.ff.settings.resolved_workspace_root) / "default/acme/widget"
     evil = f"touch {mark}"
     out = run_in_turn(
         agentic,
-        f"echo '== config'; git config filter.x.clean '{evil}'\n"
-        f"echo '== hook'; echo '{evil}' > {clone}/.git/hooks/post-checkout\n"
-        f"echo '== alternates'; echo /srv > {clone}/.git/objects/info/alternates\n"
-        f"echo '== attributes'; echo '* filter=x' > {clone}/.git/info/attributes\n"
+        f"echo '== config'; git config filter.x.clean '{evil}' && echo written\n"
+        f"echo '== hook'; echo '{evil}' > {clone}/.git/hooks/post-checkout && echo written\n"
+        f"echo '== alternates'; echo /srv > {clone}/.git/objects/info/alternates && echo written\n"
+        f"echo '== attributes'; echo '* filter=x' > {clone}/.git/info/attributes && echo written\n"
         "echo '== hijack'; git init -q fake && git -C fake config filter.x.clean"
         f" '{evil}' && echo '* filter=x' > .gitattributes && touch new.txt"
         ' && echo "gitdir: $PWD/fake/.git" > .git && echo hijacked',
     )
-    # git replaces its config by a rename, which a read-only bind refuses as "busy".
-    assert "could not write config file" in section(out, "config"), out
-    assert "filter" not in (clone / ".git/config").read_text()
-    for name in ("hook", "alternates", "attributes"):
-        assert "Read-only file system" in section(out, name), out
+    # The clone is the agent's: its writes land (no read-only sub-binds any more).
+    for name in ("config", "hook", "alternates", "attributes"):
+        assert section(out, name).strip() == "written", out
     assert "hijacked" in section(out, "hijack"), out
-    # The next mention: forgeflow prepares the session (git on the host) and finds the
-    # worktree is not its own any more; it runs nothing there.
+    # The next mention: forgeflow prepares the session (git in the jail) and finds the
+    # worktree is not its own any more; nothing ran on the host.
     answering_agent(agentic.model)
     again = agentic.mention("@ccweb-bot again")
     detail = wait_for(
@@ -369,9 +372,10 @@ def test_the_agent_cannot_steer_forgeflows_git_on_the_host(
         what="the hijacked session blocks",
     )
     blocked = [e for e in detail["audit"] if e["toState"] == "blocked_workspace"]
-    assert blocked[0]["metadata"]["reason"] == "occupied", blocked
-    assert not mark.exists(), "forgeflow's git ran a command the agent planted"
-    assert not (clone / ".git/objects/info/alternates").exists()
+    # The clone's check (in the jail) comes first: with its attributes' filter on every
+    # file, git in the jail sees the clone as changed.
+    assert blocked[0]["metadata"]["reason"] == "modified", blocked
+    assert not mark.exists(), "a command the agent planted ran on the host"
 
 
 def test_without_network_the_jail_reaches_only_forgeflows_brokers(

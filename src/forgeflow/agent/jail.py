@@ -159,7 +159,8 @@ def base_env(extra: Mapping[str, str]) -> dict[str, str]:
 def bwrap_argv(spec: JailSpec, command: Sequence[str], *, bwrap: str = "bwrap") -> list[str]:
     """The full command line that runs ``command`` inside the jail."""
     argv = [
-        bwrap,
+        # Found on forgeflow's PATH, not the jail's (the process gets the jail's env).
+        shutil.which(bwrap) or bwrap,
         "--die-with-parent",
         "--new-session",
         "--unshare-user",

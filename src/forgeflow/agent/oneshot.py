@@ -110,7 +110,7 @@ class JailRunner:
         env: Mapping[str, str] | None = None,
     ) -> tuple[list[str], dict[str, str], str | None]:
         """(argv, environment, host cwd) of the process to start."""
-        paths = self.paths(repository, read_only=read_only)
+        paths = self.paths(repository)  # the home of the repository's own jail
         paths.make(self.root)
         extra = dict(env or {})
         if not self.jailed:
