@@ -19,6 +19,8 @@ from typing import Any
 
 import structlog
 
+from forgeflow.redaction import redact_text
+
 log = structlog.get_logger("forgeflow.jsonrpc")
 
 Json = dict[str, Any]
@@ -74,6 +76,7 @@ class RpcProcess:
         self._next_id = 0
         self.closed = asyncio.Event()
         self._reader = asyncio.create_task(self._read(), name="jsonrpc.reader")
+        self._stderr: asyncio.Task[None] | None = None
 
     @classmethod
     async def spawn(
@@ -92,28 +95,28 @@ class RpcProcess:
             with contextlib.suppress(ValueError, OSError):
                 kill_group(int(pgid_file.read_text().strip()))
             pgid_file.unlink(missing_ok=True)
-        stderr: Any = asyncio.subprocess.DEVNULL
-        if stderr_path is not None:
-            stderr_path.parent.mkdir(parents=True, exist_ok=True)
-            stderr = stderr_path.open("ab")
-        try:
-            proc = await asyncio.create_subprocess_exec(
-                *argv,
-                stdin=asyncio.subprocess.PIPE,
-                stdout=asyncio.subprocess.PIPE,
-                stderr=stderr,
-                env=env,
-                cwd=cwd,
-                start_new_session=True,
-                limit=64 * 1024 * 1024,
-            )
-        finally:
-            if stderr_path is not None:
-                stderr.close()
+        # stderr is a pipe forgeflow copies to the log, never the log file itself: an open
+        # host file in the jail could be reopened there (/proc/<pid>/fd/2) to read, cut or
+        # forge every repository's log lines.
+        proc = await asyncio.create_subprocess_exec(
+            *argv,
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE if stderr_path else asyncio.subprocess.DEVNULL,
+            env=env,
+            cwd=cwd,
+            start_new_session=True,
+            limit=64 * 1024 * 1024,
+        )
         if pgid_file is not None:
             pgid_file.parent.mkdir(parents=True, exist_ok=True)
             pgid_file.write_text(str(proc.pid))
-        return cls(proc, on_message, pgid_file)
+        rpc = cls(proc, on_message, pgid_file)
+        if stderr_path is not None and proc.stderr is not None:
+            rpc._stderr = asyncio.create_task(
+                _copy_stderr(proc.stderr, stderr_path), name="jsonrpc.stderr"
+            )
+        return rpc
 
     async def _read(self) -> None:
         assert self.proc.stdout is not None
@@ -195,3 +198,33 @@ class RpcProcess:
             await self._reader
         if self._pgid_file is not None:
             self._pgid_file.unlink(missing_ok=True)
+
+
+_STDERR_LINE = 4096  # characters of one stderr line kept in the log
+_STDERR_TOTAL = 16 * 1024 * 1024  # bytes of one process's stderr kept, then one note
+
+
+async def _copy_stderr(stream: asyncio.StreamReader, path: Path) -> None:
+    """Copy a child's stderr to ``path``, bounded per line and in all, redacted: what a
+    jailed process writes is untrusted, and the log is forgeflow's."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    written = 0
+    with path.open("ab") as log_file:
+        while True:
+            try:
+                line = await stream.readuntil(b"\n")
+            except asyncio.IncompleteReadError as end:
+                line = end.partial
+            except asyncio.LimitOverrunError as over:
+                line = await stream.read(over.consumed)
+            if not line:
+                return
+            if written >= _STDERR_TOTAL:
+                continue  # keep draining, so the child never blocks on a full pipe
+            text = redact_text(line.decode("utf-8", errors="replace").rstrip("\n"))
+            out = (text[:_STDERR_LINE] + "\n").encode()
+            written += len(out)
+            if written >= _STDERR_TOTAL:
+                out += b"[forgeflow: further stderr of this process left out]\n"
+            log_file.write(out)
+            log_file.flush()
