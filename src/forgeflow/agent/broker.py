@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import json
 import secrets
 import socket
@@ -104,6 +105,10 @@ class Broker:
         self._host = host
         self.unix_socket = unix_socket
         self._grants: dict[str, Grant] = {}
+        # Jails without the host's network reach the brokers through a Unix socket of
+        # their own (bound into that jail alone): a capability works only on its jail's
+        # socket, so one read or leaked in another jail is worth nothing there.
+        self._jail_sockets: dict[str, str] = {}
         self._runner: web.AppRunner | None = None
         self._client: aiohttp.ClientSession | None = None
         self._mcp_task: asyncio.Task[None] | None = None
@@ -128,11 +133,6 @@ class Broker:
         sock.bind((self._host, 0))
         self.port = int(sock.getsockname()[1])
         await web.SockSite(runner, sock).start()
-        if self.unix_socket is not None:
-            # Jails without network reach the brokers here (forward.py in the jail).
-            self.unix_socket.parent.mkdir(parents=True, exist_ok=True)
-            self.unix_socket.unlink(missing_ok=True)
-            await web.UnixSite(runner, str(self.unix_socket)).start()
         self._runner = runner
         # No proxy from the environment: the upstream is the operator's provider.
         self._client = aiohttp.ClientSession(
@@ -179,6 +179,22 @@ class Broker:
     def mcp_url(self) -> str:
         return f"http://{self._host}:{self.port}/mcp"
 
+    async def jail_socket(self, server: str) -> Path | None:
+        """The Unix socket of one repository's jails (forward.py in the jail relays to
+        it); None when jails reach the brokers on the host's loopback instead."""
+        if self.unix_socket is None or self._runner is None:
+            return None
+        known = self._jail_sockets.get(server)
+        if known is not None:
+            return Path(known)
+        digest = hashlib.sha256(server.encode()).hexdigest()[:16]
+        path = self.unix_socket.with_name(f"broker-{digest}.sock")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.unlink(missing_ok=True)
+        await web.UnixSite(self._runner, str(path)).start()
+        self._jail_sockets[server] = str(path)
+        return path
+
     # -- grants ----------------------------------------------------------------------
 
     def grant(self, grant: Grant) -> str:
@@ -200,12 +216,22 @@ class Broker:
         header = request.headers.get("Authorization", "")
         token = header.removeprefix("Bearer ").strip() if header.startswith("Bearer ") else ""
         grant = self._grants.get(token) if token else None
+        if grant is not None and not self._from_its_jail(request, grant):
+            grant = None
         if grant is None or (grant.session_key is not None) != session:
             raise web.HTTPUnauthorized(
                 text=json.dumps({"error": {"message": "unknown or revoked capability"}}),
                 content_type="application/json",
             )
         return grant
+
+    def _from_its_jail(self, request: web.Request, grant: Grant) -> bool:
+        """A grant whose jail has a socket of its own is honoured on that socket only."""
+        own = self._jail_sockets.get(grant.server)
+        if own is None:
+            return True
+        transport = request.transport
+        return transport is not None and transport.get_extra_info("sockname") == own
 
     # -- the model pass-through --------------------------------------------------------
 

@@ -109,7 +109,7 @@ class CodexRuntime:
 
     # -- one app-server per repository ---------------------------------------------------
 
-    def _launch(self, owner: str, repo: str, read_only: bool) -> Launch:
+    def _launch(self, owner: str, repo: str, read_only: bool, broker_socket: Path | None) -> Launch:
         root = str(self.cfg.workspace_root)
         ref = RepoRef(owner, repo)
         if self._readable is None:
@@ -126,7 +126,7 @@ class CodexRuntime:
             config=self.cfg.provider.jail_config(self.broker.model_url),
             log_path=self.cfg.data_dir / "logs" / "codex-app-server.log",
             pgid_file=pgid_file(self.cfg.data_dir / "run", server_key(owner, repo, read_only)),
-            broker_socket=self.broker.unix_socket,
+            broker_socket=broker_socket,
             broker_port=self.broker.port,
             egress_socket=self._egress_socket(server_key(owner, repo, read_only)),
             git_name=self.cfg.bot_login,
@@ -147,9 +147,8 @@ class CodexRuntime:
             await self._start_proxy(key, f"{owner}/{repo}")
             grant = Grant(key, owner, repo)
             server = AppServer(key, owner, repo, read_only, grant, self.broker.grant(grant))
-            proc = await server.start(
-                self._launch(owner, repo, read_only), partial(self._on_message, server), 60.0
-            )
+            launch = self._launch(owner, repo, read_only, await self.broker.jail_socket(key))
+            proc = await server.start(launch, partial(self._on_message, server), 60.0)
             self._servers[key] = server
             asyncio.get_running_loop().create_task(self._watch(server, proc))
             self._arm_idle(server)
