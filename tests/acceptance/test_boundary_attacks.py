@@ -17,6 +17,7 @@ import json
 import os
 import resource
 import stat
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -382,22 +383,48 @@ def test_a_fifo_where_forgeflow_writes_does_not_stop_forgeflow(jailed: Agentic) 
             os.close(fd)
 
 
-def test_setuid_files_the_agent_makes_are_not_setuid_for_the_host(jailed: Agentic) -> None:
-    """The jail runs as forgeflow's user (root here): a setuid copy of a shell that the
-    agent leaves in its home or worktree would give any local user that identity."""
+def test_setuid_files_the_agent_makes_give_no_local_user_their_owner(jailed: Agentic) -> None:
+    """The jail's files are forgeflow's user's on the host (root here): a setuid copy of a
+    shell that the agent leaves in its home or worktree must not be a way up for another
+    local user. forgeflow's own folders above every agent tree are its alone (even when
+    the operator made the workspace root open to all), so no local user reaches, let alone
+    runs, what the agent left there; an unprivileged user tries."""
     _clone, worktree, home = paths(jailed)
+    root = jailed.ff.settings.resolved_workspace_root
+    for tree in (home, worktree):
+        tree.parent.mkdir(parents=True, exist_ok=True)
+        for level in [tree.parent, *tree.parent.parents]:
+            if root in (level, *level.parents):
+                level.chmod(0o755)  # as an older set-up or an open umask left them
     shell_turn(
         jailed,
         "cp /bin/sh ~/suid-sh && chmod 4755 ~/suid-sh;"
         " cp /bin/sh ./suid-sh && chmod 6755 ./suid-sh;"
         " ls -l ~/suid-sh ./suid-sh",
     )
-    for path in (home / "suid-sh", worktree / "suid-sh"):
-        st = path.lstat()
-        setid = st.st_mode & (stat.S_ISUID | stat.S_ISGID)
-        assert not (setid and st.st_uid in (0, os.getuid())), (
-            f"{path} is setuid {st.st_uid} on the host"
-        )
+    for path, tree in ((home / "suid-sh", home), (worktree / "suid-sh", worktree)):
+        assert path.lstat().st_mode & stat.S_ISUID, f"the plant did not happen: {path}"
+        # Between the root and the agent's tree, some folder of forgeflow's is closed to
+        # everyone else (the jail sees none of them, so it cannot open them again).
+        levels = [tree.parent, *[p for p in tree.parent.parents if root in (p, *p.parents)]]
+        assert any(p.stat().st_mode & 0o077 == 0 for p in levels), [
+            oct(p.stat().st_mode) for p in levels
+        ]
+        try:
+            ran = subprocess.run(
+                [str(path), "-p", "-c", "id -u"],
+                user=65534,
+                group=65534,
+                extra_groups=[],
+                capture_output=True,
+                text=True,
+                timeout=30,
+                check=False,
+            )
+        except PermissionError:
+            continue  # the way in is closed: the point
+        assert ran.stdout.strip() != "0", f"{path} made a local user root: {ran}"
+        raise AssertionError(f"a local user ran {path}: {ran}")
 
 
 def test_nothing_forgeflow_holds_open_reaches_the_jail(jailed: Agentic) -> None:

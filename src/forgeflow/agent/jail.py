@@ -36,6 +36,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 JAIL_HOME = "/home/agent"
+# Resource limits of every process in a jail (threads count as processes; a build with
+# many jobs stays far below this). Memory: writable private memory per process.
+JAIL_MAX_PROCESSES = 4096
+JAIL_MAX_DATA_BYTES = 8 * 1024**3
 JAIL_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 # What programs in the jail may read of /etc. Everything else there (shadow files,
@@ -121,13 +125,18 @@ def make_tree(root: Path, path: Path) -> None:
     rel = path.relative_to(root)
     root.mkdir(parents=True, exist_ok=True, mode=0o700)  # the operator's, not the agent's
     current = root
-    for part in rel.parts:
-        current = current / part
+    for depth, part in enumerate(("", *rel.parts)):
+        current = current / part if part else current
         with contextlib.suppress(FileExistsError):
             os.mkdir(current, 0o700)
         st = os.lstat(current)
         if not stat.S_ISDIR(st.st_mode):
             raise JailRefused(f"{current} is not a directory of forgeflow's", "outside_root")
+        if depth < len(rel.parts) and st.st_mode & 0o077:
+            # forgeflow's folders above an agent tree are its own alone: whatever the
+            # agent leaves in its tree (a setuid copy of a shell, made as the jail's
+            # uid) cannot be reached, let alone run, by another local user.
+            os.chmod(current, 0o700)
 
 
 def check_top_level(path: Path) -> None:
@@ -201,8 +210,21 @@ def bwrap_argv(spec: JailSpec, command: Sequence[str], *, bwrap: str = "bwrap") 
     # The root itself (bwrap's tmpfs holding the mount points) is read-only too: writes
     # land only in the binds above and the tmpfs /tmp and /home.
     argv += ["--remount-ro", "/"]
-    argv += ["--chdir", spec.chdir, "--", *command]
+    argv += ["--chdir", spec.chdir, "--", *limited(command)]
     return argv
+
+
+def limited(command: Sequence[str]) -> list[str]:
+    """``command`` under the jail's resource limits (util-linux ``prlimit``, run first in
+    the jail): a fork bomb or a memory hog in one jail must not take the host's process
+    table or memory from forgeflow and every other repository's work."""
+    return [
+        "/usr/bin/prlimit",
+        f"--nproc={JAIL_MAX_PROCESSES}",
+        f"--data={JAIL_MAX_DATA_BYTES}",
+        "--",
+        *command,
+    ]
 
 
 def jail_env(spec: JailSpec) -> dict[str, str]:
