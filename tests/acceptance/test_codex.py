@@ -345,8 +345,8 @@ def test_app_servers_follow_active_repositories_and_stop_when_idle(
         gitea.add_hook("acme", "gadget", url=world.ff.webhook_url, secret=WEBHOOK_SECRET)
         other = gitea.add_issue("acme", "gadget", title="Other", author="alice")
         first = world.mention()
-        gitea.post_comment("acme", "gadget", other, author="alice", body="@ccweb-bot hi")
-        second = json.loads(gitea.deliveries[-1].response)["taskId"]
+        hi = gitea.post_comment("acme", "gadget", other, author="alice", body="@ccweb-bot hi")
+        second = json.loads(gitea.delivery_of_comment(hi["id"]).response)["taskId"]
         for task in (first, second):
             assert world.finished(task)["task"]["state"] == "succeeded"
         groups = app_server_groups(data)

@@ -40,8 +40,10 @@ class Agentic:
     def mention(
         self, text: str = "@ccweb-bot please fix the flaky test", index: int | None = None
     ) -> str:
-        self.gitea.post_comment("acme", "widget", index or self.issue, author="alice", body=text)
-        d = self.gitea.deliveries[-1]
+        comment = self.gitea.post_comment(
+            "acme", "widget", index or self.issue, author="alice", body=text
+        )
+        d = self.gitea.delivery_of_comment(comment["id"])
         assert d.status_code == 202, d.response
         task_id: str = json.loads(d.response)["taskId"]
         return task_id
