@@ -17,7 +17,15 @@ from forgeflow_testkit.codex_home import API_KEY, write_codex_home
 from forgeflow_testkit.gitea_emulator import GiteaEmulator
 from forgeflow_testkit.model_server import RecordedRequest, ScriptedModel, last_input_is_tool_output
 from forgeflow_testkit.model_steps import Step, delay, gitea_comment, message
-from tests.support.agentic import CODEX, GITEA_MCP, Agentic, app_server_groups, start_agentic
+from tests.support.agentic import (
+    CODEX,
+    GITEA_MCP,
+    Agentic,
+    GroupWatch,
+    app_server_groups,
+    group_alive,
+    start_agentic,
+)
 from tests.support.cluster import wait_for
 from tests.support.forgeflow import WEBHOOK_SECRET
 from tests.support.world import BOT
@@ -317,14 +325,6 @@ def test_the_tool_broker_answers_a_servers_elicitation_by_the_policy(
         assert detail["task"]["state"] == state
 
 
-def _group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    return True
-
-
 def test_app_servers_follow_active_repositories_and_stop_when_idle(
     gitea: GiteaEmulator,
     model: ScriptedModel,
@@ -344,25 +344,29 @@ def test_app_servers_follow_active_repositories_and_stop_when_idle(
         gitea.set_permission("acme", "gadget", BOT, "admin")
         gitea.add_hook("acme", "gadget", url=world.ff.webhook_url, secret=WEBHOOK_SECRET)
         other = gitea.add_issue("acme", "gadget", title="Other", author="alice")
-        first = world.mention()
-        hi = gitea.post_comment("acme", "gadget", other, author="alice", body="@ccweb-bot hi")
-        second = json.loads(gitea.delivery_of_comment(hi["id"]).response)["taskId"]
-        for task in (first, second):
-            assert world.finished(task)["task"]["state"] == "succeeded"
-        groups = app_server_groups(data)
+        # Watched, not looked at once: a 2 s idle timer may end them before a busy
+        # machine lets the test look.
+        with GroupWatch(data) as watch:
+            first = world.mention()
+            hi = gitea.post_comment("acme", "gadget", other, author="alice", body="@ccweb-bot hi")
+            second = json.loads(gitea.delivery_of_comment(hi["id"]).response)["taskId"]
+            for task in (first, second):
+                assert world.finished(task)["task"]["state"] == "succeeded"
+        groups = list(watch.seen)
         assert len(groups) == 2  # two repositories with work: two app-servers, no more
-        assert all(_group_alive(g) for g in groups)
+        assert all(watch.seen.values())  # each was a live process group
         # Idle: every app-server ends, with its whole process group and its jail.
         wait_for(
             lambda d=data: app_server_groups(d) == [], timeout=30, what="idle app-servers stop"
         )
-        wait_for(lambda gs=groups: not any(_group_alive(g) for g in gs), timeout=10)
+        wait_for(lambda gs=groups: not any(group_alive(g) for g in gs), timeout=10)
         thread = world.detail(first)["task"]["threadId"]
-        follow = world.finished(world.mention("@ccweb-bot and now?"))
+        with GroupWatch(data) as watch:
+            follow = world.finished(world.mention("@ccweb-bot and now?"))
         assert follow["task"]["state"] == "succeeded"
         assert follow["task"]["threadId"] == thread  # resumed in a fresh app-server
         assert any(e["action"] == "session.thread_resume" for e in follow["audit"])
-        (again,) = app_server_groups(data)
+        (again,) = watch.seen
         assert again not in groups
 
 
