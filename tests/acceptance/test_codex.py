@@ -467,11 +467,7 @@ def test_idle_sessions_hold_no_process_and_little_memory(
                 posted = gitea.post_comment(
                     "acme", name, issue, author="alice", body="@ccweb-bot hi"
                 )
-                (delivery,) = [
-                    d
-                    for d in gitea.deliveries
-                    if (d.payload.get("comment") or {}).get("id") == posted["id"]
-                ]
+                delivery = gitea.delivery_of_comment(posted["id"])
                 tasks.append(json.loads(delivery.response)["taskId"])
         most_mcp = most_servers = 0
         pending = list(tasks)
