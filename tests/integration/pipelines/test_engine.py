@@ -304,7 +304,7 @@ def test_cancel_skips_pending_and_cancels_running_and_suspended(
         async def _stopped() -> bool:
             return h.cancelled == ["slow"]
 
-        await h.wait(_stopped, timeout=5, what="the running body was cancelled")
+        await h.wait(_stopped, timeout=30, what="the running body was cancelled")
         again = await h.engine.cancel(run_id)
         assert again["status"] == "cancelled"
 
