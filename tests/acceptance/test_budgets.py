@@ -15,8 +15,8 @@ Worker = tuple[GiteaEmulator, Running]
 
 
 def _mention(gitea: GiteaEmulator, index: int, text: str) -> dict[str, Any]:
-    gitea.post_comment("acme", "widget", index, author="alice", body=text)
-    body: dict[str, Any] = json.loads(gitea.deliveries[-1].response)
+    comment = gitea.post_comment("acme", "widget", index, author="alice", body=text)
+    body: dict[str, Any] = json.loads(gitea.delivery_of_comment(comment["id"]).response)
     return body
 
 

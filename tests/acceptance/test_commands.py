@@ -15,10 +15,11 @@ Worker = tuple[GiteaEmulator, Running]
 
 
 def _say(gitea: GiteaEmulator, index: int, text: str, author: str = "alice") -> dict[str, Any]:
-    gitea.post_comment("acme", "widget", index, author=author, body=text)
-    d = gitea.deliveries[-1]
+    comment = gitea.post_comment("acme", "widget", index, author=author, body=text)
+    d = gitea.delivery_of_comment(comment["id"])
     body: dict[str, Any] = json.loads(d.response)
     body["_status"] = d.status_code
+    body["_comment"] = comment["id"]
     return body
 
 
@@ -78,28 +79,18 @@ def test_status_answers_once_without_starting_the_agent(worker: Worker) -> None:
     issue = gitea.add_issue("acme", "widget", title="t", author="alice")
     task = _say(gitea, issue, "@ccweb-bot fix")["taskId"]
     wait_for(lambda: _detail(ff, task)["terminal"])
-    _say(gitea, issue, "@ccweb-bot status")
+    asked = _say(gitea, issue, "@ccweb-bot status")
     wait_for(lambda: any("status: succeeded" in b for b in _bot(gitea, issue)))
     status = [b for b in _bot(gitea, issue) if "status:" in b]
     assert len(status) == 1 and "tokens so far: 100 in, 20 out" in status[0]
     # Replaying the command does not answer twice.
-    replay = gitea.redeliver(gitea.deliveries[-1 - _bot_deliveries_since(gitea)])
+    replay = gitea.redeliver(gitea.delivery_of_comment(asked["_comment"]))
     assert json.loads(replay.response)["status"] == "duplicate"
     ff.services.scheduler.wake()  # type: ignore[union-attr]
     time.sleep(1.0)
     assert len([b for b in _bot(gitea, issue) if "status:" in b]) == 1
     assert len(_tasks(ff)) == 1
     assert len(_detail(ff, task)["turns"]) == 1
-
-
-def _bot_deliveries_since(gitea: GiteaEmulator) -> int:
-    """How many of the newest deliveries are the bot's own comments (skipped above)."""
-    count = 0
-    for d in reversed(gitea.deliveries):
-        if d.payload["sender"]["login"] != BOT:
-            break
-        count += 1
-    return count
 
 
 def test_new_session_starts_a_fresh_thread(worker: Worker) -> None:

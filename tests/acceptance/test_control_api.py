@@ -10,8 +10,10 @@ from tests.support.world import World
 
 
 def _mention(world: World, text: str = "@ccweb-bot go", index: int | None = None) -> str:
-    world.gitea.post_comment("acme", "widget", index or world.issue, author="alice", body=text)
-    d = world.gitea.deliveries[-1]
+    comment = world.gitea.post_comment(
+        "acme", "widget", index or world.issue, author="alice", body=text
+    )
+    d = world.gitea.delivery_of_comment(comment["id"])
     assert d.status_code == 202, d.response
     task_id: str = json.loads(d.response)["taskId"]
     return task_id
@@ -118,7 +120,9 @@ def test_task_list_filters_and_pages(world: World) -> None:
 
 def test_task_detail_and_audit_chain(world: World) -> None:  # AC-11
     task_id = _mention(world)
-    delivery_id = world.gitea.deliveries[-1].delivery_id
+    delivery_id = next(
+        d.delivery_id for d in world.gitea.deliveries if f'"{task_id}"' in d.response
+    )
     with world.ff.admin() as admin:
         detail = admin.get(f"/api/gitea-workflow/tasks/{task_id}").json()
         assert detail["task"]["state"] == "queued"

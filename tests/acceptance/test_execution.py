@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
-import httpx
 import pytest
 
 from forgeflow_testkit.gitea_emulator import GiteaEmulator
@@ -19,6 +19,13 @@ def _task(ff: Running, task_id: str) -> dict[str, Any]:
         return detail
 
 
+def _mention(gitea: GiteaEmulator, index: int) -> str:
+    """The task of the mention this posts (read from its own delivery, not the newest)."""
+    comment = gitea.post_comment("acme", "widget", index, author="alice", body="@ccweb-bot fix it")
+    task_id: str = json.loads(gitea.delivery_of_comment(comment["id"]).response)["taskId"]
+    return task_id
+
+
 def _bot_comments(gitea: GiteaEmulator, index: int) -> list[dict[str, Any]]:
     return [c for c in gitea.comments("acme", "widget", index) if c["user"]["login"] == BOT]
 
@@ -28,11 +35,7 @@ def test_mention_ends_succeeded_with_one_receipt_and_a_verified_reply(
 ) -> None:
     gitea, ff = worker
     issue = gitea.add_issue("acme", "widget", title="Bug", author="alice")
-    gitea.post_comment("acme", "widget", issue, author="alice", body="@ccweb-bot fix it")
-    task_id = (
-        gitea.deliveries[-1].payload
-        and httpx.Response(200, content=gitea.deliveries[-1].response).json()["taskId"]
-    )
+    task_id = _mention(gitea, issue)
     detail = wait_for(lambda: (d := _task(ff, task_id))["terminal"] and d)
     assert detail["task"]["state"] == "succeeded", detail["task"]
     path = [(e["fromState"], e["toState"]) for e in detail["audit"] if e["toState"]]
@@ -75,8 +78,7 @@ def test_forgotten_reply_gets_one_retry_then_succeeds(
     assert runtime is not None
     runtime.reply = "none-once"  # type: ignore[attr-defined]
     issue = gitea.add_issue("acme", "widget", title="Bug", author="alice")
-    gitea.post_comment("acme", "widget", issue, author="alice", body="@ccweb-bot fix it")
-    task_id = httpx.Response(200, content=gitea.deliveries[-1].response).json()["taskId"]
+    task_id = _mention(gitea, issue)
     detail = wait_for(lambda: (d := _task(ff, task_id))["terminal"] and d)
     assert detail["task"]["state"] == "succeeded", detail["task"]
     assert [t["kind"] for t in detail["turns"]] == ["normal", "reply_retry"]
@@ -87,8 +89,7 @@ def test_reply_never_posted_falls_back_to_rest(worker: tuple[GiteaEmulator, Runn
     gitea, ff = worker
     ff.services.runtime.reply = "none"  # type: ignore[union-attr]
     issue = gitea.add_issue("acme", "widget", title="Bug", author="alice")
-    gitea.post_comment("acme", "widget", issue, author="alice", body="@ccweb-bot fix it")
-    task_id = httpx.Response(200, content=gitea.deliveries[-1].response).json()["taskId"]
+    task_id = _mention(gitea, issue)
     detail = wait_for(lambda: (d := _task(ff, task_id))["terminal"] and d)
     assert detail["task"]["state"] == "succeeded_with_rest_fallback", detail["task"]
     assert detail["task"]["replyError"] == "mcp_reply_missing"

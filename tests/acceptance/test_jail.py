@@ -166,8 +166,10 @@ def test_another_repositorys_clone_and_worktree_are_out_of_reach(agentic: Agenti
     issue = gitea.add_issue("acme", "other", title="Other work", author="alice")
     gitea.add_hook("acme", "other", url=agentic.ff.webhook_url, secret=WEBHOOK_SECRET)
     answering_agent(agentic.model)  # the turn on acme/other just answers
-    gitea.post_comment("acme", "other", issue, author="alice", body="@ccweb-bot look at this")
-    delivery = gitea.deliveries[-1]
+    look = gitea.post_comment(
+        "acme", "other", issue, author="alice", body="@ccweb-bot look at this"
+    )
+    delivery = gitea.delivery_of_comment(look["id"])
     assert delivery.status_code == 202, delivery.response
     other_task = json.loads(delivery.response)["taskId"]
     assert agentic.finished(other_task)["task"]["state"] == "succeeded"

@@ -346,8 +346,8 @@ def test_a_review_space_drafts_silently_and_a_step_cannot_widen_it(
     assert gitea.comments("acme", "widget", issue) == []
 
     # A later mention on the same issue keeps the full-access mention session.
-    gitea.post_comment("acme", "widget", issue, author="alice", body="@ccweb-bot fix it")
-    mention = gitea.deliveries[-1]
+    posted = gitea.post_comment("acme", "widget", issue, author="alice", body="@ccweb-bot fix it")
+    mention = gitea.delivery_of_comment(posted["id"])
     assert mention.status_code == 202, mention.response
     mention_id = json.loads(mention.response)["taskId"]
     with ff.admin() as admin:

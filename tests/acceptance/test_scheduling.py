@@ -18,8 +18,8 @@ Worker = tuple[GiteaEmulator, Running]
 
 
 def _mention(gitea: GiteaEmulator, repo: str, index: int, text: str = "@ccweb-bot go") -> str:
-    gitea.post_comment("acme", repo, index, author="alice", body=text)
-    d = gitea.deliveries[-1]
+    comment = gitea.post_comment("acme", repo, index, author="alice", body=text)
+    d = gitea.delivery_of_comment(comment["id"])
     assert d.status_code == 202, d.response
     task_id: str = json.loads(d.response)["taskId"]
     return task_id

@@ -61,8 +61,8 @@ def _runs(admin: httpx.Client, key: str) -> list[dict[str, Any]]:
 
 
 def _mention(gitea: GiteaEmulator, repo: str, index: int, text: str) -> dict[str, Any]:
-    gitea.post_comment("acme", repo, index, author="alice", body=text)
-    body: dict[str, Any] = json.loads(gitea.deliveries[-1].response)
+    comment = gitea.post_comment("acme", repo, index, author="alice", body=text)
+    body: dict[str, Any] = json.loads(gitea.delivery_of_comment(comment["id"]).response)
     return body
 
 

@@ -77,8 +77,8 @@ TEMPLATE = {
 
 
 def _mention(world: World, text: str, author: str = "alice") -> str:
-    world.gitea.post_comment("acme", "widget", world.issue, author=author, body=text)
-    d = world.gitea.deliveries[-1]
+    comment = world.gitea.post_comment("acme", "widget", world.issue, author=author, body=text)
+    d = world.gitea.delivery_of_comment(comment["id"])
     assert d.status_code == 202, d.response
     task_id: str = json.loads(d.response)["taskId"]
     return task_id

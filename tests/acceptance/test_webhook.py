@@ -12,6 +12,7 @@ import httpx
 from sqlalchemy import func, select
 
 from forgeflow.store.schema import audit_events, repositories, tasks, webhook_deliveries
+from forgeflow_testkit.gitea_emulator import Delivery
 from tests.support.forgeflow import WEBHOOK_SECRET
 from tests.support.world import BOT, World
 
@@ -24,15 +25,16 @@ def _count(world: World, table: Any, *where: Any) -> int:
     )
 
 
-def _last(world: World) -> Any:
-    return world.gitea.deliveries[-1]
+def _say(world: World, body: str, *, author: str = "alice", index: int | None = None) -> Delivery:
+    """Posts a comment and returns ITS delivery: the newest one may be a bot's comment."""
+    comment = world.gitea.post_comment(
+        "acme", "widget", index or world.issue, author=author, body=body
+    )
+    return world.gitea.delivery_of_comment(comment["id"])
 
 
 def test_mention_on_issue_creates_a_queued_task(world: World) -> None:
-    world.gitea.post_comment(
-        "acme", "widget", world.issue, author="alice", body="@ccweb-bot please fix the flaky test"
-    )
-    d = _last(world)
+    d = _say(world, "@ccweb-bot please fix the flaky test")
     assert d.status_code == 202, d.response
     answer = json.loads(d.response)
     assert answer["state"] == "queued"
@@ -52,10 +54,7 @@ def test_mention_on_issue_creates_a_queued_task(world: World) -> None:
 
 
 def test_mention_on_pull_request_is_a_pull_request_task(world: World) -> None:
-    world.gitea.post_comment(
-        "acme", "widget", world.pull, author="alice", body="@ccweb-bot review this"
-    )
-    d = _last(world)
+    d = _say(world, "@ccweb-bot review this", index=world.pull)
     assert d.status_code == 202, d.response
     task_id = json.loads(d.response)["taskId"]
     task = world.ff.services.store.db.read_sync(
@@ -144,8 +143,7 @@ def test_each_signature_header_is_accepted(world: World) -> None:
 
 
 def test_same_delivery_twice_returns_the_original(world: World) -> None:
-    world.gitea.post_comment("acme", "widget", world.issue, author="alice", body="@ccweb-bot go")
-    first = _last(world)
+    first = _say(world, "@ccweb-bot go")
     again = httpx.post(world.ff.webhook_url, content=first.body, headers=first.headers)
     assert again.status_code == 200
     body = again.json()
@@ -156,8 +154,7 @@ def test_same_delivery_twice_returns_the_original(world: World) -> None:
 
 
 def test_replay_with_a_new_delivery_id_creates_nothing(world: World) -> None:
-    world.gitea.post_comment("acme", "widget", world.issue, author="alice", body="@ccweb-bot go")
-    first = _last(world)
+    first = _say(world, "@ccweb-bot go")
     replay = world.gitea.redeliver(first)
     assert replay.delivery_id != first.delivery_id
     assert replay.status_code == 200
@@ -223,10 +220,7 @@ def test_an_empty_comment_delivery_is_kept_under_its_event(world: World) -> None
 
 
 def test_commenter_without_write_is_rejected(world: World) -> None:
-    world.gitea.post_comment(
-        "acme", "widget", world.issue, author="mallory", body="@ccweb-bot delete everything"
-    )
-    d = _last(world)
+    d = _say(world, "@ccweb-bot delete everything", author="mallory")
     assert d.status_code == 200
     answer = json.loads(d.response)
     assert answer["status"] == "rejected" and answer["reason"] == "insufficient_permission"
@@ -253,8 +247,7 @@ def test_disabled_repository_is_409(world: World) -> None:
             json={"requestId": "r1", "reason": "maintenance"},
         )
         assert r.status_code == 200 and r.json()["status"] == "disabled"
-    world.gitea.post_comment("acme", "widget", world.issue, author="alice", body="@ccweb-bot two")
-    d = _last(world)
+    d = _say(world, "@ccweb-bot two")
     assert d.status_code == 409
     assert json.loads(d.response)["error"] == "repository_disabled"
     assert _count(world, tasks) == 1
@@ -271,8 +264,7 @@ def test_unconfigured_secret_is_503(gitea: Any, tmp_path: Any, sqlite_url: str) 
 
 def test_bot_that_cannot_read_permissions_is_a_clear_503(world: World) -> None:
     world.gitea.set_permission("acme", "widget", BOT, "write")
-    world.gitea.post_comment("acme", "widget", world.issue, author="alice", body="@ccweb-bot go")
-    d = _last(world)
+    d = _say(world, "@ccweb-bot go")
     assert d.status_code == 503
     answer = json.loads(d.response)
     assert answer["error"] == "permission_check_forbidden"
@@ -300,8 +292,8 @@ def test_permission_is_not_needed_when_configured_so(
     issue = gitea.add_issue("acme", "open", title="t", author="bob")
     with run_forgeflow(tmp_path / "ff", sqlite_url, trigger_permission="none") as ff:
         gitea.add_hook("acme", "open", url=ff.webhook_url, secret=WEBHOOK_SECRET)
-        gitea.post_comment("acme", "open", issue, author="bob", body="@ccweb-bot hi")
-        assert gitea.deliveries[-1].status_code == 202
+        hi = gitea.post_comment("acme", "open", issue, author="bob", body="@ccweb-bot hi")
+        assert gitea.delivery_of_comment(hi["id"]).status_code == 202
 
 
 def test_nul_in_a_signed_comment_is_400_not_500(world: World) -> None:

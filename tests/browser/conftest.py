@@ -53,8 +53,8 @@ class Stack:
     console_errors: list[str]
 
     def mention(self, issue: int, text: str = "@ccweb-bot please fix it") -> str:
-        self.gitea.post_comment("acme", "widget", issue, author="alice", body=text)
-        d = self.gitea.deliveries[-1]
+        comment = self.gitea.post_comment("acme", "widget", issue, author="alice", body=text)
+        d = self.gitea.delivery_of_comment(comment["id"])
         assert d.status_code == 202, d.response
         task_id: str = json.loads(d.response)["taskId"]
         return task_id

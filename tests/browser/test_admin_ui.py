@@ -117,8 +117,10 @@ def test_disable_a_repository_and_a_new_mention_is_refused(stack: Stack) -> None
     expect(page.locator(".flash.ok")).to_contain_text("default:acme/widget is disabled")
     expect(page.locator("#repo-table")).to_contain_text("disabled")
     stack.shot("06-repositories")
-    stack.gitea.post_comment("acme", "widget", issue, author="alice", body="@ccweb-bot again")
-    refused = stack.gitea.deliveries[-1]
+    again = stack.gitea.post_comment(
+        "acme", "widget", issue, author="alice", body="@ccweb-bot again"
+    )
+    refused = stack.gitea.delivery_of_comment(again["id"])
     assert refused.status_code == 409 and "repository_disabled" in refused.response
     page.click("nav >> text=Deliveries")
     row = page.locator("#delivery-table tr", has_text="repository_disabled")

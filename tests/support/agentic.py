@@ -4,7 +4,9 @@ model, the PyPI `gitea-mcp` and the Gitea emulator: the harness of the agent tes
 from __future__ import annotations
 
 import json
+import os
 import sys
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,6 +32,45 @@ def app_server_groups(data_dir: Path) -> list[int]:
     return sorted(int(p.read_text()) for p in (data_dir / "run").glob("codex-*.pgid"))
 
 
+class GroupWatch:
+    """Samples the app-server process groups in a thread, so a test sees every one that
+    ran even when its idle timer ends it before the test looks (a busy machine)."""
+
+    def __init__(self, data_dir: Path) -> None:
+        self.data_dir = data_dir
+        self.seen: dict[int, bool] = {}  # group → alive when first listed
+        self.most_at_once = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.01):
+            try:
+                groups = app_server_groups(self.data_dir)
+            except (OSError, ValueError):  # a pgid file mid-write or just removed
+                continue
+            self.most_at_once = max(self.most_at_once, len(groups))
+            for group in groups:
+                if group not in self.seen:
+                    self.seen[group] = group_alive(group)
+
+    def __enter__(self) -> GroupWatch:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+
+
+def group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
 @dataclass
 class Agentic:
     gitea: GiteaEmulator
@@ -40,8 +81,10 @@ class Agentic:
     def mention(
         self, text: str = "@ccweb-bot please fix the flaky test", index: int | None = None
     ) -> str:
-        self.gitea.post_comment("acme", "widget", index or self.issue, author="alice", body=text)
-        d = self.gitea.deliveries[-1]
+        comment = self.gitea.post_comment(
+            "acme", "widget", index or self.issue, author="alice", body=text
+        )
+        d = self.gitea.delivery_of_comment(comment["id"])
         assert d.status_code == 202, d.response
         task_id: str = json.loads(d.response)["taskId"]
         return task_id

@@ -97,8 +97,8 @@ class Cluster:
         )
 
     def mention(self, index: int, text: str = "@ccweb-bot do it", repo: str = "widget") -> str:
-        self.gitea.post_comment("acme", repo, index, author="alice", body=text)
-        delivery = self.gitea.deliveries[-1]
+        comment = self.gitea.post_comment("acme", repo, index, author="alice", body=text)
+        delivery = self.gitea.delivery_of_comment(comment["id"])
         assert delivery.status_code == 202, delivery.response
         task_id: str = json.loads(delivery.response)["taskId"]
         return task_id

@@ -34,7 +34,9 @@ def start_serve(env: dict[str, str], *args: str, stderr_path: Path) -> subproces
         )
 
 
-def wait_healthy(url: str, proc: subprocess.Popen[bytes], timeout: float = 30) -> None:
+def wait_healthy(url: str, proc: subprocess.Popen[bytes], timeout: float = 120) -> None:
+    # Returns as soon as /healthz answers; the bound is generous because a start-up on
+    # two cores shared with other suites took more than 30 s (imports, migrations).
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:

@@ -432,3 +432,23 @@ def test_edit_and_delete_comment(
     assert payloads[1]["comment"]["body"] == "second"
     assert "changes" not in payloads[2]
     assert emu.comments("acme", "open", index) == []
+
+
+def test_delivery_of_comment_is_that_comments_whatever_came_after(
+    emu: GiteaEmulator, tokens: dict[str, str], receiver: Receiver
+) -> None:
+    emu.add_hook("acme", "widget", url=receiver.url, secret=SECRET, events=["issue_comment"])
+    index = emu.add_issue("acme", "widget", title="bug", author="alice")
+    mine = emu.post_comment("acme", "widget", index, author="alice", body="@ccweb-bot go")
+    with api(emu, tokens["ccweb-bot"]) as bot:  # delivered later, by the hook worker
+        bot.post(f"/repos/acme/widget/issues/{index}/comments", json={"body": "receipt"})
+    emu.flush_deliveries()
+    emu.edit_comment("acme", "widget", mine["id"], body="@ccweb-bot go on")
+    assert emu.deliveries[-1].comment_id == mine["id"]
+    created = emu.delivery_of_comment(mine["id"])
+    assert created is emu.deliveries[0] and created.payload["comment"]["body"] == "@ccweb-bot go"
+    edited = emu.delivery_of_comment(mine["id"], action="edited")
+    assert edited.payload["comment"]["body"] == "@ccweb-bot go on"
+    assert emu.deliveries[1].payload["sender"]["login"] == "ccweb-bot"
+    with pytest.raises(LookupError, match="deleted"):
+        emu.delivery_of_comment(mine["id"], action="deleted")

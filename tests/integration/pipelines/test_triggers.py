@@ -197,11 +197,11 @@ def test_two_dispatchers_start_each_run_once(store: Store, second_store: Store) 
 
 
 def test_the_dispatcher_wakes_when_an_event_commits(store: Store, tmp_path: Path) -> None:
-    """Poll every 30 s: only the in-process wake-up can start the run this fast."""
+    """Poll every hour: only the in-process wake-up can start the run within the wait."""
     _add(store, _doc("on_fail", {"type": "event", "eventType": "TaskFailed"}))
 
     async def scenario(h: Harness) -> None:
-        loops = TriggerLoops(store, h.engine, poll_seconds=30)
+        loops = TriggerLoops(store, h.engine, poll_seconds=3600)
         await loops.start()
         try:
             await loops.dispatch_once()  # settle the first round
@@ -213,8 +213,8 @@ def test_the_dispatcher_wakes_when_an_event_commits(store: Store, tmp_path: Path
             async def _started() -> Any:
                 return _runs(store, "on_fail")
 
-            (run,) = await h.wait(_started, timeout=5, what="a run")
-            assert (run["created_at"] - began).total_seconds() < 2
+            (run,) = await h.wait(_started, timeout=60, what="a run")
+            assert run["created_at"] >= began  # started by this event, not an earlier round
             await h.finished(run["run_id"])
         finally:
             await loops.stop()

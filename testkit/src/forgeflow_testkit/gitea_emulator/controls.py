@@ -77,6 +77,16 @@ class EmulatorControls:
         with self._state.lock:
             return list(self._deliverer.deliveries)
 
+    def delivery_of_comment(self, comment_id: int, *, action: str = "created") -> Delivery:
+        """The first delivery about comment `comment_id` with payload action `action`. A
+        test that posts a comment reads its answer here, never as "the last delivery": the
+        hook worker delivers the bot's own comments at the same time."""
+        with self._state.lock:
+            for delivery in self._deliverer.deliveries:
+                if delivery.comment_id == comment_id and delivery.payload.get("action") == action:
+                    return delivery
+        raise LookupError(f"no {action!r} delivery of comment {comment_id}")
+
     def flush_deliveries(self, timeout: float = 10.0) -> None:
         """Wait for the deliveries of changes made through the REST API or git pushes."""
         self._deliverer.flush(timeout)

@@ -186,6 +186,13 @@ class Delivery:
         return parsed
 
     @property
+    def comment_id(self) -> int | None:
+        """The id of the comment an issue_comment payload is about, else None."""
+        comment = self.payload.get("comment")
+        found = comment.get("id") if isinstance(comment, dict) else None
+        return found if isinstance(found, int) else None
+
+    @property
     def ok(self) -> bool:
         # deliver.go: "Status code is 20x can be seen as succeed."
         return self.status_code is not None and self.status_code // 100 == 2
