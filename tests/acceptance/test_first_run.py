@@ -143,8 +143,10 @@ def test_the_readme_first_command_answers_the_first_mention(
     assert connect.returncode == 0 and connect.stdout.startswith("create a webhook"), connect
     answering_agent(model, answer="forgeflow ran on its first try.")
     issue = gitea.add_issue("acme", "widget", title="Hello", author="alice")
-    gitea.post_comment("acme", "widget", issue, author="alice", body="@ccweb-bot say hello")
-    delivery = gitea.deliveries[-1]
+    posted = gitea.post_comment(
+        "acme", "widget", issue, author="alice", body="@ccweb-bot say hello"
+    )
+    delivery = gitea.delivery_of_comment(posted["id"])
     assert delivery.status_code == 202, delivery.response
     task_id = json.loads(delivery.response)["taskId"]
     with httpx.Client(base_url=base, headers={"Authorization": f"Bearer {token}"}) as admin:

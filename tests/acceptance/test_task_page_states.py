@@ -33,8 +33,10 @@ def _signed_in(world: World) -> Iterator[httpx.Client]:
 
 
 def _task(world: World, index: int) -> str:
-    world.gitea.post_comment("acme", "widget", index, author="alice", body="@ccweb-bot look")
-    reply = world.gitea.deliveries[-1]
+    posted = world.gitea.post_comment(
+        "acme", "widget", index, author="alice", body="@ccweb-bot look"
+    )
+    reply = world.gitea.delivery_of_comment(posted["id"])
     assert reply.status_code == 202, reply.response
     task_id: str = json.loads(reply.response)["taskId"]
     return task_id

@@ -82,8 +82,8 @@ def attempt_turn(
     if on is None:
         task_id = agentic.mention(text)
     else:  # a mention on another repository (owner, name, issue)
-        agentic.gitea.post_comment(*on, author="alice", body=text)
-        delivery = agentic.gitea.deliveries[-1]
+        posted = agentic.gitea.post_comment(*on, author="alice", body=text)
+        delivery = agentic.gitea.delivery_of_comment(posted["id"])
         assert delivery.status_code == 202, delivery.response
         task_id = json.loads(delivery.response)["taskId"]
     try:
