@@ -33,13 +33,12 @@ from tests.support.attacks import (
     Canary,
     add_other_repo,
     attempt_turn,
-    calls_turn,
     leaks,
     listener,
     snapshot,
     wait_idle,
 )
-from tests.support.turns import section, shell_turn
+from tests.support.turns import script_turn, section, shell_turn
 
 HOOKS = (
     "post-checkout",
@@ -560,7 +559,7 @@ def test_tool_arguments_cannot_reach_another_repository(agentic: Agentic) -> Non
         for r in ("../../../other/contents/SECRET.md", "main/../../../other")
     ]
     calls.append(ShellCall("true"))
-    calls_turn(agentic.model, calls)
+    script_turn(agentic.model, calls)
     detail = agentic.finished(agentic.mention("@ccweb-bot read around"))
     asked = [p for _m, p, _s in agentic.gitea.requests if "/other" in p.lower()]
     assert asked == [], f"Gitea was asked for another repository: {asked}"

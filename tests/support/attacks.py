@@ -11,9 +11,9 @@ import json
 import sqlite3
 import threading
 import urllib.parse
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -21,14 +21,12 @@ from typing import Any
 from forgeflow_testkit.agents import TurnAsk, read_turn
 from forgeflow_testkit.model_server import (
     RecordedRequest,
-    ScriptedModel,
     last_input_is_tool_output,
 )
 from forgeflow_testkit.model_steps import (
     Reply,
     ShellCall,
     Step,
-    ToolCall,
     gitea_comment,
     message,
     new_id,
@@ -219,36 +217,6 @@ def leaks(agentic: Agentic) -> list[str]:
             if value in text:
                 found.append(f"{form} in {where}")
     return found
-
-
-def calls_turn(model: ScriptedModel, calls: Sequence[ToolCall | ShellCall]) -> None:
-    """The next turn makes ``calls`` one after another (tool calls too, unlike
-    tests.support.turns.script_turn), then answers "Done." on Gitea."""
-    ids = [new_id("call") for _ in calls]
-    comment_id = new_id("call")
-    asks: list[TurnAsk] = []
-
-    def first(request: RecordedRequest) -> Step:
-        ask = read_turn(request)
-        assert ask is not None
-        asks.append(ask)
-        return Reply.of(replace(calls[0], call_id=ids[0]))
-
-    def answer(_request: RecordedRequest) -> Step:
-        ask = asks[0]
-        body = f"Done.\n\n{ask.marker}"
-        return gitea_comment(ask.owner, ask.repo, ask.number, body, call_id=comment_id)
-
-    def then(n: int) -> Callable[[RecordedRequest], Step]:
-        return lambda _r: Reply.of(replace(calls[n], call_id=ids[n]))
-
-    model.respond(
-        last_input_is_tool_output(comment_id), lambda _r: message("Done."), times=1, first=True
-    )
-    model.respond(last_input_is_tool_output(ids[-1]), answer, times=1, first=True)
-    for n in range(len(calls) - 1, 0, -1):
-        model.respond(last_input_is_tool_output(ids[n - 1]), then(n), times=1, first=True)
-    model.respond(lambda r: read_turn(r) is not None, first, times=1, first=True)
 
 
 def add_other_repo(agentic: Agentic, secret: str) -> int:

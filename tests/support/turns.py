@@ -19,6 +19,7 @@ from forgeflow_testkit.model_steps import (
     Reply,
     ShellCall,
     Step,
+    ToolCall,
     delay,
     gitea_comment,
     message,
@@ -106,10 +107,11 @@ def section(output: str, name: str) -> str:
 
 
 def script_turn(
-    model: ScriptedModel, calls: Sequence[ShellCall], pauses: Sequence[float] = ()
+    model: ScriptedModel, calls: Sequence[ShellCall | ToolCall], pauses: Sequence[float] = ()
 ) -> None:
-    """The next turn runs ``calls`` one after another (the model thinks ``pauses[i]``
-    seconds before call ``i``, when given), then answers "Done." on Gitea."""
+    """The next turn makes ``calls`` (shell commands or tool calls) one after another (the
+    model thinks ``pauses[i]`` seconds before call ``i``, when given), then answers
+    "Done." on Gitea."""
     ids = [new_id("call") for _ in calls]
     comment_id = new_id("call")
     asks: list[TurnAsk] = []
