@@ -38,8 +38,10 @@ def cluster(gitea: GiteaEmulator, tmp_path: Path, db_url: str) -> Iterator[Clust
 
 
 class GitClones:
-    """Every 5 ms, the ``git clone`` processes that are children of the serve process
-    (git runs in a session of its own, but is still the serve's child)."""
+    """Every 5 ms, the git processes that fill a repository's mirror from Gitea (a new
+    repository's clone: ``git fetch <url> +refs/heads/*:refs/heads/*`` in the mirror)
+    that are children of the serve process (git runs in a session of its own, but is
+    still the serve's child)."""
 
     def __init__(self, pid: int) -> None:
         self._children = Path(f"/proc/{pid}/task/{pid}/children")
@@ -51,7 +53,7 @@ class GitClones:
 
     def _run(self) -> None:
         while not self._stop.wait(0.005):
-            clones = {pid for pid in self._child_pids() if "clone" in _argv(pid)}
+            clones = {pid for pid in self._child_pids() if _fills_mirror(_argv(pid))}
             self.seen |= clones
             self.most = max(self.most, len(clones))
 
@@ -64,6 +66,10 @@ class GitClones:
     def stop(self) -> None:
         self._stop.set()
         self._thread.join()
+
+
+def _fills_mirror(argv: list[str]) -> bool:
+    return "fetch" in argv and "+refs/heads/*:refs/heads/*" in argv
 
 
 def _argv(pid: int) -> list[str]:
