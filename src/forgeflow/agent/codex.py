@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import shutil
+import tempfile
 import time
 from collections.abc import AsyncIterator
 from functools import partial
@@ -84,10 +86,13 @@ class CodexRuntime:
             external=external,
         )
         offline = cfg.jailed and cfg.network != "on"
+        # The jails' sockets live in a short private folder of this process's: a Unix
+        # socket's path is limited to 107 bytes, and a data folder can be deeper than that.
+        self._sockets = Path(tempfile.mkdtemp(prefix="forgeflow-"))
         self.broker = Broker(
             cfg.provider,
             self.tools,
-            unix_socket=cfg.data_dir / "run" / "broker.sock" if offline else None,
+            unix_socket=self._sockets / "broker.sock" if offline else None,
         )
         self._servers: dict[str, AppServer] = {}
         self._starting: dict[str, asyncio.Lock] = {}
@@ -194,7 +199,7 @@ class CodexRuntime:
     def _egress_socket(self, key: str) -> Path | None:
         if not (self.cfg.jailed and self.cfg.network == "proxy"):
             return None
-        return pgid_file(self.cfg.data_dir / "run", key).with_suffix(".egress.sock")
+        return pgid_file(self._sockets, key).with_suffix(".egress.sock")
 
     async def _start_proxy(self, key: str, repo_key: str) -> None:
         """One proxy per jail, on its own socket: what it refuses is this jail's."""
@@ -343,6 +348,7 @@ class CodexRuntime:
             await self._stop(server, "forgeflow stopped")
         await self.broker.aclose()
         await self._gitea.aclose()
+        shutil.rmtree(self._sockets, ignore_errors=True)
 
     def _complete(self, turn: TurnState, status: TurnStatus, **kw: Any) -> None:
         """End a turn once: the broker's count of its model use, then its completion;
