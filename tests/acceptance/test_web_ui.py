@@ -336,6 +336,8 @@ def test_the_bare_address_leads_to_the_pages_and_unknown_pages_are_html(world: W
             "text/html"
         )
         assert "Back to the overview" in missing.text
-    # The API keeps its JSON.
-    api = httpx.get(world.ff.url + "/api/gitea-workflow/no-such")
+    # The API keeps its JSON; without a token it asks for one before anything else.
+    url = world.ff.url + "/api/gitea-workflow/no-such"
+    api = httpx.get(url, headers={"Authorization": f"Bearer {ADMIN_TOKEN}"})
     assert api.status_code == 404 and api.json()["error"] == "not_found"
+    assert httpx.get(url).status_code == 401
