@@ -325,6 +325,9 @@ def test_ten_thousand_deliveries_counted_exactly(
     assert {r.comment_id for r in rows} == distinct
     assert {r.task_id for r in rows} == {next(iter(ids)) for ids in task_of.values()}
     assert {r.state for r in rows} == {"queued"}  # role ingress: nothing ran them
-    assert stored == {"accepted": len(distinct), "duplicate": sent["replay"]}, stored
+    # A signed delivery that is refused (malformed: 400) is kept as rejected, without its
+    # body, so the deliveries page shows it.
+    expected = {"accepted": len(distinct), "duplicate": sent["replay"]}
+    assert stored == {**expected, "rejected": sent["malformed"]}, stored
     # One row per reason, source and 60 s interval (plus one count row per interval over).
     assert 1 <= rejects <= 2 * (2 + int(seconds // 60)), (rejects, sent["bad_signature"])
