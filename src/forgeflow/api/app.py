@@ -92,7 +92,9 @@ def create_app(
     app.state.guard = TokenGuard(services.admin_token, throttle, services.rejections)
     app.add_exception_handler(errors.ApiError, errors.api_error)
     app.add_exception_handler(RequestValidationError, errors.validation_error)
-    app.add_exception_handler(StarletteHTTPException, errors.http_error)
+    app.add_exception_handler(
+        StarletteHTTPException, errors.http_error_handler(web.NOT_FOUND_PAGES)
+    )
     app.add_exception_handler(StoreUnavailable, errors.store_unavailable)
     app.include_router(webhook.router)
     app.include_router(hooks.router)  # POST /webhooks/{token}: pipeline webhook triggers

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Coroutine, Mapping
 from typing import Any
 
 from fastapi import Request
@@ -40,21 +41,32 @@ async def validation_error(_: Request, exc: Exception) -> JSONResponse:
     )
 
 
-async def http_error(request: Request, exc: Exception) -> Response:
-    assert isinstance(exc, StarletteHTTPException)
-    if exc.status_code == 404 and request.url.path.startswith("/ui/"):
-        from forgeflow.web.render import not_found_page
+PageHandler = Callable[[Request], Response]
+Handler = Callable[[Request, Exception], Coroutine[Any, Any, Response]]
 
-        return not_found_page(request)
-    code = {401: "unauthorized", 404: "not_found", 405: "method_not_allowed"}.get(
-        exc.status_code, "http_error"
-    )
-    headers = dict(getattr(exc, "headers", None) or {})
-    if exc.status_code == 405:
-        headers["Allow"] = _allowed_methods(request)
-    return JSONResponse(
-        error_body(code, str(exc.detail)), status_code=exc.status_code, headers=headers
-    )
+
+def http_error_handler(not_found_pages: Mapping[str, PageHandler]) -> Handler:
+    """The handler of Starlette's HTTP errors: JSON, except a 404 under a path prefix of
+    ``not_found_pages``, which gets that prefix's page. The web package hands its page
+    in when the app is built (api/app.py): the API knows no page of its own."""
+
+    async def http_error(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, StarletteHTTPException)
+        if exc.status_code == 404:
+            for prefix, page in not_found_pages.items():
+                if request.url.path.startswith(prefix):
+                    return page(request)
+        code = {401: "unauthorized", 404: "not_found", 405: "method_not_allowed"}.get(
+            exc.status_code, "http_error"
+        )
+        headers = dict(getattr(exc, "headers", None) or {})
+        if exc.status_code == 405:
+            headers["Allow"] = _allowed_methods(request)
+        return JSONResponse(
+            error_body(code, str(exc.detail)), status_code=exc.status_code, headers=headers
+        )
+
+    return http_error
 
 
 def _allowed_methods(request: Request) -> str:

@@ -3,9 +3,12 @@ regions that update in place while state changes (see docs/ui.md)."""
 
 from __future__ import annotations
 
-from fastapi import APIRouter
+from collections.abc import Callable
+
+from fastapi import APIRouter, Request, Response
 
 from forgeflow.web import actions, conversation, feeds, pages, pipeline_hooks, pipelines
+from forgeflow.web.render import not_found_page
 
 router = APIRouter()
 router.include_router(pages.entry)
@@ -17,4 +20,8 @@ router.include_router(pipeline_hooks.router)
 router.include_router(feeds.router)
 router.include_router(feeds.assets)
 
-__all__ = ["router"]
+# The page of an address under /ui/ that no page answers; the app's HTTP-error handler
+# serves it (api/errors.py takes it from here: the API does not reach into the pages).
+NOT_FOUND_PAGES: dict[str, Callable[[Request], Response]] = {"/ui/": not_found_page}
+
+__all__ = ["NOT_FOUND_PAGES", "router"]
