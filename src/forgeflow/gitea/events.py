@@ -37,13 +37,24 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, TypeVar
+
+from pydantic import ValidationError
 
 from forgeflow.domain.events import DomainEvent, repo_added
 from forgeflow.domain.ids import InvalidName, RepoRef, ResourceKind, resource_key
 from forgeflow.domain.markers import parse_marker
 from forgeflow.domain.mentions import find_mention
-from forgeflow.gitea.webhook import CommentEvent, normalise_comment
+from forgeflow.gitea.models import (
+    HookPayload,
+    HookThread,
+    HookUser,
+    IssueCommentPayload,
+    IssuePayload,
+    PullRequestPayload,
+    ReleasePayload,
+)
+from forgeflow.gitea.webhook import CommentEvent, InvalidPayload, comment_event
 
 _ISSUE_FAMILY = frozenset({"issues", "issue_assign", "issue_label", "issue_milestone"})
 _PULL_FAMILY = frozenset(
@@ -60,10 +71,6 @@ _COMMENTS = frozenset({"issue_comment", "pull_request_comment"})
 _STATUS_ACTIONS = frozenset({"reopened", "closed", "synchronized"})
 
 
-class _Unreadable(Exception):
-    """A field the event needs is missing or has the wrong type."""
-
-
 def domain_events(
     event_type: str,
     payload: Mapping[str, Any],
@@ -73,37 +80,46 @@ def domain_events(
     bot_login: str,
 ) -> list[DomainEvent]:
     """The domain events of one verified delivery (often none)."""
-    build = _BUILDERS.get(event_type)
-    if build is None:
+    found = _BUILDERS.get(event_type)
+    if found is None:
         return []
+    model, build = found
     try:
-        return build(_Delivery(event_type, payload, delivery_id, body, bot_login))
-    except (_Unreadable, InvalidName, KeyError, TypeError, ValueError):
-        return []
+        hook = model.model_validate(payload)
+        return build(_Delivery(event_type, hook, delivery_id, body, bot_login))
+    except (ValidationError, InvalidName, InvalidPayload):
+        return []  # a payload without what the event needs gives no event
+
+
+P = TypeVar("P", bound=HookPayload)
 
 
 class _Delivery:
     def __init__(
-        self, event_type: str, payload: Mapping[str, Any], delivery_id: str, body: bytes, bot: str
+        self, event_type: str, hook: HookPayload, delivery_id: str, body: bytes, bot: str
     ) -> None:
         self.event_type = event_type
-        self.payload = payload
+        self.hook = hook
         self.delivery_id = delivery_id
         self.body = body
         self.bot = bot
-        self.action = _str(payload, "action")
-        self.repo = RepoRef(
-            _str(payload, "repository.owner.login"), _str(payload, "repository.name")
-        )
+        self.action = hook.action
+        self.repo = RepoRef(hook.repository.owner.login, hook.repository.name)
 
     def base(self) -> dict[str, Any]:
+        sender = self.hook.sender
         return {
             "repoKey": self.repo.key,
             "owner": self.repo.owner,
             "repo": self.repo.name,
-            "sender": _opt(self.payload, "sender.login"),
+            "sender": sender.login if sender else None,
             "deliveryId": self.delivery_id,
         }
+
+    def read_as(self, model: type[P]) -> P:
+        """The payload as the model its event type was read with (_BUILDERS)."""
+        assert isinstance(self.hook, model)
+        return self.hook
 
     def content_key(self) -> str:
         """Identity of a delivery's content: Gitea replays a hook byte for byte."""
@@ -113,87 +129,49 @@ class _Delivery:
         return DomainEvent(event_type, key, payload, self.repo.key)
 
 
-def _get(payload: Mapping[str, Any], path: str) -> Any:
-    node: Any = payload
-    for part in path.split("."):
-        if not isinstance(node, Mapping) or part not in node:
-            raise _Unreadable(path)
-        node = node[part]
-    return node
-
-
-def _opt(payload: Mapping[str, Any], path: str) -> Any:
-    try:
-        return _get(payload, path)
-    except _Unreadable:
-        return None
-
-
-def _str(payload: Mapping[str, Any], path: str) -> str:
-    value = _get(payload, path)
-    if not isinstance(value, str) or not value or "\x00" in value:
-        raise _Unreadable(path)
-    return value
-
-
-def _int(payload: Mapping[str, Any], path: str) -> int:
-    value = _get(payload, path)
-    if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-        raise _Unreadable(path)
-    return value
-
-
-def _logins(users: Any) -> list[str]:
-    if not isinstance(users, list):
-        return []
-    return [u["login"] for u in users if isinstance(u, Mapping) and isinstance(u.get("login"), str)]
+def _login(user: HookUser | None) -> str | None:
+    return user.login if user is not None else None
 
 
 # -- issues -----------------------------------------------------------------------------
 
 
 def _issues(d: _Delivery) -> list[DomainEvent]:
+    issue = d.read_as(IssuePayload).issue
     if d.action == "assigned":
-        return _assigned(d, "issue", is_pull=False)
+        return _assigned(d, issue, is_pull=False)
     if d.action != "opened":
         return []
-    number = _int(d.payload, "issue.number")
-    resource = resource_key(d.repo.key, ResourceKind.ISSUE, number)
-    labels = _opt(d.payload, "issue.labels")
+    resource = resource_key(d.repo.key, ResourceKind.ISSUE, issue.number)
     payload = {
         **d.base(),
-        "number": number,
+        "number": issue.number,
         "resourceKey": resource,
-        "title": _opt(d.payload, "issue.title"),
-        "body": _opt(d.payload, "issue.body"),
-        "author": _opt(d.payload, "issue.user.login"),
-        "url": _opt(d.payload, "issue.html_url"),
-        "labels": [
-            label["name"]
-            for label in labels or []
-            if isinstance(label, Mapping) and isinstance(label.get("name"), str)
-        ],
+        "title": issue.title,
+        "body": issue.body,
+        "author": _login(issue.user),
+        "url": issue.html_url,
+        "labels": issue.label_names(),
     }
     return [d.event("IssueOpened", resource, payload)]
 
 
-def _assigned(d: _Delivery, field: str, *, is_pull: bool) -> list[DomainEvent]:
+def _assigned(d: _Delivery, thread: HookThread, *, is_pull: bool) -> list[DomainEvent]:
     """Gitea sends one ``assigned`` delivery per added assignee without naming it; the
     issue's ``assignees`` after the change tell whether the bot is one of them."""
-    assignees = _logins(_opt(d.payload, f"{field}.assignees"))
+    assignees = thread.assignee_logins()
     if d.bot.lower() not in (a.lower() for a in assignees):
         return []
-    number = _int(d.payload, f"{field}.number")
     kind = ResourceKind.PULL_REQUEST if is_pull else ResourceKind.ISSUE
-    resource = resource_key(d.repo.key, kind, number)
+    resource = resource_key(d.repo.key, kind, thread.number)
     payload = {
         **d.base(),
-        "number": number,
+        "number": thread.number,
         "resourceKey": resource,
         "isPull": is_pull,
-        "title": _opt(d.payload, f"{field}.title"),
-        "author": _opt(d.payload, f"{field}.user.login"),
-        "url": _opt(d.payload, f"{field}.html_url"),
+        "title": thread.title,
+        "author": _login(thread.user),
+        "url": thread.html_url,
         "assignees": assignees,
     }
     return [d.event("IssueAssigned", f"{resource}:{d.content_key()}", payload)]
@@ -203,20 +181,19 @@ def _assigned(d: _Delivery, field: str, *, is_pull: bool) -> list[DomainEvent]:
 
 
 def _pulls(d: _Delivery) -> list[DomainEvent]:
+    pull = d.read_as(PullRequestPayload).pull_request
     if d.action == "assigned":
-        return _assigned(d, "pull_request", is_pull=True)
+        return _assigned(d, pull, is_pull=True)
     if d.action != "opened" and d.action not in _STATUS_ACTIONS:
         return []
-    number = _int(d.payload, "pull_request.number")
-    resource = resource_key(d.repo.key, ResourceKind.PULL_REQUEST, number)
-    p = d.payload
+    resource = resource_key(d.repo.key, ResourceKind.PULL_REQUEST, pull.number)
     common = {
         **d.base(),
-        "number": number,
+        "number": pull.number,
         "resourceKey": resource,
-        "title": _opt(p, "pull_request.title"),
-        "author": _opt(p, "pull_request.user.login"),
-        "url": _opt(p, "pull_request.html_url"),
+        "title": pull.title,
+        "author": _login(pull.user),
+        "url": pull.html_url,
     }
     if d.action == "opened":
         return _pull_published(d, resource, common)
@@ -225,18 +202,19 @@ def _pulls(d: _Delivery) -> list[DomainEvent]:
 
 def _pull_published(d: _Delivery, resource: str, common: dict[str, Any]) -> list[DomainEvent]:
     """PullRequestPublished, and ExternalPrDetected when the head lives in a fork."""
-    p = d.payload
-    head_repo_id = _opt(p, "pull_request.head.repo_id")
+    pull = d.read_as(PullRequestPayload).pull_request
+    head, base = pull.head, pull.base
+    head_repo_id = head.repo_id if head else None
     payload = {
         **common,
-        "body": _opt(p, "pull_request.body"),
-        "draft": _opt(p, "pull_request.draft") is True,
-        "base": _opt(p, "pull_request.base.ref"),
-        "head": _opt(p, "pull_request.head.ref"),
-        "headSha": _opt(p, "pull_request.head.sha"),
-        "headRepo": _opt(p, "pull_request.head.repo.full_name"),
-        "baseRepo": _opt(p, "pull_request.base.repo.full_name"),
-        "fork": head_repo_id is not None and head_repo_id != _opt(p, "pull_request.base.repo_id"),
+        "body": pull.body,
+        "draft": pull.draft is True,
+        "base": base.ref if base else None,
+        "head": head.ref if head else None,
+        "headSha": head.sha if head else None,
+        "headRepo": head.repo.full_name if head and head.repo else None,
+        "baseRepo": base.repo.full_name if base and base.repo else None,
+        "fork": head_repo_id is not None and head_repo_id != (base.repo_id if base else None),
     }
     found = [d.event("PullRequestPublished", resource, payload)]
     if payload["fork"]:
@@ -246,9 +224,9 @@ def _pull_published(d: _Delivery, resource: str, common: dict[str, Any]) -> list
 
 def _pull_status_changed(d: _Delivery, resource: str, common: dict[str, Any]) -> list[DomainEvent]:
     """PullRequestStatusChanged on reopen, push and close; PrMerged too on a merge."""
-    p = d.payload
-    merged = d.action == "closed" and _opt(p, "pull_request.merged") is True
-    head_sha = _opt(p, "pull_request.head.sha")
+    pull = d.read_as(PullRequestPayload).pull_request
+    merged = d.action == "closed" and pull.merged is True
+    head_sha = pull.head.sha if pull.head else None
     status = "merged" if merged else ("closed" if d.action == "closed" else "open")
     changed = {
         **common,
@@ -264,11 +242,11 @@ def _pull_status_changed(d: _Delivery, resource: str, common: dict[str, Any]) ->
     if merged:
         payload = {
             **common,
-            "base": _opt(p, "pull_request.base.ref"),
-            "head": _opt(p, "pull_request.head.ref"),
+            "base": pull.base.ref if pull.base else None,
+            "head": pull.head.ref if pull.head else None,
             "headSha": head_sha,
-            "mergedBy": _opt(p, "pull_request.merged_by.login") or _opt(p, "sender.login"),
-            "mergeCommitSha": _opt(p, "pull_request.merge_commit_sha"),
+            "mergedBy": _login(pull.merged_by) or _login(d.hook.sender),
+            "mergeCommitSha": pull.merge_commit_sha,
         }
         found.append(d.event("PrMerged", resource, payload))
     return found
@@ -304,7 +282,7 @@ def comment_created(event: CommentEvent, *, mentions_bot: bool) -> DomainEvent:
 def _comments(d: _Delivery) -> list[DomainEvent]:
     if d.action != "created":
         return []
-    event = normalise_comment(d.delivery_id, d.event_type, d.payload)
+    event = comment_event(d.delivery_id, d.event_type, d.read_as(IssueCommentPayload))
     if event.actor_login.lower() == d.bot.lower() or parse_marker(event.comment_body):
         return []  # the bot's own comment: the ingress ignores it too (bot_comment)
     mentions = find_mention(event.comment_body, d.bot) is not None
@@ -312,43 +290,44 @@ def _comments(d: _Delivery) -> list[DomainEvent]:
 
 
 def _releases(d: _Delivery) -> list[DomainEvent]:
-    if d.action != "published" or _opt(d.payload, "release.draft") is True:
+    release = d.read_as(ReleasePayload).release
+    if d.action != "published" or release.draft is True:
         return []
-    release_id = _int(d.payload, "release.id")
     payload = {
         **d.base(),
-        "releaseId": release_id,
-        "tag": _opt(d.payload, "release.tag_name"),
-        "name": _opt(d.payload, "release.name"),
-        "body": _opt(d.payload, "release.body"),
-        "target": _opt(d.payload, "release.target_commitish"),
-        "prerelease": _opt(d.payload, "release.prerelease") is True,
-        "author": _opt(d.payload, "release.author.login"),
-        "url": _opt(d.payload, "release.html_url"),
+        "releaseId": release.id,
+        "tag": release.tag_name,
+        "name": release.name,
+        "body": release.body,
+        "target": release.target_commitish,
+        "prerelease": release.prerelease is True,
+        "author": _login(release.author),
+        "url": release.html_url,
     }
-    return [d.event("ReleasePublished", f"{d.repo.key}:release:{release_id}", payload)]
+    return [d.event("ReleasePublished", f"{d.repo.key}:release:{release.id}", payload)]
 
 
 def _repository(d: _Delivery) -> list[DomainEvent]:
     if d.action != "created":
         return []
-    clone_url = _opt(d.payload, "repository.clone_url")
-    branch = _opt(d.payload, "repository.default_branch")
+    repository = d.hook.repository
     event = repo_added(
         d.repo.key,
         d.repo.owner,
         d.repo.name,
-        clone_url if isinstance(clone_url, str) else "",
-        branch if isinstance(branch, str) and branch else "main",
+        repository.clone_url or "",
+        repository.default_branch or "main",
         "gitea",
     )
     return [event]
 
 
-_BUILDERS: dict[str, Callable[[_Delivery], list[DomainEvent]]] = {
-    **dict.fromkeys(_ISSUE_FAMILY, _issues),
-    **dict.fromkeys(_PULL_FAMILY, _pulls),
-    **dict.fromkeys(_COMMENTS, _comments),
-    "release": _releases,
-    "repository": _repository,
+# Each event's payload model (hook.go) and what builds its events.
+_Builder = tuple[type[HookPayload], Callable[[_Delivery], list[DomainEvent]]]
+_BUILDERS: dict[str, _Builder] = {
+    **dict.fromkeys(_ISSUE_FAMILY, (IssuePayload, _issues)),
+    **dict.fromkeys(_PULL_FAMILY, (PullRequestPayload, _pulls)),
+    **dict.fromkeys(_COMMENTS, (IssueCommentPayload, _comments)),
+    "release": (ReleasePayload, _releases),
+    "repository": (HookPayload, _repository),
 }

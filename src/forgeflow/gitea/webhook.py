@@ -1,8 +1,9 @@
 """Verify and normalise Gitea/Forgejo webhook deliveries.
 
 Pure functions over headers and the raw body: the HTTP route calls them, the store
-records the result. Header names follow Gitea services/webhook/deliver.go (Gitea sends
-X-Gitea-*, X-Gogs-* and X-GitHub-* copies) and Forgejo's X-Forgejo-* equivalents.
+records the result; payloads are read as the models of gitea/models.py. Header names
+follow Gitea services/webhook/deliver.go (Gitea sends X-Gitea-*, X-Gogs-* and
+X-GitHub-* copies) and Forgejo's X-Forgejo-* equivalents.
 """
 
 from __future__ import annotations
@@ -14,7 +15,16 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from pydantic import BaseModel, ValidationError
+
 from forgeflow.domain.ids import InvalidName, RepoRef, ResourceKind, ResourceRef
+from forgeflow.gitea.models import (
+    NUL_CHARACTER,
+    CommentKey,
+    CommentShape,
+    HookPull,
+    IssueCommentPayload,
+)
 
 COMMENT_EVENTS = frozenset({"issue_comment", "pull_request_comment"})
 # A review submitted as "Comment" (Gitea's own name for the hook event since 1.19.1).
@@ -82,20 +92,12 @@ def event_type_of(headers: Mapping[str, str], payload: Mapping[str, Any] | None 
     generic = _first(headers, "x-gitea-event", "x-forgejo-event", "x-gogs-event", "x-github-event")
     event = specific or generic or ""
     if event in COMMENT_EVENTS and payload is not None:
-        if not isinstance(payload.get("comment"), Mapping) and _is_review(payload):
+        shape = CommentShape.model_validate(payload)
+        if shape.is_review():
             return REVIEW_COMMENT
-        if event == "issue_comment" and on_pull_request(payload):
+        if event == "issue_comment" and shape.on_pull_request():
             return "pull_request_comment"
     return event
-
-
-def on_pull_request(payload: Mapping[str, Any]) -> bool:
-    """Whether a comment payload is about a pull request: ``is_pull`` (Gitea 1.10 and
-    later) or, as every version sends it, an issue whose ``pull_request`` is not null."""
-    issue = payload.get("issue")
-    return payload.get("is_pull") is True or (
-        isinstance(issue, Mapping) and issue.get("pull_request") is not None
-    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,19 +117,11 @@ class CommentEvent:
     comment_body: str
     comment_created_at: str | None
     actor_login: str
-    actor_is_bot: bool
     refs: dict[str, Any] | None
 
     @property
     def repo(self) -> RepoRef:
         return self.resource.repo
-
-
-def _is_review(payload: Mapping[str, Any]) -> bool:
-    """A review sent under a comment event (Gitea 1.10 to 1.19.0): ``action`` reviewed
-    and a ``review``; anything else without a comment is a comment payload that lacks
-    it (stored under the event it came as, refused as invalid)."""
-    return payload.get("action") == "reviewed" or isinstance(payload.get("review"), Mapping)
 
 
 def parse_json(body: bytes) -> dict[str, Any]:
@@ -140,89 +134,89 @@ def parse_json(body: bytes) -> dict[str, Any]:
     return payload
 
 
-def _get(payload: Mapping[str, Any], path: str, kind: type | tuple[type, ...]) -> Any:
-    node: Any = payload
-    for part in path.split("."):
-        if not isinstance(node, Mapping) or part not in node:
-            raise InvalidPayload(f"missing field {path}")
-        node = node[part]
-    if not isinstance(node, kind) or (isinstance(node, bool) and kind is int):
-        raise InvalidPayload(f"field {path} has the wrong type")
-    if isinstance(node, str) and "\x00" in node:
-        # No database keeps NUL in text; Gitea never sends one.
-        raise InvalidPayload(f"field {path} contains a NUL character")
-    return node
-
-
-def _text(value: Any, path: str, default: str) -> str:
-    text = str(value or default)
-    if "\x00" in text:
-        raise InvalidPayload(f"field {path} contains a NUL character")
-    return text
-
-
 def normalise_comment(
     delivery_id: str, event_type: str, payload: Mapping[str, Any]
 ) -> CommentEvent:
     """Turn an ``issue_comment`` payload into a :class:`CommentEvent` or raise."""
-
-    action = _get(payload, "action", str)
-    owner = _get(payload, "repository.owner.login", str)
-    name = _get(payload, "repository.name", str)
-    number = _get(payload, "issue.number", int)
-    comment_id = _get(payload, "comment.id", int)
-    body = _get(payload, "comment.body", str)
-    login = _get(payload, "comment.user.login", str)
-    if number <= 0 or comment_id <= 0:
-        raise InvalidPayload("issue.number and comment.id must be positive")
     try:
-        repo = RepoRef(owner, name)
+        hook = IssueCommentPayload.model_validate(payload)
+    except ValidationError as exc:
+        raise _invalid(exc, IssueCommentPayload) from None
+    return comment_event(delivery_id, event_type, hook)
+
+
+def comment_event(delivery_id: str, event_type: str, hook: IssueCommentPayload) -> CommentEvent:
+    """The :class:`CommentEvent` of a comment payload already read."""
+    try:
+        repo = RepoRef(hook.repository.owner.login, hook.repository.name)
     except InvalidName as exc:
         raise InvalidPayload(str(exc)) from None
-    is_pull = event_type == "pull_request_comment" or on_pull_request(payload)
+    is_pull = event_type == "pull_request_comment" or hook.on_pull_request()
     kind = ResourceKind.PULL_REQUEST if is_pull else ResourceKind.ISSUE
-    repository = payload["repository"]
-    refs = None
-    pull = payload.get("pull_request")
-    if is_pull and isinstance(pull, Mapping):
-        refs = {
-            "base": _nested(pull, "base", "ref"),
-            "head": _nested(pull, "head", "ref"),
-            "headSha": _nested(pull, "head", "sha"),
-            "headRepo": _nested(pull, "head", "repo", "full_name"),
-        }
-    user = payload["comment"]["user"]
+    pull = hook.pull_request if is_pull else None
+    comment = hook.comment
     return CommentEvent(
         delivery_id=delivery_id,
         event_type="pull_request_comment" if is_pull else "issue_comment",
-        action=action,
-        resource=ResourceRef(repo, kind, number),
-        clone_url=_text(repository.get("clone_url"), "repository.clone_url", ""),
-        default_branch=_text(repository.get("default_branch"), "repository.default_branch", "main"),
-        html_url=_text(payload["comment"].get("html_url"), "comment.html_url", ""),
-        comment_id=comment_id,
-        comment_body=body,
-        comment_created_at=payload["comment"].get("created_at"),
-        actor_login=login,
-        actor_is_bot=user.get("type") == "Bot" if isinstance(user, Mapping) else False,
-        refs=refs,
+        action=hook.action,
+        resource=ResourceRef(repo, kind, hook.issue.number),
+        clone_url=hook.repository.clone_url or "",
+        default_branch=hook.repository.default_branch or "main",
+        html_url=comment.html_url or "",
+        comment_id=comment.id,
+        comment_body=comment.body,
+        comment_created_at=comment.created_at,
+        actor_login=comment.user.login,
+        refs=None if pull is None else _refs(pull),
     )
 
 
-def _nested(node: Any, *path: str) -> Any:
-    for part in path:
-        if not isinstance(node, Mapping):
-            return None
-        node = node.get(part)
-    return node
+def _refs(pull: HookPull) -> dict[str, Any]:
+    head, base = pull.head, pull.base
+    return {
+        "base": base.ref if base else None,
+        "head": head.ref if head else None,
+        "headSha": head.sha if head else None,
+        "headRepo": head.repo.full_name if head and head.repo else None,
+    }
+
+
+def _invalid(exc: ValidationError, model: type[BaseModel]) -> InvalidPayload:
+    """The refusal of a payload that lacks what forgeflow needs, naming the first such
+    field in the payload's order: missing (or inside something that is not an object),
+    of the wrong type, or holding a NUL. Non-positive ids are named last, as one."""
+    wrong = [e for e in exc.errors() if e["type"] != "greater_than"]
+    if not wrong:
+        return InvalidPayload("issue.number and comment.id must be positive")
+    error = wrong[0]
+    loc = [str(part) for part in error["loc"]]
+    path = ".".join(loc + _first_required(model, loc))
+    if error["type"] == NUL_CHARACTER:
+        return InvalidPayload(f"field {path} contains a NUL character")
+    if error["type"] == "missing" or path != ".".join(loc):
+        return InvalidPayload(f"missing field {path}")
+    return InvalidPayload(f"field {path} has the wrong type")
+
+
+def _first_required(model: type[BaseModel], loc: list[str]) -> list[str]:
+    """Below ``loc``, when it names an object: the path to its first required leaf (the
+    field a reader walking the payload would have missed first)."""
+    node: Any = model
+    for part in loc:
+        node = node.model_fields[part].annotation
+    below: list[str] = []
+    while isinstance(node, type) and issubclass(node, BaseModel):
+        name, field = next((n, f) for n, f in node.model_fields.items() if f.is_required())
+        below.append(name)
+        node = field.annotation
+    return below
 
 
 def payload_delivery_fallback(event_type: str, payload: Mapping[str, Any]) -> str | None:
     """An id for deduplication when no delivery header came (every delivery must be
     recorded once): the comment id and the action."""
     try:
-        comment_id = _get(payload, "comment.id", int)
-        action = _get(payload, "action", str)
-    except InvalidPayload:
+        key = CommentKey.model_validate(payload)
+    except ValidationError:
         return None
-    return f"payload:{event_type}:{comment_id}:{action}"
+    return f"payload:{event_type}:{key.comment.id}:{key.action}"

@@ -18,7 +18,7 @@ from forgeflow.agent.gitea_tools import args as a
 from forgeflow.domain.ids import ResourceKind, ResourceRef, parse_resource_key
 from forgeflow.domain.paths import session_branch
 from forgeflow.gitea.client import GiteaClient, GiteaError
-from forgeflow.gitea.models import Comment, Issue, PullRequest, RepoMeta
+from forgeflow.gitea.models import Comment, Issue, PullRequest, Repository
 
 Publish = Callable[[str], Awaitable[tuple[bool, str]]]  # session key -> (ok, what happened)
 
@@ -209,7 +209,7 @@ def _bounded(data: bytes, limit: int, what: str) -> str:
 
 async def _default_branch(s: Session) -> str:
     repo: Any = await _gitea("the repository", s.gitea.get_repo(s.owner, s.repo))
-    return RepoMeta.model_validate(repo).default_branch or "main"
+    return Repository.model_validate(repo).default_branch or "main"
 
 
 async def read_file(s: Session, x: a.ReadFileArgs) -> str:
