@@ -113,7 +113,7 @@ async def _gitea(s: Settings) -> Check:
                 f"Gitea {version} refuses the token",
                 "create a new token for the bot and set FORGEFLOW_GITEA_TOKEN",
             )
-        login = str(user.get("login", ""))
+        login = user.login
         if login.lower() != s.bot_login.lower():
             return Check(
                 "gitea",

@@ -16,7 +16,7 @@ from forgeflow.config import Permission
 from forgeflow.gitea.client import GiteaClient, GiteaUnavailable, PermissionCache
 from forgeflow_testkit.gitea_emulator import GiteaEmulator
 
-SLOTS = 16  # forgeflow.gitea.client._CONNECTIONS: what a burst of tasks may hold at once
+SLOTS = 16  # forgeflow.gitea.transport.CONNECTIONS: what a burst of tasks may hold at once
 
 
 class SilentServer:
@@ -78,8 +78,7 @@ def test_requests_beyond_the_limit_wait_and_that_wait_counts_against_the_timeout
         started = time.monotonic()
         try:
             calls = [
-                asyncio.create_task(client.get_issue("acme", "widget", n))
-                for n in range(1, SLOTS + 5)
+                asyncio.create_task(client.issue("acme", "widget", n)) for n in range(1, SLOTS + 5)
             ]
             assert await asyncio.to_thread(silent.wait_for, SLOTS)
             # No 17th connection while the sixteen hang (their timeout is 1 s away).
@@ -105,9 +104,7 @@ def test_a_permission_lookup_does_not_wait_behind_the_tasks_requests(
 ) -> None:
     async def lookup_while_busy() -> tuple[bool, object]:
         client = GiteaClient(silent.url, "t", timeout=2.0)
-        busy = [
-            asyncio.create_task(client.get_issue("acme", "widget", n)) for n in range(SLOTS + 4)
-        ]
+        busy = [asyncio.create_task(client.issue("acme", "widget", n)) for n in range(SLOTS + 4)]
         try:
             assert await asyncio.to_thread(silent.wait_for, SLOTS)
             lookup = asyncio.create_task(client.repo_permission("acme", "widget", "alice"))

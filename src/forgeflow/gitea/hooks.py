@@ -13,6 +13,7 @@ from urllib.parse import quote
 
 from forgeflow.domain.ids import validate_name
 from forgeflow.gitea.client import GiteaClient
+from forgeflow.gitea.models import Hook
 
 # The comment events that trigger tasks, and the events pipelines listen to.
 HOOK_EVENTS = (
@@ -68,25 +69,25 @@ def desired(url: str, secret: str) -> dict[str, Any]:
     }
 
 
-def _ours(hooks: list[dict[str, Any]], url: str) -> list[dict[str, Any]]:
-    return [h for h in hooks if (h.get("config") or {}).get("url") == url]
+def _ours(hooks: list[Hook], url: str) -> list[Hook]:
+    return [h for h in hooks if h.config.get("url") == url]
 
 
-def plan_connect(hooks: list[dict[str, Any]], url: str) -> Plan:
+def plan_connect(hooks: list[Hook], url: str) -> Plan:
     ours = _ours(hooks, url)
     if not ours:
         return Plan("create")
     hook = ours[0]
     changes = []
-    if not hook.get("active"):
+    if not hook.active:
         changes.append("active")
     # Gitea answers with its expansion of "issues"/"pull_request" into sub-events, so
     # ours must all be there; events someone added beside them are left alone.
-    if not set(HOOK_EVENTS) <= set(hook.get("events") or []):
+    if not set(HOOK_EVENTS) <= set(hook.events):
         changes.append("events")
-    if (hook.get("config") or {}).get("content_type") != "json":
+    if hook.config.get("content_type") != "json":
         changes.append("content_type")
-    return Plan("update" if changes else "none", int(hook["id"]), changes)
+    return Plan("update" if changes else "none", hook.id, changes)
 
 
 async def connect(
@@ -107,7 +108,7 @@ async def connect(
         return plan
     body = desired(url, secret)
     if plan.action == "create":
-        plan.hook_id = int((await client.create_hook(target.base, body))["id"])
+        plan.hook_id = (await client.create_hook(target.base, body)).id
     else:
         assert plan.hook_id is not None
         await client.edit_hook(
@@ -117,7 +118,7 @@ async def connect(
 
 
 async def disconnect(client: GiteaClient, target: Target, *, url: str, dry_run: bool) -> list[int]:
-    ids = [int(h["id"]) for h in _ours(await client.list_hooks(target.base), url)]
+    ids = [h.id for h in _ours(await client.list_hooks(target.base), url)]
     if not dry_run:
         for hook_id in ids:
             await client.delete_hook(target.base, hook_id)

@@ -104,7 +104,7 @@ class RepoBranch(_Shape):
     """``repo_branch.go`` Branch (GET /repos/{owner}/{repo}/branches/{branch})."""
 
     name: str = ""
-    commit: BranchCommit = Field(default_factory=BranchCommit)
+    commit: BranchCommit | None = None
 
 
 class Hook(_Shape):
@@ -170,13 +170,6 @@ class CombinedStatus(_Shape):
     sha: str = ""
     total_count: int = 0
     statuses: list[CommitStatus] = Field(default_factory=list)
-
-
-def parse_list(model: type[_Shape], value: Any) -> list[Any]:
-    """A JSON array of ``model``; anything else is a malformed answer (ValueError)."""
-    if not isinstance(value, list):
-        raise ValueError(f"expected a JSON array of {model.__name__}")
-    return [model.model_validate(v) for v in value]
 
 
 # -- webhook payloads (hook.go; filled in by services/webhook/notifier.go) -------------

@@ -108,12 +108,12 @@ class StoreAgentDispatch:
                 retryable=False,
             )
         try:
-            found = await self.gitea.get_repo(repo.owner, repo.name)
+            found = await self.gitea.repository(repo.owner, repo.name)
         except GiteaError as exc:
             raise gitea_step_failed(exc) from None
         return {
-            "clone_url": str(found["clone_url"]),
-            "default_branch": str(found.get("default_branch") or "main"),
+            "clone_url": found.clone_url,
+            "default_branch": found.default_branch or "main",
             "workspace_path": repo_workspace(self.workspace_root, repo),
         }
 
@@ -197,14 +197,14 @@ class GiteaAdapter:
     async def comment(self, repo: RepoRef, number: int, body: str, *, marker: str) -> int:
         try:
             for c in await self.client.list_comments(repo.owner, repo.name, number):
-                if marker in str(c.get("body") or ""):
-                    return int(c["id"])
+                if marker in c.body:
+                    return c.id
             made = await self.client.create_comment(
                 repo.owner, repo.name, number, f"{body}\n\n{marker}"
             )
         except GiteaError as exc:
             raise gitea_step_failed(exc) from None
-        return int(made["id"])
+        return made.id
 
     async def add_labels(
         self, repo: RepoRef, number: int, labels: list[str], *, create_missing: bool = False
@@ -232,13 +232,13 @@ class GiteaAdapter:
 
     async def _add(self, repo: RepoRef, number: int, labels: list[str]) -> list[str]:
         result = await self.client.add_labels(repo.owner, repo.name, number, labels)
-        return [str(x.get("name")) for x in result]
+        return [label.name for label in result]
 
     async def _missing_labels(self, repo: RepoRef, labels: list[str], *, create: bool) -> list[str]:
         """The labels the repository lacks, created when ``create``; else the step fails
         naming them."""
         try:
-            have = {name.lower() for name in await self.client.list_labels(repo.owner, repo.name)}
+            have = {label.name.lower() for label in await self.client.labels(repo.owner, repo.name)}
             missing = [name for name in labels if name.lower() not in have]
             if missing and not create:
                 raise StepFailed(
@@ -261,12 +261,12 @@ class GiteaAdapter:
 
     async def is_closed(self, repo: RepoRef, number: int) -> bool:
         try:
-            issue = await self.client.get_issue(repo.owner, repo.name, number)
+            issue = await self.client.issue(repo.owner, repo.name, number)
         except GiteaError as exc:
             if exc.status == 404:
                 return True  # deleted (or the repository is gone): nothing to keep it for
             raise gitea_step_failed(exc) from None
-        return issue.get("state") == "closed"
+        return issue.state == "closed"
 
 
 def _script_output(done: JailResult) -> ScriptOutput:

@@ -192,20 +192,20 @@ class Preparer:
         self, resource: ResourceRef, clone_url: str
     ) -> tuple[PullRequestRefs, dict[str, Any]]:
         """A pull request's branches as Gitea has them now, and the task's refs."""
-        p = await self.gitea.get_pull(resource.repo.owner, resource.repo.name, resource.number)
-        head_repo = p["head"].get("repo") or {}
+        p = await self.gitea.pull(resource.repo.owner, resource.repo.name, resource.number)
+        head_repo = p.head.repo
         pull = PullRequestRefs(
             number=resource.number,
-            base_ref=p["base"]["ref"],
-            head_ref=p["head"]["ref"],
-            head_sha=p["head"]["sha"],
-            head_clone_url=head_repo.get("clone_url") or clone_url,
+            base_ref=p.base.ref,
+            head_ref=p.head.ref,
+            head_sha=p.head.sha,
+            head_clone_url=(head_repo.clone_url if head_repo else "") or clone_url,
         )
-        refs = {
+        refs: dict[str, Any] = {
             "base": pull.base_ref,
             "head": pull.head_ref,
             "headSha": pull.head_sha,
-            "headRepo": head_repo.get("full_name"),
+            "headRepo": head_repo.full_name if head_repo else None,
         }
         return pull, refs
 
@@ -315,7 +315,7 @@ class Preparer:
         owner, name, number = resource.repo.owner, resource.repo.name, resource.number
         try:
             issue, comments = await asyncio.gather(
-                self.gitea.get_issue(owner, name, number),
+                self.gitea.issue(owner, name, number),
                 self.gitea.list_comments(owner, name, number),
             )
         except GiteaError as exc:
@@ -324,14 +324,14 @@ class Preparer:
             )
             return None, []
         bot = self.bot_login.lower()
-        thread = [(str((issue.get("user") or {}).get("login", "?")), str(issue.get("body") or ""))]
+        thread = [(issue.user.login or "?", issue.body)]
         for c in comments:
-            login = str((c.get("user") or {}).get("login", "?"))
-            if login.lower() == bot or c.get("id") == task.comment_id:
+            login = c.user.login or "?"
+            if login.lower() == bot or c.id == task.comment_id:
                 continue
-            thread.append((login, str(c.get("body") or "")))
+            thread.append((login, c.body))
         recent = [(who, body[:4000]) for who, body in thread if body.strip()][-10:]
-        return str(issue.get("title") or "") or None, recent
+        return issue.title or None, recent
 
 
 def _all(units: list[Unit]) -> Unit:

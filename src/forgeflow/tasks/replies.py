@@ -24,6 +24,7 @@ from forgeflow.domain.ids import RepoRef, parse_repo_key, sha256_ref, turn_key
 from forgeflow.domain.markers import Marker, MarkerKind, append_marker, parse_marker
 from forgeflow.domain.records import Task
 from forgeflow.gitea.client import GiteaClient, GiteaError
+from forgeflow.gitea.models import Comment
 from forgeflow.store import Store, workers
 from forgeflow.store import comments as comment_q
 from forgeflow.store.db import Unit
@@ -115,15 +116,14 @@ class Replies:
 
     async def _matching(
         self, task: About, kinds: set[MarkerKind], turn: str | None
-    ) -> list[dict[str, Any]]:
+    ) -> list[Comment]:
         repo, number = _where(task)
         since = task.created_at - timedelta(minutes=5)
         found = []
         for comment in await self._gitea.list_comments(repo.owner, repo.name, number, since=since):
-            user = comment.get("user") or {}
-            if str(user.get("login", "")).lower() != self._bot:
+            if comment.user.login.lower() != self._bot:
                 continue
-            marker = parse_marker(str(comment.get("body") or ""))
+            marker = parse_marker(comment.body)
             if (
                 marker is not None
                 and marker.task_id == task.task_id
@@ -238,7 +238,7 @@ class Replies:
         # first. A fresh intent cannot: nothing is posted before its intent is written.
         earlier = await self._matching(task, {kind}, marker.turn_key) if look_first else []
         if earlier:
-            comment_id = int(earlier[0]["id"])
+            comment_id = earlier[0].id
             await self._store.write(
                 lambda c: comment_q.record_result(
                     c, key, status=comment_q.SENT, comment_id=comment_id, how="found"
@@ -263,7 +263,7 @@ class Replies:
                 )
             )
             raise
-        comment_id = int(created["id"])
+        comment_id = created.id
         posted_at = utcnow()
 
         def record(c: Connection) -> None:
@@ -356,7 +356,7 @@ class Replies:
         except GiteaError as exc:
             return Verification(Found.UNKNOWN, detail=f"comment query failed: {exc}")
         if len(found) == 1:
-            return Verification(Found.FOUND, int(found[0]["id"]), body=found[0].get("body"))
+            return Verification(Found.FOUND, found[0].id, body=found[0].body)
         if len(found) > 1:
             return Verification(
                 Found.UNKNOWN, detail=f"{len(found)} comments carry the marker of {turn}"

@@ -146,7 +146,7 @@ class ScriptedRuntime:
             created = await self._gitea.create_comment(turn.owner, turn.repo, turn.number, body)
         except GiteaError:
             return None
-        return int(created["id"])
+        return created.id
 
     def _should_reply(self, turn: TurnSpec) -> bool:
         if self.reply == "early":

@@ -18,7 +18,7 @@ from forgeflow.agent.gitea_tools import args as a
 from forgeflow.domain.ids import ResourceKind, ResourceRef, parse_resource_key
 from forgeflow.domain.paths import session_branch
 from forgeflow.gitea.client import GiteaClient, GiteaError
-from forgeflow.gitea.models import Comment, Issue, PullRequest, Repository
+from forgeflow.gitea.models import Comment, Issue, Label, PullRequest, Repository
 
 Publish = Callable[[str], Awaitable[tuple[bool, str]]]  # session key -> (ok, what happened)
 
@@ -146,10 +146,9 @@ async def list_comments(s: Session, x: a.CommentsArgs) -> str:
 
 async def add_comment(s: Session, x: a.AddCommentArgs) -> str:
     n = s.resource.number
-    posted: Any = await _gitea(
+    comment: Comment = await _gitea(
         f"comment on #{n}", s.gitea.create_comment(s.owner, s.repo, n, x.body)
     )
-    comment = Comment.model_validate(posted)
     s.posted.add(comment.id)
     # "id" first: the runtime reads the created comment's id from this text (items.py).
     return _json({"id": comment.id, "html_url": comment.html_url, "number": n})
@@ -161,10 +160,10 @@ async def edit_comment(s: Session, x: a.EditCommentArgs) -> str:
             f"comment {x.comment_id} was not posted by you in this session; you may edit "
             "only comments you posted here with add_comment"
         )
-    edited: Any = await _gitea(
+    edited: Comment = await _gitea(
         f"comment {x.comment_id}", s.gitea.edit_comment(s.owner, s.repo, x.comment_id, x.body)
     )
-    return _json({"id": Comment.model_validate(edited).id, "edited": True})
+    return _json({"id": edited.id, "edited": True})
 
 
 async def search_issues(s: Session, x: a.SearchArgs) -> str:
@@ -208,8 +207,8 @@ def _bounded(data: bytes, limit: int, what: str) -> str:
 
 
 async def _default_branch(s: Session) -> str:
-    repo: Any = await _gitea("the repository", s.gitea.get_repo(s.owner, s.repo))
-    return Repository.model_validate(repo).default_branch or "main"
+    repo: Repository = await _gitea("the repository", s.gitea.repository(s.owner, s.repo))
+    return repo.default_branch or "main"
 
 
 async def read_file(s: Session, x: a.ReadFileArgs) -> str:
@@ -264,10 +263,8 @@ async def update_pull(s: Session, x: a.UpdatePullArgs) -> str:
 
 
 async def _label_ids(s: Session, names: list[str]) -> dict[str, int]:
-    existing = {
-        label.name.casefold(): label
-        for label in await _gitea("labels", s.gitea.repo_labels(s.owner, s.repo))
-    }
+    labels: list[Label] = await _gitea("labels", s.gitea.labels(s.owner, s.repo))
+    existing = {label.name.casefold(): label for label in labels}
     missing = [n for n in names if n.casefold() not in existing]
     if missing:
         known = ", ".join(sorted(label.name for label in existing.values())) or "none"
@@ -281,12 +278,12 @@ async def _label_ids(s: Session, names: list[str]) -> dict[str, int]:
 async def add_labels(s: Session, x: a.LabelsArgs) -> str:
     ids = await _label_ids(s, x.labels)
     n = s.resource.number
-    now = await _gitea(
+    now: list[Label] = await _gitea(
         f"labels of #{n}",
         # By name (Gitea AddIssueLabels takes names or ids), as the repository spells it.
         s.gitea.add_labels(s.owner, s.repo, n, list(ids)),
     )
-    return _json({"number": n, "labels": [str(label.get("name")) for label in now]})
+    return _json({"number": n, "labels": [label.name for label in now]})
 
 
 async def remove_labels(s: Session, x: a.LabelsArgs) -> str:
