@@ -17,7 +17,7 @@ from urllib.parse import quote
 from forgeflow.config import Permission
 from forgeflow.gitea.code import CodeApi
 from forgeflow.gitea.issues import IssuesApi
-from forgeflow.gitea.models import Hook, RepoPermission, ServerVersion, User
+from forgeflow.gitea.models import Hook, HookOption, RepoPermission, ServerVersion, User
 from forgeflow.gitea.transport import GiteaError, GiteaPermissionDenied, GiteaUnavailable
 
 __all__ = [
@@ -75,11 +75,13 @@ class GiteaClient(IssuesApi, CodeApi):
     async def list_hooks(self, base: str) -> list[Hook]:
         return await self._many(Hook, "GET", f"{base}/hooks", (200,))
 
-    async def create_hook(self, base: str, body: dict[str, Any]) -> Hook:
+    async def create_hook(self, base: str, option: HookOption) -> Hook:
+        body = option.create_body()
         return await self._one(Hook, "POST", f"{base}/hooks", (201,), json=body)
 
-    async def edit_hook(self, base: str, hook_id: int, body: dict[str, Any]) -> Hook:
-        return await self._one(Hook, "PATCH", f"{base}/hooks/{int(hook_id)}", (200,), json=body)
+    async def edit_hook(self, base: str, hook_id: int, option: HookOption) -> Hook:
+        path, body = f"{base}/hooks/{int(hook_id)}", option.edit_body()
+        return await self._one(Hook, "PATCH", path, (200,), json=body)
 
     async def delete_hook(self, base: str, hook_id: int) -> None:
         # 404: already gone, which is what was asked.

@@ -8,12 +8,11 @@ secret is set on create and on every update, and cannot be compared.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 from urllib.parse import quote
 
 from forgeflow.domain.ids import validate_name
 from forgeflow.gitea.client import GiteaClient
-from forgeflow.gitea.models import Hook
+from forgeflow.gitea.models import Hook, HookOption
 
 # The comment events that trigger tasks, and the events pipelines listen to.
 HOOK_EVENTS = (
@@ -59,14 +58,11 @@ class Plan:
     changes: list[str] = field(default_factory=list)
 
 
-def desired(url: str, secret: str) -> dict[str, Any]:
-    return {
-        "type": "gitea",
-        "active": True,
-        "events": list(HOOK_EVENTS),
-        "branch_filter": "*",
-        "config": {"url": url, "content_type": "json", "secret": secret},
-    }
+def desired(url: str, secret: str) -> HookOption:
+    return HookOption(
+        events=list(HOOK_EVENTS),
+        config={"url": url, "content_type": "json", "secret": secret},
+    )
 
 
 def _ours(hooks: list[Hook], url: str) -> list[Hook]:
@@ -111,9 +107,7 @@ async def connect(
         plan.hook_id = (await client.create_hook(target.base, body)).id
     else:
         assert plan.hook_id is not None
-        await client.edit_hook(
-            target.base, plan.hook_id, {k: v for k, v in body.items() if k != "type"}
-        )
+        await client.edit_hook(target.base, plan.hook_id, body)
     return plan
 
 

@@ -118,6 +118,24 @@ class Hook(_Shape):
     config: dict[str, str] = Field(default_factory=dict)
 
 
+class HookOption(_Shape):
+    """``hook.go`` CreateHookOption; an edit sends the same without ``type``
+    (EditHookOption). ``config`` holds the url, the content type and the secret, so
+    it is left out of the model's repr (a log line or a traceback never shows it)."""
+
+    type: str = "gitea"
+    active: bool = True
+    events: list[str]
+    branch_filter: str = "*"
+    config: dict[str, str] = Field(repr=False)
+
+    def create_body(self) -> dict[str, Any]:
+        return self.model_dump()
+
+    def edit_body(self) -> dict[str, Any]:
+        return self.model_dump(exclude={"type"})
+
+
 class ServerVersion(_Shape):
     """``miscellaneous.go`` ServerVersion (GET /version)."""
 
