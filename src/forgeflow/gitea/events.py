@@ -45,7 +45,7 @@ from forgeflow.domain.events import DomainEvent, repo_added
 from forgeflow.domain.ids import InvalidName, RepoRef, ResourceKind, resource_key
 from forgeflow.domain.markers import parse_marker
 from forgeflow.domain.mentions import find_mention
-from forgeflow.gitea.models import (
+from forgeflow.gitea.payloads import (
     HookPayload,
     HookThread,
     HookUser,

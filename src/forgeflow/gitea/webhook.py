@@ -1,7 +1,7 @@
 """Verify and normalise Gitea/Forgejo webhook deliveries.
 
 Pure functions over headers and the raw body: the HTTP route calls them, the store
-records the result; payloads are read as the models of gitea/models.py. Header names
+records the result; payloads are read as the models of gitea/payloads.py. Header names
 follow Gitea services/webhook/deliver.go (Gitea sends X-Gitea-*, X-Gogs-* and
 X-GitHub-* copies) and Forgejo's X-Forgejo-* equivalents.
 """
@@ -18,7 +18,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from forgeflow.domain.ids import InvalidName, RepoRef, ResourceKind, ResourceRef
-from forgeflow.gitea.models import (
+from forgeflow.gitea.payloads import (
     NUL_CHARACTER,
     CommentKey,
     CommentShape,
