@@ -16,7 +16,7 @@ from urllib.parse import quote, urlsplit
 
 import aiohttp
 
-from forgeflow.config import Permission
+from forgeflow.domain.permissions import Permission
 from forgeflow.gitea.models import (
     ChangedFile,
     CombinedStatus,

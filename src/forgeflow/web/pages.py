@@ -13,7 +13,7 @@ from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import RedirectResponse, Response
 from sqlalchemy import Connection
 
-from forgeflow.config import sandbox_warning
+from forgeflow.config_warnings import sandbox_warning
 from forgeflow.domain.ids import InvalidName, parse_resource_key
 from forgeflow.domain.paths import session_worktree
 from forgeflow.domain.states import ACTIVE_STATES, CANCELLABLE_STATES, TaskState, values
