@@ -7,7 +7,21 @@ with (and the metrics label); the intake (tasks/intake.py) never builds either.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import Literal
+
+
+class DeliveryStatus(StrEnum):
+    """A recorded delivery's ``status``, the filters of the delivery log."""
+
+    ACCEPTED = "accepted"
+    IGNORED = "ignored"
+    DUPLICATE = "duplicate"
+    REJECTED = "rejected"
+
+
+# What a replay of a comment (its id under a new delivery id) is answered from.
+ANSWERED_STATUSES = frozenset({DeliveryStatus.ACCEPTED, DeliveryStatus.REJECTED})
 
 
 @dataclass(frozen=True, slots=True)

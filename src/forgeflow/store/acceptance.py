@@ -7,12 +7,12 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
-from sqlalchemy import Connection, bindparam, or_, select
+from sqlalchemy import Connection, bindparam, select
 
 from forgeflow.domain.admission import admit
 from forgeflow.domain.budgets import Budgets
 from forgeflow.domain.ids import ResourceRef, task_id_for
-from forgeflow.domain.intake import DeliveryRecord
+from forgeflow.domain.intake import ANSWERED_STATUSES, DeliveryRecord
 from forgeflow.domain.records import Repository
 from forgeflow.domain.states import TaskState
 from forgeflow.store import audit, deliveries, repos, sessions, sql
@@ -50,9 +50,7 @@ _EARLIER = (
     .where(webhook_deliveries.c.repo_key == bindparam("repo_key"))
     .where(webhook_deliveries.c.comment_id == bindparam("comment_id"))
     .where(webhook_deliveries.c.delivery_key != bindparam("key"))
-    .where(
-        or_(webhook_deliveries.c.status == "accepted", webhook_deliveries.c.status == "rejected")
-    )
+    .where(webhook_deliveries.c.status.in_(sorted(s.value for s in ANSWERED_STATUSES)))
 )
 
 
