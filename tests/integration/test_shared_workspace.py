@@ -13,13 +13,15 @@ import contextlib
 import socket
 import threading
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from forgeflow.config import load_settings
 from forgeflow.domain.ids import RepoRef, ResourceKind, ResourceRef
-from forgeflow.services import build_services
+from forgeflow.services import Services, build_services
 from forgeflow_testkit.gitea_emulator import GiteaEmulator
 
 BOT = "ccweb-bot"
@@ -96,9 +98,45 @@ def gate(emulator: GiteaEmulator) -> Iterator[Gate]:
     g.close()
 
 
-def test_a_pipelines_cleanup_waits_for_a_tasks_git_work_on_the_repository(
-    emulator: GiteaEmulator, gate: Gate, tmp_path: Path, db_url: str
-) -> None:
+@dataclass
+class Process:
+    services: Services
+    gate: Gate
+    repo: RepoRef = field(default_factory=lambda: RepoRef("alice", "proj"))
+
+    @property
+    def issue(self) -> ResourceRef:
+        return ResourceRef(self.repo, ResourceKind.ISSUE, 1)
+
+    @property
+    def clone_url(self) -> str:
+        return f"{self.gate.url}/alice/proj.git"
+
+    async def session(self) -> Path:
+        """The issue's session worktree, prepared as a task prepares it."""
+        workspace = self.services.workspace  # the one Services._start_scheduler uses
+        checkout = await workspace.prepare_repo(self.repo, self.clone_url, "main")
+        made = await workspace.prepare_session(self.issue, checkout, default_branch="main")
+        return Path(made.path)
+
+    def watch_waits(self) -> tuple[asyncio.Event, list[str]]:
+        waits, waiting = asyncio.Event(), []
+
+        def on_wait(_repo: RepoRef, what: str) -> None:
+            waiting.append(what)
+            waits.set()
+
+        self.services.workspace.locks.on_wait = on_wait
+        return waits, waiting
+
+    async def cleanup(self) -> dict[str, Any]:
+        """The pipelines' ``repos.cleanup`` of the issue, through their own port."""
+        assert self.services.pipelines is not None
+        return await self.services.pipelines.ports.workspace.cleanup(self.issue)
+
+
+@pytest.fixture
+def process(emulator: GiteaEmulator, gate: Gate, tmp_path: Path, db_url: str) -> Iterator[Process]:
     token = emulator.add_user(BOT)
     emulator.add_user("alice")
     emulator.add_repo("alice", "proj", files={"a.txt": "one\n"})
@@ -111,39 +149,62 @@ def test_a_pipelines_cleanup_waits_for_a_tasks_git_work_on_the_repository(
         admin_token="admin-test-token-abcdef",
     )
     services = build_services(settings)
-    repo = RepoRef("alice", "proj")
-    issue = ResourceRef(repo, ResourceKind.ISSUE, 1)
-    clone_url = f"{gate.url}/alice/proj.git"
-    assert services.pipelines is not None
-    cleanup_port = services.pipelines.ports.workspace
+    yield Process(services, gate)
+    asyncio.run(services.aclose())
 
+
+async def _first(waits: asyncio.Event, cleanup: asyncio.Task[dict[str, Any]]) -> None:
+    """Until the cleanup waits, or (a manager of its own) ends without waiting."""
+    waited = asyncio.create_task(waits.wait())
+    await asyncio.wait({cleanup, waited}, return_when=asyncio.FIRST_COMPLETED)
+    waited.cancel()
+    assert waits.is_set() and not cleanup.done(), "the cleanup did not wait"
+
+
+def test_a_pipelines_cleanup_waits_for_a_tasks_git_work_on_the_repository(
+    process: Process,
+) -> None:
     async def scenario() -> None:
-        # The manager the scheduler is built with (Services._start_scheduler).
-        workspace = services.workspace
-        checkout = await workspace.prepare_repo(repo, clone_url, "main")
-        session = await workspace.prepare_session(issue, checkout, default_branch="main")
-        waiting: list[str] = []
-        waits = asyncio.Event()
+        worktree = await process.session()
+        waits, waiting = process.watch_waits()
+        process.gate.shut()
+        fetch = asyncio.create_task(
+            process.services.workspace.prepare_repo(process.repo, process.clone_url, "main")
+        )
+        await asyncio.to_thread(process.gate.held.wait)  # the task's fetch, inside the lock
+        cleanup = asyncio.create_task(process.cleanup())
+        await _first(waits, cleanup)
+        assert waiting == ["remove_session"] and worktree.is_dir()
+        process.gate.opened.set()
+        assert (await fetch).action == "fetched"
+        assert await cleanup == {"resourceKey": process.issue.key, "removed": True}
+        assert not worktree.exists()
 
-        def on_wait(_repo: RepoRef, what: str) -> None:
-            waiting.append(what)
-            waits.set()
+    asyncio.run(scenario())
 
-        workspace.locks.on_wait = on_wait
-        gate.shut()
-        task = asyncio.create_task(workspace.prepare_repo(repo, clone_url, "main"))
-        await asyncio.to_thread(gate.held.wait)  # the task's fetch, inside the lock
-        cleanup = asyncio.create_task(cleanup_port.cleanup(issue))
-        waited = asyncio.create_task(waits.wait())
-        done, _ = await asyncio.wait({cleanup, waited}, return_when=asyncio.FIRST_COMPLETED)
-        # A manager of its own would have removed the worktree while the task fetched.
-        assert waited in done and not cleanup.done(), "the cleanup did not wait"
-        assert waiting == ["remove_session"]
-        assert Path(session.path).is_dir()
-        gate.opened.set()
-        assert (await task).action == "fetched"
-        assert await cleanup == {"resourceKey": issue.key, "removed": True}
-        assert not Path(session.path).exists()
-        await services.aclose()
+
+def test_a_pipelines_cleanup_waits_for_a_task_working_in_the_repository(
+    process: Process,
+) -> None:
+    async def scenario() -> None:
+        worktree = await process.session()
+        waits, waiting = process.watch_waits()
+        working, turn_over = asyncio.Event(), asyncio.Event()
+
+        async def task() -> None:  # its life from preparation to push, the turn between
+            async with process.services.workspace.working(process.repo):
+                working.set()
+                await turn_over.wait()
+                assert worktree.is_dir()  # still there at the turn's end
+
+        running = asyncio.create_task(task())
+        await working.wait()
+        cleanup = asyncio.create_task(process.cleanup())
+        await _first(waits, cleanup)
+        assert waiting == ["remove_session"] and worktree.is_dir()
+        turn_over.set()
+        await running
+        assert await cleanup == {"resourceKey": process.issue.key, "removed": True}
+        assert not worktree.exists()
 
     asyncio.run(scenario())

@@ -20,6 +20,7 @@ Nothing here resets, cleans or overwrites the agent's trees: anything unexpected
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -282,12 +283,18 @@ class WorkspaceManager:
             raise ValueError(f"{path} is not a session worktree of this workspace")
         return RepoRef(parts[1], parts[2])
 
+    def working(self, repo: RepoRef) -> contextlib.AbstractAsyncContextManager[None]:
+        """Entered by a task for its life in the repository (preparation, turn, push):
+        a session's removal waits until no task works there (locks.py)."""
+        return self.locks.working(repo)
+
     async def remove_session(self, resource: ResourceRef) -> bool:
-        """Remove a clean session worktree (its branch and commits stay); dirty → refuse."""
+        """Remove a clean session worktree (its branch and commits stay); dirty → refuse.
+        Waits for the tasks working in the repository."""
         repo = resource.repo
         main = repo_workspace(str(self.root), repo)
         path = session_worktree(str(self.root), resource)
-        async with self.locks.hold(repo, "remove_session"):
+        async with self.locks.when_idle(repo, "remove_session"):
             res = await self.jail.step(injail.REMOVE_STEP, repo, main, main, path)
         report = injail.parse(res, "the session's removal")
         if "dirty" in report.words:
