@@ -13,7 +13,8 @@ import typer
 
 import forgeflow
 from forgeflow.cli_ops import ConfigOption, doctor, gitea_app, settings_or_exit
-from forgeflow.config import Role, Settings, sandbox_warning
+from forgeflow.config import Role, Settings
+from forgeflow.config_warnings import sandbox_warning
 from forgeflow.pipelines.cli import app as pipelines_app
 
 if TYPE_CHECKING:

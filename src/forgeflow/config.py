@@ -16,6 +16,7 @@ from pydantic_settings import (
     SettingsConfigDict,
 )
 
+from forgeflow.domain.budgets import Budgets
 from forgeflow.domain.egress import (
     DEFAULT_ALLOW,
     DEFAULT_PORTS,
@@ -25,6 +26,7 @@ from forgeflow.domain.egress import (
     parse_pins,
     parse_ports,
 )
+from forgeflow.domain.permissions import Permission
 
 ENV_PREFIX = "FORGEFLOW_"
 # The checkout forgeflow is installed from (scripts/setup.sh installs it editable), and
@@ -34,22 +36,6 @@ PINNED_CODEX = INSTALLATION / "tools" / "node" / "node_modules" / ".bin" / "code
 
 
 MIN_ADMIN_TOKEN = 20
-
-
-class Permission(StrEnum):
-    """Gitea repository access levels, weakest first."""
-
-    NONE = "none"
-    READ = "read"
-    WRITE = "write"
-    ADMIN = "admin"
-
-    @property
-    def rank(self) -> int:
-        return _RANK[self]
-
-
-_RANK = {p: i for i, p in enumerate(Permission)}  # every mention compares two ranks
 
 
 class Role(StrEnum):
@@ -151,10 +137,8 @@ class Settings(BaseSettings):
     # Tests only: a page reading a value its data lacks fails instead of rendering empty.
     ui_strict_templates: bool = False
 
-    def budgets(self) -> Any:
-        """Budget defaults and prices (``forgeflow.store.usage.Budgets``)."""
-        from forgeflow.store.usage import Budgets
-
+    def budgets(self) -> Budgets:
+        """Budget defaults and prices."""
         return Budgets(
             self.budget_daily_tokens,
             self.budget_monthly_tokens,
@@ -400,34 +384,3 @@ def _settings_class(config_file: Path | None) -> type[Settings]:
         toml_file: ClassVar[Path | None] = config_file
 
     return SettingsFromFile
-
-
-def capability_warnings(settings: Settings) -> list[str]:
-    """One line per missing setting: what forgeflow cannot do until it is given."""
-    lines: list[str] = []
-    if settings.webhook_secret is None:
-        lines.append("FORGEFLOW_WEBHOOK_SECRET is not set: the webhook answers 503 not_configured")
-    if settings.gitea_url is None:
-        lines.append(
-            "FORGEFLOW_GITEA_URL is not set: no permission checks, receipts, clones or replies"
-        )
-    if settings.gitea_token is None:
-        lines.append("FORGEFLOW_GITEA_TOKEN is not set: forgeflow cannot call Gitea as the bot")
-    return lines
-
-
-def sandbox_warning(settings: Settings) -> str | None:
-    """The loud line of FORGEFLOW_SANDBOX=none, shown at start, in /readyz and on the
-    overview page."""
-    if settings.sandbox != "none":
-        if settings.agent_network == "on":
-            return (
-                "FORGEFLOW_AGENT_NETWORK=on: the jail shares the host's network and reaches "
-                "every service on its loopback (the database included), private networks "
-                "and the cloud metadata address; prefer the default, proxy"
-            )
-        return None
-    return (
-        "FORGEFLOW_SANDBOX=none: the agent runs unjailed as forgeflow's own user and can "
-        "read everything that user can; use it only for a single trusted user"
-    )

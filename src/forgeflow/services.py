@@ -32,11 +32,11 @@ from forgeflow.rejections import RejectionLog
 from forgeflow.store import Store
 from forgeflow.tasks.dispatch import Wakeup
 from forgeflow.tasks.intake import WebhookIngress
+from forgeflow.workspace.manager import WorkspaceManager
 
 if TYPE_CHECKING:
     from forgeflow.tasks.publish import Publisher
     from forgeflow.tasks.scheduler import Scheduler
-    from forgeflow.workspace.manager import WorkspaceManager
 
 ADMIN_TOKEN_FILE = "admin_token"  # noqa: S105 - a file name, not a secret
 log = structlog.get_logger("forgeflow.services")
@@ -52,6 +52,9 @@ class Services:
     admin_token: str
     # The bounded audit of requests refused at the door (forgeflow.rejections).
     rejections: RejectionLog
+    # The one manager of this process's clones, shared by tasks and pipelines: its
+    # per-repository lock orders a pipeline's cleanup after a task's git work.
+    workspace: WorkspaceManager
     role: Role = Role.ALL
     worker_id: str = ""
     owner: str = ""
@@ -60,8 +63,6 @@ class Services:
     # claims at once instead of at its next poll.
     wakeup: Wakeup = field(default_factory=Wakeup)
     scheduler: Scheduler | None = field(default=None)
-    # The clones this process works in (a worker only): pages read published diffs there.
-    workspace: WorkspaceManager | None = field(default=None)
     pipelines: PipelineEngine | None = field(default=None)
     triggers: TriggerLoops | None = field(default=None)
 
@@ -109,11 +110,10 @@ class Services:
             return
         from forgeflow.agent.factory import RuntimeUnavailable, create_runtime
         from forgeflow.tasks.publish import Publisher
-        from forgeflow.workspace.manager import WorkspaceManager
 
         s = self.settings
         assert s.gitea_token is not None
-        workspace = WorkspaceManager.from_settings(s)
+        workspace = self.workspace
         publisher = Publisher(self.store, workspace)
         try:
             self.runtime = create_runtime(s, publisher.for_session)
@@ -123,7 +123,6 @@ class Services:
         scheduler = self._build_scheduler(workspace, publisher, self.runtime)
         await self._register_worker()
         self.scheduler = scheduler
-        self.workspace = workspace
         await scheduler.start()
 
     def _build_scheduler(
@@ -269,6 +268,7 @@ def build_services(settings: Settings, *, migrate: bool = True, role: Role = Rol
         gitea = GiteaClient(settings.gitea_url, token)
         permissions = PermissionCache(gitea, settings.permission_cache_seconds)
     worker_id = default_worker_id(settings)
+    workspace = WorkspaceManager.from_settings(settings)
     wakeup = Wakeup()
     rejections = RejectionLog(
         store, settings.rejection_interval_seconds, settings.rejection_retention_days
@@ -279,6 +279,7 @@ def build_services(settings: Settings, *, migrate: bool = True, role: Role = Rol
         metrics=Metrics(),
         ingress=WebhookIngress(settings, store, permissions, rejections, on_accept=wakeup.set),
         rejections=rejections,
+        workspace=workspace,
         wakeup=wakeup,
         gitea=gitea,
         admin_token=admin_token,
@@ -290,6 +291,7 @@ def build_services(settings: Settings, *, migrate: bool = True, role: Role = Rol
     services.pipelines = build_engine(
         settings,
         store,
+        workspace,
         gitea=gitea,
         owner=services.owner,
         node_prefix=f"{worker_id}/",

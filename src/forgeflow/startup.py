@@ -11,7 +11,8 @@ import shlex
 import shutil
 from pathlib import Path
 
-from forgeflow.config import Role, Settings, capability_warnings
+from forgeflow.config import Role, Settings
+from forgeflow.config_warnings import capability_warnings
 
 LOCK_FILE = "serve.lock"
 

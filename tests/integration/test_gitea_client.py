@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from forgeflow.config import Permission
+from forgeflow.domain.permissions import Permission
 from forgeflow.gitea.client import GiteaClient, GiteaUnavailable, PermissionCache
 from forgeflow_testkit.gitea_emulator import GiteaEmulator
 

@@ -14,7 +14,7 @@ from sqlalchemy import update
 from forgeflow.domain.ids import RepoRef, ResourceKind, ResourceRef
 from forgeflow.domain.records import Task
 from forgeflow.gitea.client import GiteaClient, GiteaError
-from forgeflow.store import Store, deliveries, tasks, workers
+from forgeflow.store import Store, acceptance, tasks, workers
 from forgeflow.store import comments as comment_q
 from forgeflow.store.schema import comments
 from forgeflow.store.types import utcnow
@@ -35,9 +35,9 @@ def setup(tmp_path: Path, store: Store) -> Iterator[tuple[GiteaEmulator, str, Ta
         issue = gitea.add_issue("acme", "widget", title="t", author="alice")
         resource = ResourceRef(RepoRef("acme", "widget"), ResourceKind.ISSUE, issue)
         store.db.write_sync(
-            lambda c: deliveries.accept(
+            lambda c: acceptance.accept(
                 c,
-                deliveries.Accept(
+                acceptance.Accept(
                     delivery_key="default:d1",
                     delivery_id="d1",
                     event_type="issue_comment",

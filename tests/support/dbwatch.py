@@ -7,8 +7,9 @@ import time
 from collections import Counter
 from typing import Any
 
-from sqlalchemy import create_engine, select, text
+from sqlalchemy import create_engine, select
 
+from forgeflow.domain.states import ACTIVE_STATES, values
 from forgeflow.store.schema import tasks
 
 
@@ -34,9 +35,7 @@ class DbWatch:
             return dict(row._mapping) if row else None
 
     def _run(self) -> None:
-        query = text(
-            "SELECT repo_key FROM tasks WHERE state IN ('preparing', 'running', 'aborting')"
-        )
+        query = select(tasks.c.repo_key).where(tasks.c.state.in_(values(ACTIVE_STATES)))
         while not self._stop.is_set():
             try:
                 with self.engine.connect() as conn:

@@ -5,13 +5,9 @@ from pathlib import Path
 
 import pytest
 
-from forgeflow.config import (
-    ConfigError,
-    Permission,
-    capability_warnings,
-    load_settings,
-    sandbox_warning,
-)
+from forgeflow.config import ConfigError, load_settings
+from forgeflow.config_warnings import capability_warnings, sandbox_warning
+from forgeflow.domain.permissions import Permission
 
 
 def test_defaults(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -12,7 +12,7 @@ from prometheus_client.registry import Collector
 from sqlalchemy import Connection
 
 from forgeflow.api.schemas import Health, Readiness, answer, error
-from forgeflow.config import sandbox_warning
+from forgeflow.config_warnings import sandbox_warning
 from forgeflow.services import Services
 from forgeflow.store import StoreUnavailable, deliveries, tasks
 from forgeflow.tasks.dispatch import Preparing

@@ -14,7 +14,7 @@ import time
 from typing import Any
 from urllib.parse import quote
 
-from forgeflow.config import Permission
+from forgeflow.domain.permissions import Permission
 from forgeflow.gitea.code import CodeApi
 from forgeflow.gitea.issues import IssuesApi
 from forgeflow.gitea.models import Hook, HookOption, RepoPermission, ServerVersion, User

@@ -19,20 +19,22 @@ from forgeflow.workspace.manager import WorkspaceManager
 def build_engine(
     settings: Settings,
     store: Store,
+    manager: WorkspaceManager,
     *,
     gitea: GiteaClient | None,
     owner: str,
     node_prefix: str,
     wake_tasks: Callable[[], None] | None = None,
 ) -> PipelineEngine:
-    """No I/O here: the loop starts with :meth:`PipelineEngine.start_loop`."""
+    """No I/O here: the loop starts with :meth:`PipelineEngine.start_loop`. ``manager``:
+    the process's one workspace manager, the tasks' too (its locks must cover both)."""
     registry = PipelineBodyRegistry()
     register_builtins(registry)
     root = str(settings.resolved_workspace_root)
     workspace = LocalWorkspace(
         root,
         str(Path(settings.data_dir) / "pipelines"),
-        WorkspaceManager.from_settings(settings),
+        manager,
         jail_runner=JailRunner.from_settings(settings),
         store=store,
     )

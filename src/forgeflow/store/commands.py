@@ -13,12 +13,13 @@ from typing import Any
 
 from sqlalchemy import Connection, select
 
+from forgeflow.domain.intake import DeliveryRecord
 from forgeflow.domain.mentions import Command
 from forgeflow.domain.records import Task
 from forgeflow.domain.states import NEVER_QUEUED_STATES, TERMINAL_STATES, TaskState, values
-from forgeflow.store import audit, comments, deliveries, rows, scheduling, sessions
+from forgeflow.store import acceptance, audit, comments, deliveries, rows, scheduling, sessions
 from forgeflow.store import tasks as task_q
-from forgeflow.store.deliveries import Accept, DeliveryRecord
+from forgeflow.store.acceptance import Accept
 from forgeflow.store.schema import tasks
 from forgeflow.store.sql import notify_tasks
 
@@ -38,7 +39,7 @@ def latest_task(conn: Connection, resource_key: str) -> Task | None:
 
 
 def run(conn: Connection, a: Accept, command: Command) -> DeliveryRecord:
-    opened = deliveries.open_delivery(conn, a, response_code=200)
+    opened = acceptance.open_delivery(conn, a, response_code=200)
     if isinstance(opened, DeliveryRecord):
         return opened
     actor = f"gitea:user:{a.author}"

@@ -18,10 +18,18 @@ from sqlalchemy import (
     text,
 )
 
+from forgeflow.domain.states import ACTIVE_STATES, TaskState, values
 from forgeflow.store.metadata import metadata as metadata  # re-exported: migrations read it here
 from forgeflow.store.types import JSONText, UTCDateTime
 
-ACTIVE_STATES_SQL = "state IN ('preparing', 'running', 'aborting')"
+
+def state_in(states: frozenset[TaskState]) -> str:
+    """``state IN (...)`` as SQL text (a partial index's condition, which both dialects
+    read), derived from the state set and in the table's order (stable text)."""
+    return "state IN ({})".format(", ".join(f"'{v}'" for v in values(states)))
+
+
+ACTIVE_STATES_SQL = state_in(ACTIVE_STATES)
 
 webhook_deliveries = Table(
     "webhook_deliveries",

@@ -1,49 +1,21 @@
-"""Token use and budgets per repository (issue: "budgets per repository and per day/month").
+"""Token use per repository and the budgets' rows: what domain/budgets.py decides on.
 
-A task's tokens count in the period it was created in, so a long task never moves a
-budget backwards. Budgets come from the repository row, else from the configuration.
+A task's tokens count in the period it was created in (``tasks.created_at``).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from sqlalchemy import Connection, func, select, update
 
+from forgeflow.domain import budgets
+from forgeflow.domain.budgets import Budgets, Period, period_starts
 from forgeflow.domain.records import Repository
 from forgeflow.store import audit, events
 from forgeflow.store.schema import repositories, sessions, tasks
 from forgeflow.store.types import utcnow
-
-
-@dataclass(frozen=True, slots=True)
-class Budgets:
-    """Defaults from configuration; ``None`` means no limit."""
-
-    daily_tokens: int | None = None
-    monthly_tokens: int | None = None
-    threshold: float = 0.8
-    price_input_per_mtok: float | None = None
-    price_output_per_mtok: float | None = None
-
-    def cost(self, input_tokens: int, output_tokens: int) -> float | None:
-        if self.price_input_per_mtok is None and self.price_output_per_mtok is None:
-            return None
-        return round(
-            (
-                input_tokens * (self.price_input_per_mtok or 0)
-                + output_tokens * (self.price_output_per_mtok or 0)
-            )
-            / 1_000_000,
-            6,
-        )
-
-
-def period_starts(now: datetime) -> dict[str, datetime]:
-    day = now.replace(hour=0, minute=0, second=0, microsecond=0)
-    return {"day": day, "month": day.replace(day=1)}
 
 
 def used(conn: Connection, repo_key: str, since: datetime) -> int:
@@ -57,7 +29,7 @@ def used(conn: Connection, repo_key: str, since: datetime) -> int:
 
 def limits(
     conn: Connection, repo_key: str, defaults: Budgets, repo: Repository | None = None
-) -> dict[str, int | None]:
+) -> dict[Period, int | None]:
     """The budgets of a repository; ``repo``, when the caller has read it, spares a query."""
     if repo is not None:
         daily, monthly = repo.daily_token_budget, repo.monthly_token_budget
@@ -68,22 +40,18 @@ def limits(
             )
         ).first()
         daily, monthly = (found[0], found[1]) if found is not None else (None, None)
-    return {
-        "day": daily if daily is not None else defaults.daily_tokens,
-        "month": monthly if monthly is not None else defaults.monthly_tokens,
-    }
+    return defaults.limits(daily, monthly)
 
 
 def exceeded(
     conn: Connection, repo_key: str, defaults: Budgets, repo: Repository | None = None
 ) -> str | None:
-    """The name of a budget that is used up (``daily budget of N tokens``), or None."""
+    """The budget that is used up (domain.budgets.exceeded), or None; only a period
+    with a limit is counted."""
     starts = period_starts(utcnow())
-    for period, limit in limits(conn, repo_key, defaults, repo).items():
-        if limit is not None and used(conn, repo_key, starts[period]) >= limit:
-            name = "daily" if period == "day" else "monthly"
-            return f"the {name} token budget of {limit} tokens for {repo_key}"
-    return None
+    limit = limits(conn, repo_key, defaults, repo)
+    spent = {p: used(conn, repo_key, starts[p]) for p, n in limit.items() if n is not None}
+    return budgets.exceeded(limit, spent, repo_key)
 
 
 def note_tokens(conn: Connection, repo_key: str, added: int, defaults: Budgets) -> None:
@@ -95,8 +63,7 @@ def note_tokens(conn: Connection, repo_key: str, added: int, defaults: Budgets) 
         if limit is None:
             continue
         after = used(conn, repo_key, starts[period])
-        mark = defaults.threshold * limit
-        if after - added < mark <= after:
+        if budgets.crossed(limit, defaults.threshold, after - added, after):
             events.emit(
                 conn,
                 "BudgetThresholdCrossed",

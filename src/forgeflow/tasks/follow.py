@@ -26,12 +26,12 @@ from forgeflow.agent.port import (
     TurnCompleted,
     TurnHandle,
 )
+from forgeflow.domain.budgets import Budgets
 from forgeflow.domain.markers import parse_marker
 from forgeflow.domain.records import Task
 from forgeflow.redaction import redact
 from forgeflow.store import Store, audit, transcripts, usage
 from forgeflow.store import turns as turn_q
-from forgeflow.store.usage import Budgets
 from forgeflow.tasks.abort_watch import AbortWatch
 from forgeflow.tasks.moves import task_event
 

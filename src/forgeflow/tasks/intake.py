@@ -1,4 +1,5 @@
-"""Webhook intake: verify the signature, drop duplicates, normalise, enqueue.
+"""Webhook intake: verify the signature, drop duplicates, normalise, enqueue; the
+answer is an outcome (domain/intake.py), which ``api/webhook.py`` turns into HTTP.
 
 It answers from what the store says and never waits on clone, agent or comment work:
 Gitea gives up on a delivery after a few seconds, and a delivery it gave up on is sent
@@ -12,43 +13,53 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from functools import partial
-from typing import Any
+from typing import Literal
 
 import structlog
 from sqlalchemy import Connection
 
-from forgeflow.config import Permission, Settings
+from forgeflow.config import Settings
 from forgeflow.domain.events import DomainEvent
 from forgeflow.domain.ids import delivery_key, sha256_ref
+from forgeflow.domain.intake import (
+    BadSignature,
+    DeliveryRecord,
+    NoSecret,
+    Outcome,
+    Recorded,
+    Refused,
+)
 from forgeflow.domain.markers import parse_marker
 from forgeflow.domain.mentions import Mention, find_mention
 from forgeflow.domain.paths import repo_workspace
+from forgeflow.domain.permissions import Permission
 from forgeflow.gitea import events as gitea_events
 from forgeflow.gitea import webhook
 from forgeflow.gitea.client import GiteaError, GiteaPermissionDenied, PermissionCache
 from forgeflow.rejections import Rejection, RejectionLog, cut
-from forgeflow.store import Store, commands, deliveries
+from forgeflow.store import Store, acceptance, commands, deliveries
 from forgeflow.store import events as store_events
-from forgeflow.store.deliveries import DeliveryRecord
 
 log = structlog.get_logger("forgeflow.tasks.intake")
-_Unit = Callable[[Connection, deliveries.Accept], DeliveryRecord]
+_Unit = Callable[[Connection, acceptance.Accept], DeliveryRecord]
 
 
 @dataclass(frozen=True, slots=True)
-class Reply:
-    status_code: int
-    body: dict[str, Any]
-    outcome: str  # metrics label: accepted|duplicate|ignored|rejected|invalid|unauthorized|…
+class _Unknown:
+    """Why the commenter's permission is not known (a :class:`Refused` to be)."""
 
-
-def _error(status: int, code: str, message: str, outcome: str) -> Reply:
-    return Reply(status, {"error": code, "message": message}, outcome)
+    kind: Literal["not_configured", "unavailable"]
+    code: str
+    message: str
 
 
 def _printable(value: str, limit: int) -> str:
     """A header's value as a column holds it: printable (no NUL) and bounded."""
     return "".join(c if c.isprintable() else "?" for c in value[:limit])
+
+
+def _invalid(message: str, body: bytes, delivery_id: str | None, event_type: str) -> Refused:
+    return Refused("invalid", "invalid_payload", message, delivery_id, event_type, sha256_ref(body))
 
 
 def _with_events(unit: _Unit, found: Sequence[DomainEvent]) -> _Unit:
@@ -75,46 +86,37 @@ class WebhookIngress:
         self._budgets = settings.budgets()
         self._bot = settings.bot_login
 
-    async def handle(self, headers: Mapping[str, str], body: bytes, source: str = "-") -> Reply:
-        """``source``: the client address, for the audit of a refusal."""
+    async def handle(self, headers: Mapping[str, str], body: bytes, source: str = "-") -> Outcome:
+        """``source``: the client address, for the audit of a refusal. A :class:`Refused`
+        is recorded by :meth:`record_refusal` once its answer is known."""
         secret = self._settings.webhook_secret
         if secret is None:
-            return _error(
-                503, "not_configured", "FORGEFLOW_WEBHOOK_SECRET is not set", "not_configured"
-            )
+            return NoSecret()
         if not webhook.verify_signature(secret.get_secret_value(), body, headers):
             await self._security_alert(headers, source)
-            return _error(401, "invalid_signature", "signature missing or invalid", "unauthorized")
+            return BadSignature()
         try:
             payload = webhook.parse_json(body)
         except webhook.InvalidPayload as exc:
-            invalid = _error(400, "invalid_payload", str(exc), "invalid")
-            return await self._refuse(
-                invalid, body, webhook.delivery_id_of(headers), webhook.event_type_of(headers)
-            )
+            header_id = webhook.delivery_id_of(headers)
+            return _invalid(str(exc), body, header_id, webhook.event_type_of(headers))
         event_type = webhook.event_type_of(headers, payload)
         delivery_id = webhook.delivery_id_of(headers) or webhook.payload_delivery_fallback(
             event_type, payload
         )
         if delivery_id is None:
-            invalid = _error(
-                400,
-                "invalid_payload",
-                "no X-Gitea-Delivery header and no comment id in the payload",
-                "invalid",
-            )
-            return await self._refuse(invalid, body, None, event_type)
+            why = "no X-Gitea-Delivery header and no comment id in the payload"
+            return _invalid(why, body, None, event_type)
         key = delivery_key(delivery_id)
         if event_type in webhook.COMMENT_EVENTS:
             try:
                 event = webhook.normalise_comment(delivery_id, event_type, payload)
             except webhook.InvalidPayload as exc:
-                invalid = _error(400, "invalid_payload", str(exc), "invalid")
-                return await self._refuse(invalid, body, delivery_id, event_type)
+                return _invalid(str(exc), body, delivery_id, event_type)
             return await self._comment(key, event, body)
         seen = await self._store.read(lambda c: deliveries.get(c, key))
         if seen is not None:
-            return self._answer(seen)
+            return Recorded(seen)
         # Issues, pull requests, releases…: no task, but maybe pipeline domain events.
         found = gitea_events.domain_events(
             event_type, payload, delivery_id=delivery_id, body=body, bot_login=self._bot
@@ -129,7 +131,7 @@ class WebhookIngress:
             found=found,
         )
 
-    async def _comment(self, key: str, event: webhook.CommentEvent, body: bytes) -> Reply:
+    async def _comment(self, key: str, event: webhook.CommentEvent, body: bytes) -> Outcome:
         reason = self._not_a_mention(event)
         mention = None if reason else find_mention(event.comment_body, self._bot)
         if reason is not None or mention is None:
@@ -147,13 +149,19 @@ class WebhookIngress:
                 else (),
             )
         permission = await self._permission_for(key, event)
-        if isinstance(permission, Reply) and permission.status_code >= 400:
+        if isinstance(permission, _Unknown):
             # Gitea could not say: refused for now, Gitea redelivers.
-            return await self._refuse(
-                permission, body, event.delivery_id, event.event_type, event.repo.key
+            return Refused(
+                permission.kind,
+                permission.code,
+                permission.message,
+                event.delivery_id,
+                event.event_type,
+                sha256_ref(body),
+                event.repo.key,
             )
-        if not isinstance(permission, Permission):
-            return permission  # a redelivery's answer
+        if isinstance(permission, DeliveryRecord):
+            return Recorded(permission)  # a redelivery's answer
         record = await self._accept(key, event, body, mention, permission)
         if record.status == "accepted" and not record.duplicate and self.on_accept is not None:
             # A new task, or a command's answer waiting in the outbox.
@@ -166,7 +174,7 @@ class WebhookIngress:
             repo_key=event.repo.key,
             reason=record.reason,
         )
-        return self._answer(record)
+        return Recorded(record)
 
     def _not_a_mention(self, event: webhook.CommentEvent) -> str | None:
         """Why a comment cannot start a task (an edit, the bot's own), else None."""
@@ -176,7 +184,9 @@ class WebhookIngress:
             return "bot_comment"
         return None
 
-    async def _permission_for(self, key: str, event: webhook.CommentEvent) -> Permission | Reply:
+    async def _permission_for(
+        self, key: str, event: webhook.CommentEvent
+    ) -> Permission | DeliveryRecord | _Unknown:
         """The commenter's permission on the repository, asked of Gitea when not known."""
         permission = self._known_permission(event)
         if permission is not None:
@@ -189,7 +199,7 @@ class WebhookIngress:
             lambda c: (deliveries.get(c, key), deliveries.repo_status(c, repo_key))
         )
         if seen is not None:
-            return self._answer(seen)
+            return seen
         if repo_status == "disabled":
             return Permission.NONE
         return await self._permission(event)
@@ -203,13 +213,13 @@ class WebhookIngress:
         permission: Permission,
     ) -> DeliveryRecord:
         """One transaction: the delivery, and its task or command (or its rejection)."""
-        permitted = permission.rank >= self._settings.trigger_permission.rank
+        permitted = permission.allows(self._settings.trigger_permission)
         command = mention.command if permitted else None
         unit: _Unit = (
-            deliveries.accept if command is None else partial(commands.run, command=command)
+            acceptance.accept if command is None else partial(commands.run, command=command)
         )
         unit = _with_events(unit, [gitea_events.comment_created(event, mentions_bot=True)])
-        accept = deliveries.Accept(
+        accept = acceptance.Accept(
             delivery_key=key,
             delivery_id=event.delivery_id,
             event_type=event.event_type,
@@ -236,16 +246,15 @@ class WebhookIngress:
             return None
         return self._permissions.cached(event.repo.owner, event.repo.name, event.actor_login)
 
-    async def _permission(self, event: webhook.CommentEvent) -> Permission | Reply:
+    async def _permission(self, event: webhook.CommentEvent) -> Permission | _Unknown:
         s = self._settings
         if s.trigger_permission is Permission.NONE:
             return Permission.NONE
         if self._permissions is None:
-            return _error(
-                503,
+            return _Unknown(
+                "not_configured",
                 "not_configured",
                 "FORGEFLOW_GITEA_URL is not set: commenter permission cannot be checked",
-                "not_configured",
             )
         try:
             return await self._permissions.permission(
@@ -259,12 +268,11 @@ class WebhookIngress:
                 code=exc.code,
             )
             if isinstance(exc, GiteaPermissionDenied):
-                return _error(503, exc.code, str(exc), "unavailable")
-            return _error(
-                503,
+                return _Unknown("unavailable", exc.code, str(exc))
+            return _Unknown(
+                "unavailable",
                 "gitea_unavailable",
                 "commenter permission could not be checked; redeliver later",
-                "unavailable",
             )
 
     async def _ignore(
@@ -278,7 +286,7 @@ class WebhookIngress:
         normalized: bool,
         repo_key: str | None = None,
         found: Sequence[DomainEvent] = (),
-    ) -> Reply:
+    ) -> Recorded:
         record = await self._store.write(
             lambda c: store_events.after_delivery(
                 c,
@@ -296,82 +304,27 @@ class WebhookIngress:
                 found,
             )
         )
-        return self._answer(record)
+        return Recorded(record)
 
-    async def _refuse(
-        self,
-        reply: Reply,
-        body: bytes,
-        delivery_id: str | None,
-        event_type: str,
-        repo_key: str | None = None,
-    ) -> Reply:
-        """Answer a verified delivery with ``reply`` (400 or 503), recorded in the
-        deliveries and the audit with its code, never with its body; the answer does
-        not depend on the record (the database may be what failed)."""
-        code = str(reply.body.get("error", "refused"))
+    async def record_refusal(self, refused: Refused, response_code: int) -> None:
+        """Record a refused delivery with the answer it got (400 or 503) and its code,
+        in the deliveries and the audit, never with its body. Never raises: the answer
+        does not depend on the record (the database may be what failed)."""
         try:
             await self._store.write(
                 lambda c: deliveries.record_refused(
                     c,
-                    delivery_id=_printable(delivery_id or "(none)", 120),
-                    event_type=_printable(event_type or "unknown", 64),
-                    payload_hash=sha256_ref(body),
+                    delivery_id=_printable(refused.delivery_id or "(none)", 120),
+                    event_type=_printable(refused.event_type or "unknown", 64),
+                    payload_hash=refused.payload_hash,
                     retention=self._retention,
-                    code=code,
-                    response_code=reply.status_code,
-                    repo_key=repo_key,
+                    code=refused.code,
+                    response_code=response_code,
+                    repo_key=refused.repo_key,
                 )
             )
         except Exception:
-            log.exception("webhook.refusal_not_recorded", code=code)
-        return reply
-
-    def _answer(self, r: DeliveryRecord) -> Reply:
-        if r.duplicate:
-            body: dict[str, Any] = {
-                "deliveryId": r.delivery_id,
-                "status": "duplicate",
-                "taskId": r.task_id,
-                "state": r.task_state,
-            }
-            if r.status != "duplicate":
-                body["originalStatus"] = r.status
-            if r.reason:
-                body["reason"] = r.reason
-            return Reply(200, body, "duplicate")
-        if r.status == "accepted" and (r.reason or "").startswith("command_"):
-            return Reply(
-                200,
-                {
-                    "deliveryId": r.delivery_id,
-                    "status": "accepted",
-                    "reason": r.reason,
-                    "taskId": r.task_id,
-                    "state": r.task_state,
-                },
-                "command",
-            )
-        if r.status == "accepted":
-            return Reply(
-                202,
-                {"deliveryId": r.delivery_id, "taskId": r.task_id, "state": r.task_state},
-                "accepted",
-            )
-        if r.status == "rejected" and r.response_code == 409:
-            return Reply(
-                409,
-                {
-                    "error": "repository_disabled",
-                    "deliveryId": r.delivery_id,
-                    "message": "the repository is disabled by an administrator",
-                },
-                "rejected",
-            )
-        body = {"deliveryId": r.delivery_id, "status": r.status, "reason": r.reason}
-        if r.task_id:
-            body.update(taskId=r.task_id, state=r.task_state)
-        return Reply(200, body, r.status)
+            log.exception("webhook.refusal_not_recorded", code=refused.code)
 
     async def _security_alert(self, headers: Mapping[str, str], source: str) -> None:
         """A delivery with a wrong signature: audited, one row per source and interval

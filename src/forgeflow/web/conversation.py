@@ -48,7 +48,7 @@ async def published_diff(
     refs = next((e.task.refs for e in reversed(exchanges) if e.task.refs), None) or {}
     base = str(refs.get("base") or repo.default_branch)
     shown: dict[str, Any] = {"push": push, "base": base, "text": None, "why": None}
-    if ff.workspace is None:
+    if ff.scheduler is None:  # the manager exists, but only a worker fills its clones
         shown["why"] = "This process keeps no clones (it runs no tasks): open it on a worker."
         return shown
     try:

@@ -13,8 +13,9 @@ from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import RedirectResponse, Response
 from sqlalchemy import Connection
 
-from forgeflow.config import sandbox_warning
+from forgeflow.config_warnings import sandbox_warning
 from forgeflow.domain.ids import InvalidName, parse_resource_key
+from forgeflow.domain.intake import DeliveryStatus
 from forgeflow.domain.paths import session_worktree
 from forgeflow.domain.states import ACTIVE_STATES, CANCELLABLE_STATES, TaskState, values
 from forgeflow.store import audit, deliveries, repos, sessions, tasks, transcripts
@@ -29,7 +30,7 @@ Session = Annotated[UiSession, Depends(require_session)]
 Offset = Annotated[int, Query(ge=0, le=10_000_000)]
 
 STATES = [s.value for s in TaskState]
-DELIVERY_STATUSES = ["accepted", "ignored", "duplicate", "rejected"]
+DELIVERY_STATUSES = [s.value for s in DeliveryStatus]
 
 
 def opt(value: str | None) -> str | None:

@@ -16,7 +16,7 @@ from sqlalchemy import Connection
 
 from forgeflow.pipelines import retry, runs, steps, templates, views
 from forgeflow.pipelines.definition import DefinitionError, load_definition
-from forgeflow.pipelines.kinds import NODE_ROW, RunStatus
+from forgeflow.pipelines.kinds import NODE_ROW, SETTLED_STEP_STATUSES, RunStatus
 from forgeflow.pipelines.runs import PipelineError
 from forgeflow.pipelines.steps import APPROVAL
 from forgeflow.redaction import redact
@@ -148,7 +148,7 @@ def _node_view(step_rows: list[dict[str, Any]]) -> tuple[dict[str, str], dict[st
         else:
             items.setdefault(s["stepId"], []).append(s["status"])
     for step_id, states in items.items():
-        done = sum(1 for x in states if x in ("succeeded", "failed", "skipped", "cancelled"))
+        done = sum(1 for x in states if x in SETTLED_STEP_STATUSES)
         note[step_id] = f"{done}/{len(states)} items"
     return status, note
 

@@ -9,8 +9,10 @@ Two repositories per repository, one per side of the jail (docs/security.md):
   command on them runs inside that repository's jail (injail.py), and what it prints
   is untrusted.
 
-Objects cross as data: a bundle made in the mirror goes into the jail on stdin; a
-session's work comes out as a bundle on stdout, verified and fetched in the mirror.
+Objects cross as data: a bundle made in the mirror goes into the jail on stdin
+(delivery.py); a session's work comes out as a bundle on stdout, verified and fetched
+in the mirror. One manager per process, shared by tasks and pipelines: its locks
+(locks.py) order their git work on a repository.
 Nothing here resets, cleans or overwrites the agent's trees: anything unexpected is
 :class:`WorkspaceDirty` (task state ``blocked_workspace``).
 """
@@ -20,8 +22,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import tempfile
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +35,7 @@ from forgeflow.domain.paths import (
     session_worktree,
 )
 from forgeflow.workspace import injail, mirror
+from forgeflow.workspace.delivery import CloneDeliveries, bundle_file
 from forgeflow.workspace.fetchrule import FetchRule
 from forgeflow.workspace.git import (
     GitAuthFailed,
@@ -48,6 +50,7 @@ from forgeflow.workspace.git import (
     check_url,
 )
 from forgeflow.workspace.injail import JailGit, Report
+from forgeflow.workspace.locks import RepoLocks, Waiting
 from forgeflow.workspace.records import PullRequestRefs, RepoCheckout, SessionWorktree
 from forgeflow.workspace.status import WorktreeStatus
 
@@ -86,6 +89,7 @@ class WorkspaceManager:
         gitea_url: str | None = None,
         runner: JailRunner | None = None,
         on_spawn: Spawn | None = None,
+        on_wait: Waiting | None = None,
     ) -> None:
         self.root = Path(os.path.realpath(root))
         self.git = GitRunner(
@@ -97,14 +101,10 @@ class WorkspaceManager:
             gitea_url=gitea_url,
         )
         self.jail = JailGit(runner or JailRunner(self.root), git_timeout)
-        self._locks: dict[str, asyncio.Lock] = {}
+        self.locks = RepoLocks(on_wait)
         self.fetch_rule = FetchRule(self.git, fetch_interval)
-        # Per repository: the mirror's branch tips last delivered into its clone. A
-        # restart forgets them, and the next delivery is a whole bundle.
-        self._delivered: dict[str, set[str]] = {}
-        self._origins: dict[str, str] = {}  # the clone URL each mirror is fetched from
+        self.clones = CloneDeliveries(self.root, self.git, self.jail)
         self._sessions: set[str] = set()  # worktrees this manager prepared (still there)
-        self._deferred: set[str] = set()  # clones whose check the session's step makes
 
     @classmethod
     def from_settings(cls, settings: Any) -> WorkspaceManager:
@@ -139,13 +139,13 @@ class WorkspaceManager:
         check_ref(default_branch, "default branch")
         if session is not None and session.repo.key != repo.key:
             raise ValueError("the session belongs to another repository")
-        async with self._lock(repo):
+        async with self.locks.hold(repo, "prepare_repo"):
             try:
                 return await self._prepare_repo(repo, clone_url, default_branch, session,
                                                 branch_head)  # fmt: skip
             except BaseException:
                 self.fetch_rule.forget(self.mirror(repo))
-                self._delivered.pop(repo.key, None)
+                self.clones.forget(repo)
                 raise
 
     async def _prepare_repo(
@@ -157,7 +157,7 @@ class WorkspaceManager:
         branch_head: Callable[[], Awaitable[str | None]] | None,
     ) -> RepoCheckout:
         path = self.mirror(repo)
-        self._origins[repo.key] = clone_url
+        self.clones.origins[repo.key] = clone_url
         reused = None
         if not await mirror.ensure(self.git, path, clone_url, branch):
             if session is not None and self.fetch_rule.interval > 0:
@@ -169,72 +169,12 @@ class WorkspaceManager:
         head = await mirror.commit_of(self.git, path, f"refs/heads/{branch}")
         if head is None:
             raise GitFailed(f"Gitea has no branch {branch}", details={"branch": branch})
-        cloned = await self._deliver(repo, path, clone_url, defer=session is not None)
+        cloned = await self.clones.deliver(repo, path, clone_url, defer=session is not None)
         self.fetch_rule.record(path, branch, head)
         clone = repo_workspace(str(self.root), repo)
         if reused is not None:
             return RepoCheckout(clone, "reused", head, reused.fetched_ago)
         return RepoCheckout(clone, "cloned" if cloned else "fetched", head)
-
-    async def _deliver(self, repo: RepoRef, path: str, clone_url: str, *, defer: bool) -> bool:
-        """The repo step in the jail, with a bundle of what the clone lacks; True when
-        the clone was made now. With nothing to deliver and a session to prepare next
-        (``defer``), the clone's check runs in the session's jail instead."""
-        clone = repo_workspace(str(self.root), repo)
-        tips = await mirror.tips(self.git, path)
-        known = self._delivered.get(repo.key)
-        if defer and known is not None and tips == known:
-            self._deferred.add(repo.key)
-            return False
-        self._deferred.discard(repo.key)
-        report = await self._repo_step(repo, path, clone, clone_url, tips, known)
-        if report.words.keys() & {"need_bundle", "fetch_failed"} and known is not None:
-            report = await self._repo_step(repo, path, clone, clone_url, tips, None)
-        for word in ("clone_failed", "fetch_failed"):
-            if word in report.words:
-                raise GitFailed(f"the {word.split('_')[0]} of {clone} failed in the jail")
-        reasons: list[str] = [
-            w for w in ("not_a_clone", "need_bundle", "index_lock") if w in report.words
-        ]
-        status = report.status
-        if status is not None and status.unmerged:
-            reasons.append("unmerged")
-        if status is not None and (status.modified or status.untracked):
-            reasons.append("modified")
-        if reasons:
-            raise WorkspaceDirty(
-                f"the repository clone {clone} was changed ({', '.join(reasons)}); "
-                "nothing was fetched, reset or cleaned",
-                details={"path": clone, "reason": reasons[0], "reasons": reasons,
-                         "status": status.summary() if status else None},
-            )  # fmt: skip
-        self._delivered[repo.key] = tips
-        return "cloned" in report.words
-
-    async def _repo_step(
-        self, repo: RepoRef, path: str, clone: str, clone_url: str, tips: set[str],
-        known: set[str] | None,
-    ) -> Report:  # fmt: skip
-        with self._bundle_file(path) as out:
-            refs = ["HEAD", "--branches"]
-            send = tips != known and await mirror.bundle(self.git, path, out, refs, known or set())
-            res = await self.jail.step(
-                injail.REPO_STEP, repo, clone, clone, "bundle" if send else "none", clone_url,
-                stdin=Path(out) if send else None,
-            )  # fmt: skip
-        return injail.parse(res, "the clone's check")
-
-    @contextlib.contextmanager
-    def _bundle_file(self, path: str) -> Iterator[str]:
-        """A fresh file name beside the mirror (forgeflow's folder, never bound)."""
-        fd, name = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".bundle-")
-        os.close(fd)
-        os.unlink(name)  # git bundle create writes it anew
-        try:
-            yield name
-        finally:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(name)
 
     # -- sessions ------------------------------------------------------------------------
 
@@ -259,19 +199,18 @@ class WorkspaceManager:
             raise ValueError("pull request refs belong to another pull request")
         check_ref(default_branch, "default branch")
         path = session_worktree(str(self.root), resource)
-        async with self._lock(repo):
-            check = repo.key in self._deferred
-            self._deferred.discard(repo.key)
+        async with self.locks.hold(repo, "prepare_session"):
+            check = self.clones.take_deferred(repo)
             report = await self._session_step(repo, main, path, resource, checkout, pull, check)
             if any(word.startswith("clone_") for word in report.words):
                 # Not plainly ours and clean: the repo step, with a whole bundle, gives
                 # its verdict (WorkspaceDirty) or delivers; then the session's step.
-                self._delivered.pop(repo.key, None)
-                origin = self._origins.get(repo.key)
+                self.clones.forget(repo)
+                origin = self.clones.origins.get(repo.key)
                 if origin is None:
                     raise GitFailed("the clone's check failed before any preparation")
                 try:
-                    await self._deliver(repo, self.mirror(repo), origin, defer=False)
+                    await self.clones.deliver(repo, self.mirror(repo), origin, defer=False)
                 except BaseException:
                     self.fetch_rule.forget(self.mirror(repo))  # the next task fetches
                     raise
@@ -307,18 +246,18 @@ class WorkspaceManager:
     ) -> Report:  # fmt: skip
         start, number = checkout.head, ""
         mpath = self.mirror(repo)
-        with self._bundle_file(mpath) as out:
+        with bundle_file(mpath) as out:
             send = False
             if pull is not None:
                 url = check_url(pull.head_clone_url, "head clone URL").geturl()
-                origin = self._origins.get(repo.key)
+                origin = self.clones.origins.get(repo.key)
                 start = await mirror.fetch_pull(self.git, mpath, origin or url, url,
                                                 pull.head_ref, pull.number)  # fmt: skip
                 if await mirror.has_commit(self.git, mpath, check_sha(pull.head_sha, "head sha")):
                     start = pull.head_sha.lower()
                 number = str(int(pull.number))
                 local = f"refs/forgeflow/pull/{number}/head"
-                known = self._delivered.get(repo.key, set())
+                known = self.clones.delivered.get(repo.key, set())
                 send = await mirror.bundle(self.git, mpath, out, [local], known)
             res = await self.jail.step(
                 injail.SESSION_STEP, repo, main, main, path, session_branch(resource), start,
@@ -344,12 +283,18 @@ class WorkspaceManager:
             raise ValueError(f"{path} is not a session worktree of this workspace")
         return RepoRef(parts[1], parts[2])
 
+    def working(self, repo: RepoRef) -> contextlib.AbstractAsyncContextManager[None]:
+        """Entered by a task for its life in the repository (preparation, turn, push):
+        a session's removal waits until no task works there (locks.py)."""
+        return self.locks.working(repo)
+
     async def remove_session(self, resource: ResourceRef) -> bool:
-        """Remove a clean session worktree (its branch and commits stay); dirty → refuse."""
+        """Remove a clean session worktree (its branch and commits stay); dirty → refuse.
+        Waits for the tasks working in the repository."""
         repo = resource.repo
         main = repo_workspace(str(self.root), repo)
         path = session_worktree(str(self.root), resource)
-        async with self._lock(repo):
+        async with self.locks.when_idle(repo, "remove_session"):
             res = await self.jail.step(injail.REMOVE_STEP, repo, main, main, path)
         report = injail.parse(res, "the session's removal")
         if "dirty" in report.words:
@@ -410,7 +355,7 @@ class WorkspaceManager:
         if default.stdout.strip() == f"refs/heads/{branch}":
             # The publisher never targets it either; this keeps it so whatever calls.
             return "forgeflow refuses to push to the default branch"
-        async with self._lock(repo):
+        async with self.locks.hold(repo, "push"):
             if not await mirror.has_commit(self.git, path, sha):
                 await self._take(repo, path, check_ref(local or branch, "session branch"), sha,
                                  private)  # fmt: skip
@@ -419,7 +364,7 @@ class WorkspaceManager:
     async def _take(self, repo: RepoRef, path: str, local: str, sha: str, private: str) -> None:
         main = repo_workspace(str(self.root), repo)
         ref = f"refs/heads/{local}"
-        with self._bundle_file(path) as out:
+        with bundle_file(path) as out:
             res = await self.jail.step(injail.BUNDLE_STEP, repo, main, main, ref,
                                        limit=injail.BUNDLE_LIMIT, read_only=True)  # fmt: skip
             if res.returncode != 0 or res.truncated or res.timed_out:
@@ -445,6 +390,3 @@ class WorkspaceManager:
         if not os.path.isdir(path):
             raise GitFailed(f"no mirror of {repo.key} yet", details={"repo": repo.key})
         return path
-
-    def _lock(self, repo: RepoRef) -> asyncio.Lock:
-        return self._locks.setdefault(repo.key, asyncio.Lock())
