@@ -105,6 +105,26 @@ def is_mcp(p: Proc) -> bool:
     return GITEA_MCP in p.argv
 
 
+def kind(p: Proc) -> str:
+    """What a process is, by its program's name (a Python script's by the script's)."""
+    words = [Path(w).name for w in p.argv.split()[:2]] or ["?"]
+    return words[1] if words[0].startswith("python") and len(words) > 1 else words[0]
+
+
+def by_kind(procs: list[Proc]) -> dict[str, Result]:
+    """Count, VmRSS and PSS (MB) per kind of process, the largest first."""
+    out: dict[str, Result] = {}
+    for p in procs:
+        row = out.setdefault(kind(p), {"n": 0, "rss_mb": 0.0, "pss_mb": 0.0})
+        row["n"] += 1
+        row["rss_mb"] += p.rss_kb / 1024
+        row["pss_mb"] += p.pss_kb / 1024
+    ordered = sorted(out.items(), key=lambda kv: -kv[1]["pss_mb"])
+    return {
+        k: {**v, "rss_mb": round(v["rss_mb"]), "pss_mb": round(v["pss_mb"])} for k, v in ordered
+    }
+
+
 @dataclass(frozen=True)
 class Reading:
     """The tree's memory at one moment, in MB."""
@@ -136,6 +156,7 @@ class Sampler:
 
     serve: Serve
     peak: Reading | None = None
+    peak_kinds: dict[str, Result] = field(default_factory=dict)
     mcp_pids: set[int] = field(default_factory=set)
     most_mcp: int = 0
     most_app_servers: int = 0
@@ -162,7 +183,7 @@ class Sampler:
             self.most_app_servers = max(self.most_app_servers, len(app_servers(self.serve)))
             now = Reading.of(procs, self.serve.pid)
             if self.peak is None or now.rss_mb > self.peak.rss_mb:
-                self.peak = now
+                self.peak, self.peak_kinds = now, by_kind(procs)
             self.samples += 1
 
 
@@ -217,7 +238,7 @@ def variant(
             out["idle_after_s"] = round(time.monotonic() - t0, 1)
         time.sleep(2.0)  # the last jail's processes reaped
         out["idle"] = vars(Reading.of(tree(serve.pid), serve.pid))
-        out["idle_processes"] = sorted(p.argv[:120] for p in tree(serve.pid))
+        out["idle_by_kind"] = by_kind(tree(serve.pid))
     finally:
         serve.stop()
     assert sampler.peak is not None
@@ -226,6 +247,7 @@ def variant(
         "succeeded": sum(s == "succeeded" for s in states.values()),
         "verified_replies": replies(world, mentions),
         "peak": vars(sampler.peak),
+        "peak_by_kind": sampler.peak_kinds,
         "samples": sampler.samples,
         "mcp_processes_seen": len(sampler.mcp_pids),
         "most_mcp_at_once": sampler.most_mcp,
@@ -271,7 +293,7 @@ def markdown(res: Result) -> str:
             ("mcp_rss_mb", "of which Gitea MCP, VmRSS"),
         ):
             a, b = own[when][key], ext[when][key]
-            ratio = f"{a / b:.2f}×" if b else "–"
+            ratio = f"{a / b:.2f}×" if a and b else "–"
             lines.append(
                 f"| {when}: {label} | {a:,.0f} MB | {b:,.0f} MB | {ratio} | {b - a:+,.0f} MB |"
             )
@@ -286,6 +308,13 @@ def markdown(res: Result) -> str:
     for v in (own, ext):
         v["answered"] = f"{v['verified_replies']}/{v['sessions']} ({v['succeeded']} succeeded)"
     lines.append(f"| verified replies | {own['answered']} | {ext['answered']} | – | – |")
+    lines.append("")
+    for name, v in (("own", own), ("external", ext)):
+        kinds = ", ".join(
+            f"{k} {r['n']}× {r['rss_mb']:,}/{r['pss_mb']:,} MB"
+            for k, r in v["peak_by_kind"].items()
+        )
+        lines.append(f"- at the peak, {name} (processes, VmRSS/PSS): {kinds}")
     return "\n".join(lines)
 
 
