@@ -73,7 +73,8 @@ def kb(path: Path, key: str) -> int:
 
 def tree(root: int) -> list[Proc]:
     """``root`` and every descendant, from one pass over /proc; a process that ends while
-    it is read is left out."""
+    it is read is left out, and so is a fork of ``root`` caught before its exec (the
+    serve's own argv: its pages are the serve's, shared, and it is gone a moment later)."""
     parent: dict[int, int] = {}
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
@@ -88,11 +89,13 @@ def tree(root: int) -> list[Proc]:
         kids = [c for c, p in parent.items() if p == pid]
         below += kids
         todo += kids
-    out = []
+    out: list[Proc] = []
     for pid in below:
         base = Path(f"/proc/{pid}")
         try:
             argv = (base / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            if out and out[0].pid == root and argv == out[0].argv:
+                continue
             out.append(
                 Proc(pid, argv, kb(base / "status", "VmRSS:"), kb(base / "smaps_rollup", "Pss:"))
             )
