@@ -211,6 +211,19 @@ def replies(world: World, mentions: list[Mention]) -> int:
     return verified
 
 
+def unanswered(serve: Serve, task_ids: list[str]) -> list[Result]:
+    """What became of the tasks that did not succeed: state, error and their audit trail
+    (a session that fails under load is a finding, not noise)."""
+    out = []
+    for task_id in task_ids:
+        sql = "SELECT state, attempt, error_code, execution_error, reply_error FROM tasks"
+        state, attempt, code, error, reply = serve.query(f"{sql} WHERE task_id = ?", [task_id])[0]
+        trail = [a for a, _ in serve.audit(task_id)]
+        row = {"task": task_id, "state": state, "attempt": attempt, "error_code": code}
+        out.append(row | {"error": error, "reply_error": reply, "audit": trail})
+    return out
+
+
 def variant(
     world: World, root: Path, model: ScriptedModel, name: str, args: argparse.Namespace
 ) -> Result:
@@ -242,6 +255,9 @@ def variant(
         time.sleep(2.0)  # the last jail's processes reaped
         out["idle"] = vars(Reading.of(tree(serve.pid), serve.pid))
         out["idle_by_kind"] = by_kind(tree(serve.pid))
+        out["unanswered"] = unanswered(serve, [t for t, st in states.items() if st != "succeeded"])
+        if out["unanswered"]:
+            out["serve_log_tail"] = serve.log()[-3000:]
     finally:
         serve.stop()
     assert sampler.peak is not None
@@ -313,6 +329,8 @@ def markdown(res: Result) -> str:
     lines.append(f"| verified replies | {own['answered']} | {ext['answered']} | – | – |")
     lines.append("")
     for name, v in (("own", own), ("external", ext)):
+        for u in v["unanswered"]:
+            lines.append(f"- {name}: task {u['task']} ended {u['state']} ({u['error_code']})")
         kinds = ", ".join(
             f"{k} {r['n']}× {r['rss_mb']:,}/{r['pss_mb']:,} MB"
             for k, r in v["peak_by_kind"].items()
