@@ -1,6 +1,6 @@
-"""What bench/latency.py and bench/ingest.py share: the Gitea emulator of the testkit in
-this process, a real ``forgeflow serve`` child process on SQLite, signed deliveries,
-percentiles and the description of the machine a figure was measured on.
+"""What the scripts of bench/ share: the Gitea emulator of the testkit in this process, a
+real ``forgeflow serve`` child process on SQLite, signed deliveries, the settings of the
+real Codex path, percentiles and the description of the machine a figure was measured on.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from typing import Any, TypeVar
 
 import httpx
 
+from forgeflow_testkit.codex_home import write_codex_home
 from forgeflow_testkit.gitea_emulator import GiteaEmulator
 
 T = TypeVar("T")
@@ -36,6 +37,8 @@ ADMIN_TOKEN = "admin-bench-token-abcdef"
 SCRIPTED = "forgeflow_testkit.runtimes:scripted_runtime"
 TERMINAL = {"succeeded", "failed", "failed_reply", "aborted", "waiting_user", "blocked_workspace"}
 TERMINAL |= {"succeeded_with_rest_fallback"}
+CODEX = ROOT / "tools" / "node" / "node_modules" / ".bin" / "codex"
+GITEA_MCP = str(Path(sys.executable).parent / "gitea-mcp")  # PyPI's, a test extra
 
 
 def free_port() -> int:
@@ -102,6 +105,16 @@ def write_result(name: str, result: dict[str, Any]) -> Path:
 def epoch(stamp: str) -> float:
     """Epoch seconds of a timestamp forgeflow stored (naive, in UTC)."""
     return datetime.fromisoformat(stamp).replace(tzinfo=UTC).timestamp()
+
+
+def codex_env(home: Path, model_url: str, sandbox: str = "bwrap") -> dict[str, str]:
+    """A serve's settings for the real agent path: the pinned ``codex app-server`` (in its
+    jail unless ``sandbox`` is ``none``) with a CODEX_HOME at ``home`` whose model is the
+    testkit's scripted model server at ``model_url``."""
+    env = write_codex_home(home, model_url).env()
+    env |= {"FORGEFLOW_AGENT_RUNTIME": "codex", "FORGEFLOW_MODEL": "scripted-model"}
+    env |= {"FORGEFLOW_CODEX_COMMAND": f"{CODEX} app-server", "FORGEFLOW_SANDBOX": sandbox}
+    return env
 
 
 @dataclass

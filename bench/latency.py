@@ -53,12 +53,15 @@ from typing import Any
 import httpx
 
 from common import (
+    CODEX,
+    GITEA_MCP,
     OWNER,
     ROOT,
     USER,
     Mention,
     Serve,
     World,
+    codex_env,
     epoch,
     machine,
     scratch,
@@ -67,6 +70,7 @@ from common import (
     write_result,
 )
 from forgeflow.agent.jsonrpc import Json, RpcProcess
+from forgeflow.agent.oneshot import JailRunner
 from forgeflow.pipelines import templates
 from forgeflow.pipelines.adapters import LocalWorkspace
 from forgeflow.pipelines.bodies import register_builtins
@@ -344,9 +348,6 @@ def drain(serve: Serve, count: int) -> Result:
 
 # -- the real Codex path ------------------------------------------------------------------
 
-CODEX = ROOT / "tools" / "node" / "node_modules" / ".bin" / "codex"
-MCP = str(Path(sys.executable).parent / "gitea-mcp")
-
 
 def mention_to_request(
     serve: Serve, world: World, model: ScriptedModel, repo: str, n: int
@@ -369,10 +370,7 @@ def codex_path(
 ) -> dict[str, list[float]]:
     """forgeflow with ``FORGEFLOW_SANDBOX=sandbox``: new repository, follow-up, new issue
     on the active repository, mention → the model's first request."""
-    env = write_codex_home(root / f"codex-home-{sandbox}", model.url).env()
-    env |= {"FORGEFLOW_AGENT_RUNTIME": "codex", "FORGEFLOW_MODEL": "scripted-model"}
-    env |= {"FORGEFLOW_CODEX_COMMAND": f"{CODEX} app-server"}
-    env |= {"FORGEFLOW_SANDBOX": sandbox}
+    env = codex_env(root / f"codex-home-{sandbox}", model.url, sandbox)
     times: dict[str, list[float]] = {"new_repo": [], "follow_up": [], "new_issue": []}
     serve = Serve(root / f"codex-{sandbox}", world.emu.url, world.bot_token, env).start()
     try:
@@ -432,7 +430,7 @@ async def direct_floor(
     )
     tokens = {"GITEA_URL": world.emu.url, "GITEA_TOKEN": world.bot_token}
     tokens |= {"GITEA_HOST": world.emu.url, "GITEA_ACCESS_TOKEN": world.bot_token}
-    servers = {"gitea": {"command": MCP, "args": [], "env": tokens}}
+    servers = {"gitea": {"command": GITEA_MCP, "args": [], "env": tokens}}
     out: dict[str, list[float]] = {"new_thread": [], "warm_turn": []}
     try:
         init = {"clientInfo": {"name": "bench", "version": "0"}, "capabilities": {}}
@@ -577,7 +575,9 @@ async def forgeflow_times(n: int, repeat: int, folder: Path) -> list[float]:
     registry = PipelineBodyRegistry()
     register_builtins(registry)
     registry.register("bench.noop", noop)
-    workspace = LocalWorkspace(str(folder / "ws"), str(folder / "scratch"))
+    workspace = LocalWorkspace(
+        str(folder / "ws"), str(folder / "scratch"), jail_runner=JailRunner(folder / "ws")
+    )
     engine = PipelineEngine(
         store,
         registry,

@@ -12,7 +12,8 @@ unjailed with ``dangerFullAccess``; a pipeline draft space (review/plan mode) wi
 
 No credential reaches an app-server: its model requests go through the broker's
 pass-through with a capability of its repository, its Gitea tools through the broker's
-``/mcp`` with a capability of its session (``broker.py``, ``gitea_tools/``).
+``/mcp`` with a capability of its session (``broker.py``, ``gitea_tools/``); its other
+traffic through its jail's egress proxy (``egress.py``).
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from forgeflow.agent.codexconfig import (
     sandbox_policy,
     server_key,
 )
+from forgeflow.agent.egress import JailEgress
 from forgeflow.agent.gitea_tools import GiteaTools, Publish
 from forgeflow.agent.gitea_tools.external import External, mcp_env
 from forgeflow.agent.items import TurnState, on_notification, on_server_request
@@ -54,7 +56,6 @@ from forgeflow.agent.port import (
     TurnSpec,
     TurnStatus,
 )
-from forgeflow.agent.proxy import Blocks, EgressProxy
 from forgeflow.agent.threads import mcp_ready, open_thread, thread_params
 from forgeflow.config import Settings
 from forgeflow.domain.ids import RepoRef
@@ -100,8 +101,14 @@ class CodexRuntime:
         self._turns: dict[str, TurnState] = {}
         self._readable: tuple[Path, ...] | None = None
         self._swept = False
-        self._proxies: dict[str, EgressProxy] = {}
-        self._blocked: dict[str, Blocks] = {}  # turn id -> its refused requests
+        self.egress = JailEgress(
+            cfg.egress,
+            self._sockets,
+            enabled=cfg.jailed and cfg.network == "proxy",
+            open_turns=lambda key: [
+                t.handle.turn_id for t in self._turns.values() if t.server.key == key and not t.done
+            ],
+        )
 
     @classmethod
     def from_settings(cls, settings: Settings, publish: Publish | None = None) -> CodexRuntime:
@@ -133,7 +140,7 @@ class CodexRuntime:
             pgid_file=pgid_file(self.cfg.data_dir / "run", server_key(owner, repo, read_only)),
             broker_socket=broker_socket,
             broker_port=self.broker.port,
-            egress_socket=self._egress_socket(server_key(owner, repo, read_only)),
+            egress_socket=self.egress.socket(server_key(owner, repo, read_only)),
             git_name=self.cfg.bot_login,
         )
 
@@ -149,7 +156,7 @@ class CodexRuntime:
             if not self._swept:
                 self._swept = True
                 end_leftovers(self.cfg.data_dir / "run")
-            await self._start_proxy(key, f"{owner}/{repo}")
+            await self.egress.start(key, f"{owner}/{repo}")
             grant = Grant(key, owner, repo)
             server = AppServer(key, owner, repo, read_only, grant, self.broker.grant(grant))
             launch = self._launch(owner, repo, read_only, await self.broker.jail_socket(key))
@@ -190,32 +197,7 @@ class CodexRuntime:
         for thread in [t for t, s in self._threads.items() if s is server]:
             del self._threads[thread]
         await server.stop()
-        proxy = self._proxies.pop(server.key, None)
-        if proxy is not None:
-            await proxy.aclose()
-
-    # -- egress (FORGEFLOW_AGENT_NETWORK=proxy) -------------------------------------------
-
-    def _egress_socket(self, key: str) -> Path | None:
-        if not (self.cfg.jailed and self.cfg.network == "proxy"):
-            return None
-        return pgid_file(self._sockets, key).with_suffix(".egress.sock")
-
-    async def _start_proxy(self, key: str, repo_key: str) -> None:
-        """One proxy per jail, on its own socket: what it refuses is this jail's."""
-        path = self._egress_socket(key)
-        if path is None or key in self._proxies:
-            return
-        policy = self.cfg.egress.for_repository(repo_key)
-        proxy = EgressProxy(policy, path, partial(self._refused_egress, key))
-        await proxy.start()
-        self._proxies[key] = proxy
-
-    def _refused_egress(self, key: str, host: str, port: int, reason: str) -> None:
-        log.warning("egress.blocked", repo=key, host=host[:253], port=port, reason=reason)
-        for turn in self._turns.values():
-            if turn.server.key == key and not turn.done:
-                self._blocked.setdefault(turn.handle.turn_id, Blocks()).add(host, port, reason)
+        await self.egress.stop(server.key)
 
     async def _watch(self, server: AppServer, proc: RpcProcess) -> None:
         await proc.closed.wait()
@@ -353,7 +335,7 @@ class CodexRuntime:
     def _complete(self, turn: TurnState, status: TurnStatus, **kw: Any) -> None:
         """End a turn once: the broker's count of its model use, then its completion;
         its app-server may go idle from now on."""
-        blocks = self._blocked.pop(turn.handle.turn_id, None)
+        blocks = self.egress.take(turn.handle.turn_id)
         if blocks is not None and not turn.done:
             turn.put(Notice(turn.next_seq(), "egress.blocked", blocks.metadata()))
         if not turn.finish(status, **kw):
