@@ -8,7 +8,7 @@ import pytest
 from sqlalchemy import update
 from sqlalchemy.exc import IntegrityError
 
-from forgeflow.domain.states import IllegalTransition, TaskState
+from forgeflow.domain.states import TERMINAL_STATES, IllegalTransition, TaskState
 from forgeflow.store import StaleStateVersion, Store, Transition, audit, tasks
 from forgeflow.store.schema import tasks as tasks_table
 
@@ -63,6 +63,22 @@ def test_refused_transition_keeps_its_alert(store: Store) -> None:
         ("task.transition_refused", "stale_state_version"),
         ("task.transition", None),
     ]
+
+
+def test_a_terminal_task_never_moves(store: Store) -> None:
+    # The one transition function refuses every move out of every terminal state.
+    for n, state in enumerate(sorted(TERMINAL_STATES), start=1):
+        task_id = _task(store, n)
+        store.db.write_sync(
+            lambda c, t=task_id, s=state: c.execute(
+                update(tasks_table).where(tasks_table.c.task_id == t).values(state=s.value)
+            )
+        )
+        for target in TaskState:
+            with pytest.raises(IllegalTransition):
+                asyncio.run(store.transition(Transition(task_id, target, 1)))
+        row = store.db.read_sync(lambda c, t=task_id: tasks.get(c, t))
+        assert row is not None and row.state == state and row.state_version == 1
 
 
 def test_transitions_emit_domain_events_once(store: Store) -> None:
