@@ -9,7 +9,7 @@ from typing import Any
 from sqlalchemy import Connection, bindparam, func, select, update
 
 from forgeflow.domain.ids import ResourceRef
-from forgeflow.domain.records import Repository, Task
+from forgeflow.domain.records import Refs, Repository, Task
 from forgeflow.domain.states import IllegalTransition, TaskState, is_allowed
 from forgeflow.store import audit, events, repos, rows, sessions
 from forgeflow.store.schema import tasks
@@ -80,6 +80,8 @@ def transition(conn: Connection, t: Transition) -> Task:
     before re-raising (see ``Store.transition``).
     """
     fields = dict(t.fields or {})
+    if isinstance(fields.get("refs"), Refs):
+        fields["refs"] = fields["refs"].json()  # the column keeps the record's JSON
     unknown = set(fields) - _TRANSITION_FIELDS
     if unknown:
         raise ValueError(f"transition cannot set {sorted(unknown)}")
@@ -305,13 +307,6 @@ def _registered(
         default_branch=default_branch,
         workspace_path=workspace_path,
     )
-
-
-def set_fields(conn: Connection, task_id: str, **values: Any) -> None:
-    """Update bookkeeping columns that are not the state (turn id, token counts)."""
-    if "state" in values or "state_version" in values:
-        raise ValueError("the state changes only through transition()")
-    conn.execute(update(tasks).where(tasks.c.task_id == task_id).values(**values))
 
 
 _GET = select(tasks).where(tasks.c.task_id == bindparam("task_id"))

@@ -20,7 +20,7 @@ from urllib.parse import quote
 import structlog
 from sqlalchemy import Connection
 
-from forgeflow.domain.ids import RepoRef, parse_repo_key, sha256_ref, turn_key
+from forgeflow.domain.ids import RepoRef, parse_resource_key, sha256_ref, turn_key
 from forgeflow.domain.markers import Marker, MarkerKind, append_marker, parse_marker
 from forgeflow.domain.records import Task
 from forgeflow.gitea.client import GiteaClient, GiteaError
@@ -72,9 +72,8 @@ class _CommandAnswer:
 
 
 def _where(task: About) -> tuple[RepoRef, int]:
-    repo = parse_repo_key(task.repo_key)
-    number = int(task.resource_key.rsplit(":", 1)[1])
-    return repo, number
+    resource = parse_resource_key(task.resource_key)
+    return resource.repo, resource.number
 
 
 class _How(Enum):
@@ -332,7 +331,7 @@ class Replies:
         resource = row["resource_key"]
         about = _CommandAnswer(
             task_id=row["task_id"],
-            repo_key=resource.rsplit(":", 2)[0],
+            repo_key=parse_resource_key(resource).repo.key,
             resource_key=resource,
             created_at=row["created_at"],
         )
