@@ -88,13 +88,13 @@ def test_transitions_emit_domain_events_once(store: Store) -> None:
     asyncio.run(store.transition(Transition(task_id, TaskState.QUEUED, 1)))
     asyncio.run(store.transition(Transition(task_id, TaskState.CANCELLED, 2)))
     seen = store.db.read_sync(lambda c: events.all_of(c))
-    assert [e["event_type"] for e in seen] == [
+    assert [e.event_type for e in seen] == [
         "TaskStatusChanged",
         "TaskCreated",
         "TaskStatusChanged",
         "TaskCancelled",
     ]
-    assert seen[-1]["payload"]["toState"] == "cancelled"
+    assert seen[-1].payload["toState"] == "cancelled"
     # The same event key twice is recorded once.
     again = store.db.write_sync(
         lambda c: events.emit(c, "TaskCancelled", dedupe_key=f"{task_id}:3", payload={})

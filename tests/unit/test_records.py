@@ -9,6 +9,7 @@ from datetime import UTC, datetime
 import pytest
 
 from forgeflow.api import schemas
+from forgeflow.domain import bookkeeping
 from forgeflow.domain.records import (
     Delivery,
     Record,
@@ -19,12 +20,20 @@ from forgeflow.domain.records import (
     Turn,
 )
 from forgeflow.store.schema import (
+    comments,
+    control,
+    control_requests,
+    domain_events,
+    pushes,
+    repo_leases,
     repositories,
     sessions,
     tasks,
     transcript_entries,
     turns,
+    ui_sessions,
     webhook_deliveries,
+    workers,
 )
 
 TABLES = [
@@ -34,6 +43,14 @@ TABLES = [
     (Turn, turns),
     (Delivery, webhook_deliveries),
     (TranscriptEntry, transcript_entries),
+    (bookkeeping.Comment, comments),
+    (bookkeeping.Push, pushes),
+    (bookkeeping.Control, control),
+    (bookkeeping.ControlRequest, control_requests),
+    (bookkeeping.Lease, repo_leases),
+    (bookkeeping.Worker, workers),
+    (bookkeeping.UiSession, ui_sessions),
+    (bookkeeping.StoredEvent, domain_events),
 ]
 
 
@@ -82,9 +99,23 @@ def test_task_json_keys_and_times() -> None:
     assert answer["taskId"] == "t1"
 
 
+COMMENT_KEYS = {
+    "commentKey", "taskId", "kind", "resourceKey", "turnId", "turnKey", "commentId",
+    "bodyHash", "status", "createdAt",
+}  # fmt: skip
+CONTROL_KEYS = {"globalPaused", "pauseReason", "updatedBy", "updatedAt", "version"}
+
+
 @pytest.mark.parametrize(
     ("record", "keys"),
-    [(Task, TASK_KEYS), (Repository, REPOSITORY_KEYS), (Session, SESSION_KEYS), (Turn, TURN_KEYS)],
+    [
+        (Task, TASK_KEYS),
+        (Repository, REPOSITORY_KEYS),
+        (Session, SESSION_KEYS),
+        (Turn, TURN_KEYS),
+        (bookkeeping.Comment, COMMENT_KEYS),
+        (bookkeeping.Control, CONTROL_KEYS),
+    ],
 )
 def test_json_keys(record: type[Record], keys: set[str]) -> None:
     from forgeflow.domain.records import camel

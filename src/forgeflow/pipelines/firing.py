@@ -21,6 +21,7 @@ from typing import Any
 import structlog
 from sqlalchemy import Connection
 
+from forgeflow.domain.bookkeeping import StoredEvent
 from forgeflow.domain.events import matches
 from forgeflow.pipelines import templates
 from forgeflow.pipelines.runs import PipelineError, Started
@@ -124,14 +125,14 @@ def start(
 # -- domain events ------------------------------------------------------------------------
 
 
-def event_of(row: Row) -> dict[str, Any]:
+def event_of(row: StoredEvent) -> dict[str, Any]:
     """What a run sees as ``event``: the payload, with ``repoKey`` from the event row
     when the payload has none, and the event's type and sequence number."""
-    payload = dict(row["payload"] or {})
-    if payload.get("repoKey") is None and row["repo_key"] is not None:
-        payload["repoKey"] = row["repo_key"]
-    payload.setdefault("eventType", row["event_type"])
-    payload.setdefault("eventSeq", row["seq"])
+    payload = dict(row.payload or {})
+    if payload.get("repoKey") is None and row.repo_key is not None:
+        payload["repoKey"] = row.repo_key
+    payload.setdefault("eventType", row.event_type)
+    payload.setdefault("eventSeq", row.seq)
     return payload
 
 
@@ -143,25 +144,25 @@ def dispatch_events(conn: Connection, limit: int = 100) -> Fired:
     if not rows:
         return fired
     listening: dict[str, list[Row]] = {}
-    for t in tq.event_triggers(conn, {r["event_type"] for r in rows}):
+    for t in tq.event_triggers(conn, {r.event_type for r in rows}):
         listening.setdefault(t["event_type"], []).append(t)
     for row in rows:
         event = event_of(row)
-        for trigger in listening.get(row["event_type"], ()):
+        for trigger in listening.get(row.event_type, ()):
             if not matches(trigger["match"], event):
                 continue
             start(
                 conn,
                 trigger,
                 # The template and the event's own dedupe key (unique per event).
-                dedupe_key=f"event:{trigger['template_key']}:{_digest(row['dedupe_key'])}",
+                dedupe_key=f"event:{trigger['template_key']}:{_digest(row.dedupe_key)}",
                 event=event,
-                event_type=row["event_type"],
+                event_type=row.event_type,
                 fired=fired,
-                eventType=row["event_type"],
-                eventSeq=row["seq"],
+                eventType=row.event_type,
+                eventSeq=row.seq,
             )
-    events.mark_dispatched(conn, [r["seq"] for r in rows])
+    events.mark_dispatched(conn, [r.seq for r in rows])
     fired.consumed = len(rows)
     return fired
 
@@ -176,11 +177,11 @@ def give_up_oldest(conn: Connection) -> list[int]:
             audit.AuditEvent(
                 action="pipeline.trigger.fail",
                 error_code="dispatch_failed",
-                repo_key=r["repo_key"],
-                metadata={"eventType": r["event_type"], "eventSeq": r["seq"]},
+                repo_key=r.repo_key,
+                metadata={"eventType": r.event_type, "eventSeq": r.seq},
             ),
         )
-    seqs = [r["seq"] for r in rows]
+    seqs = [r.seq for r in rows]
     events.mark_dispatched(conn, seqs)
     return seqs
 

@@ -41,16 +41,14 @@ def recover(
     """
     now = utcnow()
     for held in leases.stale(conn, now=now, dead_owner_prefix=node_prefix, live_owner=owner):
-        leases.expire(
-            conn, held, reason="expired" if held["expires_at"] <= now else "owner_restarted"
-        )
+        leases.expire(conn, held, reason="expired" if held.expires_at <= now else "owner_restarted")
     changed = []
     stmt = select(tasks).where(tasks.c.state.in_(values(IN_WORK_STATES)))
     if conn.dialect.name == "postgresql":
         stmt = stmt.with_for_update(skip_locked=True)
     for task in rows.every(Task, conn, stmt, {}):
         lease = leases.get(conn, task.repo_key)
-        if lease is not None and lease["task_id"] == task.task_id:
+        if lease is not None and lease.task_id == task.task_id:
             continue  # a live worker still holds it
         if task.state == TaskState.VERIFYING_REPLY and not _verifier_gone(
             conn, task.claimed_by or "", owner=owner, node_prefix=node_prefix, ttl=ttl

@@ -12,6 +12,16 @@ from typing import Any, TypeVar
 
 from sqlalchemy import Connection, RowMapping
 
+from forgeflow.domain.bookkeeping import (
+    Comment,
+    Control,
+    ControlRequest,
+    Lease,
+    Push,
+    StoredEvent,
+    UiSession,
+    Worker,
+)
 from forgeflow.domain.records import (
     Delivery,
     Refs,
@@ -23,7 +33,23 @@ from forgeflow.domain.records import (
 )
 from forgeflow.domain.states import TaskState
 
-R = TypeVar("R", Task, Repository, Session, Turn, Delivery, TranscriptEntry)
+R = TypeVar(
+    "R",
+    Task,
+    Repository,
+    Session,
+    Turn,
+    Delivery,
+    TranscriptEntry,
+    Comment,
+    Push,
+    Control,
+    ControlRequest,
+    Lease,
+    Worker,
+    UiSession,
+    StoredEvent,
+)
 
 
 def _task_values(row: Mapping[str, Any] | RowMapping) -> dict[str, Any]:

@@ -20,6 +20,7 @@ from urllib.parse import quote
 import structlog
 from sqlalchemy import Connection
 
+from forgeflow.domain.bookkeeping import Comment
 from forgeflow.domain.ids import RepoRef, parse_resource_key, sha256_ref, turn_key
 from forgeflow.domain.markers import Marker, MarkerKind, append_marker, parse_marker
 from forgeflow.domain.records import Task
@@ -156,7 +157,7 @@ class Replies:
         marker = Marker(task.task_id, turn or turn_key(task.task_id, 0), task.resource_key, kind)
         body = append_marker(text, marker)
 
-        def intent(c: Connection) -> tuple[bool, dict[str, Any]]:
+        def intent(c: Connection) -> tuple[bool, Comment]:
             return comment_q.record_intent(
                 c,
                 comment_key=key,
@@ -181,7 +182,7 @@ class Replies:
             done.set_result(None)
 
     async def _claim(
-        self, key: str, intent: Callable[[Connection], tuple[bool, dict[str, Any]]], wait: bool
+        self, key: str, intent: Callable[[Connection], tuple[bool, Comment]], wait: bool
     ) -> _Claim:
         """The intent to post ``key``: written now, taken over from a poster that cannot
         still be posting, found already posted, or (after waiting, with ``wait``)
@@ -193,9 +194,8 @@ class Replies:
         looked = False
         while True:
             inserted, row = await self._store.write(intent)
-            if row["status"] in (comment_q.SENT, comment_q.CONFIRMED):
-                posted = int(row["comment_id"]) if row["comment_id"] is not None else None
-                return _Claim(_How.POSTED, posted)
+            if row.status in (comment_q.SENT, comment_q.CONFIRMED):
+                return _Claim(_How.POSTED, row.comment_id)
             if inserted:
                 return _Claim(_How.OURS)
             if await self._store.write(partial(self._take_over, key=key)):
