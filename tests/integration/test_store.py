@@ -58,7 +58,7 @@ def test_refused_transition_keeps_its_alert(store: Store) -> None:
     row = asyncio.run(store.transition(Transition(task_id, TaskState.QUEUED, 1)))
     assert row.state == "queued" and row.state_version == 2
     events = store.db.read_sync(lambda c: audit.query(c, audit.AuditQuery(task_id=task_id)))
-    assert [(e["action"], e["errorCode"]) for e in events] == [
+    assert [(e.action, e.error_code) for e in events] == [
         ("task.transition_refused", "illegal_transition"),
         ("task.transition_refused", "stale_state_version"),
         ("task.transition", None),

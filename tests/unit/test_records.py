@@ -20,6 +20,7 @@ from forgeflow.domain.records import (
     Turn,
 )
 from forgeflow.store.schema import (
+    audit_events,
     comments,
     control,
     control_requests,
@@ -43,6 +44,7 @@ TABLES = [
     (Turn, turns),
     (Delivery, webhook_deliveries),
     (TranscriptEntry, transcript_entries),
+    (bookkeeping.AuditEntry, audit_events),
     (bookkeeping.Comment, comments),
     (bookkeeping.Push, pushes),
     (bookkeeping.Control, control),
@@ -103,6 +105,11 @@ COMMENT_KEYS = {
     "commentKey", "taskId", "kind", "resourceKey", "turnId", "turnKey", "commentId",
     "bodyHash", "status", "createdAt",
 }  # fmt: skip
+AUDIT_KEYS = {
+    "seq", "eventId", "taskId", "sessionKey", "repoKey", "actor", "action", "fromState",
+    "toState", "stateVersion", "deliveryId", "turnId", "commentId", "errorCode", "timestamp",
+    "metadata",
+}  # fmt: skip
 CONTROL_KEYS = {"globalPaused", "pauseReason", "updatedBy", "updatedAt", "version"}
 
 
@@ -115,6 +122,7 @@ CONTROL_KEYS = {"globalPaused", "pauseReason", "updatedBy", "updatedAt", "versio
         (Turn, TURN_KEYS),
         (bookkeeping.Comment, COMMENT_KEYS),
         (bookkeeping.Control, CONTROL_KEYS),
+        (bookkeeping.AuditEntry, AUDIT_KEYS),
     ],
 )
 def test_json_keys(record: type[Record], keys: set[str]) -> None:

@@ -1,5 +1,5 @@
 """The typed records of the tables that keep the service's own bookkeeping: bot
-comments, pushes, the pause switch and its idempotent requests, repository leases,
+comments, pushes, the audit trail, the pause switch and its idempotent requests, repository leases,
 worker nodes, sign-in sessions and pipeline domain events.
 
 As in ``domain/records.py``: one frozen record per table, each field named and typed
@@ -14,6 +14,28 @@ from datetime import datetime
 from typing import Any, ClassVar
 
 from forgeflow.domain.records import Record
+
+
+@dataclass(frozen=True, slots=True)
+class AuditEntry(Record):
+    """One audit event as recorded (``store/audit.append`` writes it, redacted)."""
+
+    seq: int
+    event_id: str
+    task_id: str | None
+    session_key: str | None
+    repo_key: str | None
+    actor: str
+    action: str
+    from_state: str | None
+    to_state: str | None
+    state_version: int | None
+    delivery_id: str | None
+    turn_id: str | None
+    comment_id: int | None
+    error_code: str | None
+    timestamp: datetime
+    metadata: dict[str, Any]  # the event's details; {} when it has none
 
 
 @dataclass(frozen=True, slots=True)

@@ -84,7 +84,9 @@ def task_detail_snapshot(conn: Connection, task_id: str) -> dict[str, Any] | Non
             "executionError": row.execution_error,
             "replyError": row.reply_error,
         },
-        "audit": audit.query(conn, audit.AuditQuery(task_id=task_id, limit=1000)),
+        "audit": [
+            e.json() for e in audit.query(conn, audit.AuditQuery(task_id=task_id, limit=1000))
+        ],
     }
 
 

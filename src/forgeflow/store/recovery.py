@@ -19,7 +19,7 @@ from forgeflow.store import leases, rows
 from forgeflow.store import tasks as task_q
 from forgeflow.store import workers as worker_q
 from forgeflow.store.schema import tasks
-from forgeflow.store.tasks import StaleStateVersion, Transition
+from forgeflow.store.tasks import StaleStateVersion, TaskFields, Transition
 from forgeflow.store.types import utcnow
 
 
@@ -92,7 +92,7 @@ def _verifier_gone(
 def interrupt(conn: Connection, task: Task, retry: RetryPolicy, *, error_code: str) -> Task:
     """Interrupted work: tried again after backoff while the retry rule allows, else
     ``failed``. The task no longer holds a lease or a worker either way."""
-    freed: dict[str, Any] = {"lease_id": None, "claimed_by": None}
+    freed: TaskFields = {"lease_id": None, "claimed_by": None}
     state = TaskState(task.state)
     if state is TaskState.ABORTING:
         return _recover(conn, task, TaskState.ABORTED, error_code, freed)
@@ -119,7 +119,7 @@ def _recover(
     task: Task,
     to: TaskState,
     error_code: str,
-    fields: dict[str, Any],
+    fields: TaskFields,
     metadata: dict[str, Any] | None = None,
 ) -> Task:
     return task_q.transition(

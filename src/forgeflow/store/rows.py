@@ -13,6 +13,7 @@ from typing import Any, TypeVar
 from sqlalchemy import Connection, RowMapping
 
 from forgeflow.domain.bookkeeping import (
+    AuditEntry,
     Comment,
     Control,
     ControlRequest,
@@ -41,6 +42,7 @@ R = TypeVar(
     Turn,
     Delivery,
     TranscriptEntry,
+    AuditEntry,
     Comment,
     Push,
     Control,
@@ -64,6 +66,8 @@ def _task_values(row: Mapping[str, Any] | RowMapping) -> dict[str, Any]:
 def record(kind: type[R], row: Mapping[str, Any] | RowMapping) -> R:
     if kind is Task:
         return kind(**_task_values(row))
+    if kind is AuditEntry:
+        return kind(**{**row, "metadata": row["metadata"] or {}})
     return kind(**row)
 
 

@@ -326,21 +326,20 @@ class Replies:
             text=self._with_link(f"giteabot: {text}", task),
         )
 
-    async def command_reply(self, row: dict[str, Any]) -> int | None:
+    async def command_reply(self, row: Comment) -> int | None:
         """Post the answer to a comment command, written by the acceptance transaction."""
-        resource = row["resource_key"]
         about = _CommandAnswer(
-            task_id=row["task_id"],
-            repo_key=parse_resource_key(resource).repo.key,
-            resource_key=resource,
-            created_at=row["created_at"],
+            task_id=row.task_id,
+            repo_key=parse_resource_key(row.resource_key).repo.key,
+            resource_key=row.resource_key,
+            created_at=row.created_at,
         )
         return await self.post_once(
             about,
-            key=row["comment_key"],
+            key=row.comment_key,
             kind=MarkerKind.RESULT,
-            text=row["body"] or "",
-            turn=row["turn_key"],
+            text=row.body or "",
+            turn=row.turn_key,
         )
 
     async def answered(self, task: Task) -> bool:

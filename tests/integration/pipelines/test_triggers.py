@@ -62,7 +62,8 @@ def _undispatched(store: Store) -> int:
 
 
 def _audits(store: Store, action: str) -> list[dict[str, Any]]:
-    return store.db.read_sync(lambda c: audit.query(c, audit.AuditQuery(action=action, limit=100)))
+    found = store.db.read_sync(lambda c: audit.query(c, audit.AuditQuery(action=action, limit=100)))
+    return [e.json() for e in found]
 
 
 # -- dispatcher ---------------------------------------------------------------------------
