@@ -10,6 +10,7 @@ import pytest
 
 from forgeflow.api import schemas
 from forgeflow.domain import bookkeeping
+from forgeflow.domain.pipeline_records import PipelineTrigger
 from forgeflow.domain.records import (
     Delivery,
     Record,
@@ -19,6 +20,7 @@ from forgeflow.domain.records import (
     TranscriptEntry,
     Turn,
 )
+from forgeflow.store.pipeline_schema import pipeline_triggers
 from forgeflow.store.schema import (
     audit_events,
     comments,
@@ -53,6 +55,7 @@ TABLES = [
     (bookkeeping.Worker, workers),
     (bookkeeping.UiSession, ui_sessions),
     (bookkeeping.StoredEvent, domain_events),
+    (PipelineTrigger, pipeline_triggers),
 ]
 
 
@@ -159,3 +162,10 @@ def test_the_one_active_task_index_names_the_active_states() -> None:
 
     named = ", ".join(f"'{v}'" for v in values(ACTIVE_STATES))
     assert f"state IN ({named})" == ACTIVE_STATES_SQL
+
+
+def test_an_armed_trigger_is_its_row_and_its_templates_switch() -> None:
+    from forgeflow.domain.pipeline_records import ArmedTrigger
+
+    fields = [f.name for f in dataclasses.fields(ArmedTrigger)]
+    assert fields == [f.name for f in dataclasses.fields(PipelineTrigger)] + ["template_enabled"]

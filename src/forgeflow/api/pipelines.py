@@ -205,7 +205,7 @@ def _trigger_switch(
     def _apply(conn: Connection, req: controls.ControlRequest) -> controls.Outcome:
         templates.require(conn, key)
         row = tq.get(conn, trigger_id)
-        if row is None or row["template_key"] != key:
+        if row is None or row.template_key != key:
             raise PipelineError(
                 "trigger_not_found", f"template {key} has no trigger {trigger_id}", status=404
             )

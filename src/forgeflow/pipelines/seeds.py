@@ -124,7 +124,7 @@ def _reconcile_triggers(
     conn: Connection, key: str, shipped: list[TriggerSpec], previous: list[TriggerSpec] | None
 ) -> None:
     """Trigger rows after a seed; ``previous`` None means the template is new."""
-    rows = {(r["trigger_type"], r["event_type"]): r for r in tpl.list_triggers(conn, key)}
+    rows = {(r.trigger_type, r.event_type): r for r in tpl.list_triggers(conn, key)}
     before = None if previous is None else {_ident(t) for t in previous}
     wanted = {_ident(t): t for t in shipped}
     for ident, t in wanted.items():
@@ -144,19 +144,19 @@ def _reconcile_triggers(
             )
             continue
         values: dict[str, Any] = {}
-        if row["match"] != t.match:
+        if row.match != t.match:
             values["match"] = t.match
-        if row["schedule"] != t.schedule:
+        if row.schedule != t.schedule:
             values.update(schedule=t.schedule, next_fire_at=None)
-        if forced and not row["is_enabled"]:
+        if forced and not row.is_enabled:
             # As switching it on by hand: counted again from now (the clock plans a
             # schedule whose next fire time is unset).
             values.update(is_enabled=True, next_fire_at=None)
         if values:
-            tpl.update_trigger(conn, row["trigger_id"], **values)
+            tpl.update_trigger(conn, row.trigger_id, **values)
     for ident in (before or set()) - wanted.keys():
         if ident in rows:
-            tpl.delete_trigger(conn, rows[ident]["trigger_id"])
+            tpl.delete_trigger(conn, rows[ident].trigger_id)
 
 
 def _audit(conn: Connection, key: str, outcome: str, version: int) -> None:

@@ -151,9 +151,7 @@ def start(
 
 
 def has_manual_trigger(conn: Connection, key: str) -> bool:
-    return any(
-        t["trigger_type"] == "manual" and t["is_enabled"] for t in tpl.list_triggers(conn, key)
-    )
+    return any(t.trigger_type == "manual" and t.is_enabled for t in tpl.list_triggers(conn, key))
 
 
 def start_manual(

@@ -13,6 +13,8 @@ from typing import Any
 
 from sqlalchemy import Connection, insert, select, update
 
+from forgeflow.domain.pipeline_records import PipelineTrigger
+from forgeflow.store import rows
 from forgeflow.store.pipeline_schema import pipeline_definitions as defs
 from forgeflow.store.pipeline_schema import pipeline_triggers as triggers
 from forgeflow.store.pipelines import Row
@@ -75,13 +77,13 @@ def lock_definition(conn: Connection, key: str) -> Row | None:
     return dict(row._mapping) if row else None
 
 
-def list_triggers(conn: Connection, template_key: str | None = None) -> list[Row]:
+def list_triggers(conn: Connection, template_key: str | None = None) -> list[PipelineTrigger]:
     stmt = select(triggers).order_by(
         triggers.c.template_key, triggers.c.trigger_type, triggers.c.event_type
     )
     if template_key is not None:
         stmt = stmt.where(triggers.c.template_key == template_key)
-    return [dict(r._mapping) for r in conn.execute(stmt)]
+    return rows.every(PipelineTrigger, conn, stmt, {})
 
 
 def sync_triggers(conn: Connection, template_key: str, wanted: list[dict[str, Any]]) -> None:
@@ -92,16 +94,16 @@ def sync_triggers(conn: Connection, template_key: str, wanted: list[dict[str, An
     are deleted.
     """
     now = utcnow()
-    existing = {(r["trigger_type"], r["event_type"]): r for r in list_triggers(conn, template_key)}
+    existing = {(r.trigger_type, r.event_type): r for r in list_triggers(conn, template_key)}
     keep = set()
     for t in wanted:
         ident = (t["type"], t.get("eventType") or "")
         keep.add(ident)
         values = {"match": t.get("match"), "schedule": t.get("schedule"), "updated_at": now}
         if ident in existing:
-            if existing[ident]["schedule"] != t.get("schedule"):
+            if existing[ident].schedule != t.get("schedule"):
                 values["next_fire_at"] = None  # the trigger clock plans the new one afresh
-            update_trigger(conn, existing[ident]["trigger_id"], **values)
+            update_trigger(conn, existing[ident].trigger_id, **values)
             continue
         insert_trigger(
             conn,
@@ -114,7 +116,7 @@ def sync_triggers(conn: Connection, template_key: str, wanted: list[dict[str, An
         )
     for ident, row in existing.items():
         if ident not in keep:
-            delete_trigger(conn, row["trigger_id"])
+            delete_trigger(conn, row.trigger_id)
 
 
 def insert_trigger(

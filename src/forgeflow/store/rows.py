@@ -23,6 +23,7 @@ from forgeflow.domain.bookkeeping import (
     UiSession,
     Worker,
 )
+from forgeflow.domain.pipeline_records import ArmedTrigger, PipelineTrigger
 from forgeflow.domain.records import (
     Delivery,
     Refs,
@@ -51,6 +52,8 @@ R = TypeVar(
     Worker,
     UiSession,
     StoredEvent,
+    PipelineTrigger,
+    ArmedTrigger,
 )
 
 

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 from sqlalchemy import Connection
 
+from forgeflow.domain.pipeline_records import PipelineTrigger
 from forgeflow.pipelines import templates
 from forgeflow.pipelines.definition import Loaded, TriggerSpec, load_definition
 from forgeflow.pipelines.runs import PipelineError
@@ -27,9 +28,9 @@ from tests.integration.pipelines.harness import run_async
 Row = dict[str, Any]
 
 
-def _triggers(store: Store, key: str) -> dict[tuple[str, str], Row]:
+def _triggers(store: Store, key: str) -> dict[tuple[str, str], PipelineTrigger]:
     rows = store.db.read_sync(lambda c: tpl.list_triggers(c, key))
-    return {(r["trigger_type"], r["event_type"]): r for r in rows}
+    return {(r.trigger_type, r.event_type): r for r in rows}
 
 
 def _definition(store: Store, key: str) -> Row:
@@ -50,13 +51,11 @@ def test_first_start_seeds_thirteen_with_their_switches(store: Store) -> None:
     assert {k for k, r in rows.items() if r["is_enabled"]} == SHIPPED_ENABLED
     assert all(r["built_in"] and r["version"] == 1 for r in rows.values())
     every = store.db.read_sync(tpl.list_triggers)
-    schedules = {
-        r["template_key"]: r["is_enabled"] for r in every if r["trigger_type"] == "schedule"
-    }
+    schedules = {r.template_key: r.is_enabled for r in every if r.trigger_type == "schedule"}
     assert schedules == {"pr_merged_cleanup": True, "dep_audit": False, "pr_digest": False}
-    assert all(r["is_enabled"] for r in every if r["trigger_type"] != "schedule")
+    assert all(r.is_enabled for r in every if r.trigger_type != "schedule")
     # The spec's surprise: a disabled template's triggers are on; the template refuses.
-    assert _triggers(store, "pr_triage")[("event", "PullRequestPublished")]["is_enabled"]
+    assert _triggers(store, "pr_triage")[("event", "PullRequestPublished")].is_enabled
     with pytest.raises(PipelineError) as refused:
         store.db.write_sync(lambda c: templates.start(c, "pr_triage", trigger_type="manual"))
     assert refused.value.code == "template_disabled"
@@ -75,11 +74,11 @@ def test_a_reseed_keeps_the_users_switches_and_triggers(store: Store) -> None:
         templates.set_enabled(conn, "pr_review", False, actor="admin")
         templates.set_enabled(conn, "pr_triage", True, actor="admin")
         tpl.update_trigger(
-            conn, triage[("event", "PullRequestPublished")]["trigger_id"], is_enabled=False
+            conn, triage[("event", "PullRequestPublished")].trigger_id, is_enabled=False
         )
-        tpl.delete_trigger(conn, triage[("manual", "")]["trigger_id"])
-        tpl.update_trigger(conn, digest_schedule["trigger_id"], is_enabled=True)
-        tpl.update_trigger(conn, cleanup_schedule["trigger_id"], is_enabled=False)
+        tpl.delete_trigger(conn, triage[("manual", "")].trigger_id)
+        tpl.update_trigger(conn, digest_schedule.trigger_id, is_enabled=True)
+        tpl.update_trigger(conn, cleanup_schedule.trigger_id, is_enabled=False)
 
     store.db.write_sync(choose)
     outcomes = run_async(lambda: seed_builtins(store))
@@ -87,15 +86,15 @@ def test_a_reseed_keeps_the_users_switches_and_triggers(store: Store) -> None:
     assert _definition(store, "pr_review")["is_enabled"] is False
     assert _definition(store, "pr_triage")["is_enabled"] is True
     after = _triggers(store, "pr_triage")
-    assert after[("event", "PullRequestPublished")]["is_enabled"] is False
+    assert after[("event", "PullRequestPublished")].is_enabled is False
     assert ("manual", "") not in after, "a row the user removed is not resurrected"
-    assert _triggers(store, "pr_digest")[("schedule", "")]["is_enabled"] is True
+    assert _triggers(store, "pr_digest")[("schedule", "")].is_enabled is True
     # Garbage collection is not a user's choice: forced back on, same row.
     forced = _triggers(store, "pr_merged_cleanup")[("schedule", "")]
-    assert forced["is_enabled"] is True and forced["trigger_id"] == cleanup_schedule["trigger_id"]
-    store.db.write_sync(lambda c: tpl.delete_trigger(c, forced["trigger_id"]))
+    assert forced.is_enabled is True and forced.trigger_id == cleanup_schedule.trigger_id
+    store.db.write_sync(lambda c: tpl.delete_trigger(c, forced.trigger_id))
     run_async(lambda: seed_builtins(store))
-    assert _triggers(store, "pr_merged_cleanup")[("schedule", "")]["is_enabled"] is True
+    assert _triggers(store, "pr_merged_cleanup")[("schedule", "")].is_enabled is True
 
 
 def test_a_shipped_change_bumps_the_version_and_runs_keep_theirs(store: Store) -> None:
@@ -163,7 +162,7 @@ def test_two_processes_seeding_at_once_on_postgresql(pg_url: str) -> None:
         rows = stores[0].db.read_sync(tpl.list_definitions)
         assert len(rows) == 13 and {r["revision"] for r in rows} == {1}
         triggers = stores[0].db.read_sync(tpl.list_triggers)
-        idents = [(r["template_key"], r["trigger_type"], r["event_type"]) for r in triggers]
+        idents = [(r.template_key, r.trigger_type, r.event_type) for r in triggers]
         assert len(idents) == len(set(idents))
         assert len(idents) == sum(len(x.definition.triggers) for x in load_builtins())
     finally:
