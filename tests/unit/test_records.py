@@ -10,7 +10,7 @@ import pytest
 
 from forgeflow.api import schemas
 from forgeflow.domain import bookkeeping
-from forgeflow.domain.pipeline_records import PipelineTrigger
+from forgeflow.domain.pipeline_records import PipelineTemplate, PipelineTrigger
 from forgeflow.domain.records import (
     Delivery,
     Record,
@@ -20,7 +20,7 @@ from forgeflow.domain.records import (
     TranscriptEntry,
     Turn,
 )
-from forgeflow.store.pipeline_schema import pipeline_triggers
+from forgeflow.store.pipeline_schema import pipeline_definitions, pipeline_triggers
 from forgeflow.store.schema import (
     audit_events,
     comments,
@@ -56,6 +56,7 @@ TABLES = [
     (bookkeeping.UiSession, ui_sessions),
     (bookkeeping.StoredEvent, domain_events),
     (PipelineTrigger, pipeline_triggers),
+    (PipelineTemplate, pipeline_definitions),
 ]
 
 

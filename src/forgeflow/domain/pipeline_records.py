@@ -36,3 +36,19 @@ class ArmedTrigger(PipelineTrigger):
     seen (and its skip recorded), not filtered out."""
 
     template_enabled: bool
+
+
+@dataclass(frozen=True, slots=True)
+class PipelineTemplate(Record):
+    """A pipeline template (the ``pipeline_definitions`` table): its definition
+    document and its switch; changed by compare-and-swap on ``revision``."""
+
+    key: str
+    name: str
+    version: int
+    definition: dict[str, Any]  # the definition document (``pipelines/definition.py``)
+    is_enabled: bool
+    built_in: bool
+    created_at: datetime
+    updated_at: datetime
+    revision: int

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from forgeflow.domain.pipeline_records import PipelineTrigger
+from forgeflow.domain.pipeline_records import PipelineTemplate, PipelineTrigger
 from forgeflow.pipelines.kinds import NODE_ROW
 from forgeflow.redaction import redact
 from forgeflow.store.pipelines import Row
@@ -29,19 +29,19 @@ def trigger_json(t: PipelineTrigger) -> dict[str, Any]:
 
 
 def template_json(
-    row: Row, triggers: list[PipelineTrigger] | None = None, *, full: bool = True
+    row: PipelineTemplate, triggers: list[PipelineTrigger] | None = None, *, full: bool = True
 ) -> dict[str, Any]:
     out: dict[str, Any] = {
-        "key": row["key"],
-        "name": row["name"],
-        "version": row["version"],
-        "enabled": row["is_enabled"],
-        "builtIn": row["built_in"],
-        "createdAt": iso(row["created_at"]),
-        "updatedAt": iso(row["updated_at"]),
+        "key": row.key,
+        "name": row.name,
+        "version": row.version,
+        "enabled": row.is_enabled,
+        "builtIn": row.built_in,
+        "createdAt": iso(row.created_at),
+        "updatedAt": iso(row.updated_at),
     }
     if full:
-        out["definition"] = row["definition"]
+        out["definition"] = row.definition
     if triggers is not None:
         out["triggers"] = [trigger_json(t) for t in triggers]
     return redact(out)  # type: ignore[no-any-return]

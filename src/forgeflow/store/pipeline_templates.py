@@ -13,22 +13,20 @@ from typing import Any
 
 from sqlalchemy import Connection, insert, select, update
 
-from forgeflow.domain.pipeline_records import PipelineTrigger
+from forgeflow.domain.pipeline_records import PipelineTemplate, PipelineTrigger
 from forgeflow.store import rows
 from forgeflow.store.pipeline_schema import pipeline_definitions as defs
 from forgeflow.store.pipeline_schema import pipeline_triggers as triggers
-from forgeflow.store.pipelines import Row
 from forgeflow.store.sql import insert_ignore
 from forgeflow.store.types import utcnow
 
 
-def get_definition(conn: Connection, key: str) -> Row | None:
-    row = conn.execute(select(defs).where(defs.c.key == key)).first()
-    return dict(row._mapping) if row else None
+def get_definition(conn: Connection, key: str) -> PipelineTemplate | None:
+    return rows.first(PipelineTemplate, conn, select(defs).where(defs.c.key == key), {})
 
 
-def list_definitions(conn: Connection) -> list[Row]:
-    return [dict(r._mapping) for r in conn.execute(select(defs).order_by(defs.c.key))]
+def list_definitions(conn: Connection) -> list[PipelineTemplate]:
+    return rows.every(PipelineTemplate, conn, select(defs).order_by(defs.c.key), {})
 
 
 def insert_definition(
@@ -70,11 +68,11 @@ def update_definition(conn: Connection, key: str, expected_revision: int, **valu
     return result.rowcount == 1
 
 
-def lock_definition(conn: Connection, key: str) -> Row | None:
+def lock_definition(conn: Connection, key: str) -> PipelineTemplate | None:
     """Read a template row and hold it for the rest of the transaction (``FOR UPDATE``
     on PostgreSQL; SQLite has one writer anyway): seeders of one template serialise."""
-    row = conn.execute(select(defs).where(defs.c.key == key).with_for_update()).first()
-    return dict(row._mapping) if row else None
+    stmt = select(defs).where(defs.c.key == key).with_for_update()
+    return rows.first(PipelineTemplate, conn, stmt, {})
 
 
 def list_triggers(conn: Connection, template_key: str | None = None) -> list[PipelineTrigger]:

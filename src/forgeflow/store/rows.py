@@ -23,7 +23,7 @@ from forgeflow.domain.bookkeeping import (
     UiSession,
     Worker,
 )
-from forgeflow.domain.pipeline_records import ArmedTrigger, PipelineTrigger
+from forgeflow.domain.pipeline_records import ArmedTrigger, PipelineTemplate, PipelineTrigger
 from forgeflow.domain.records import (
     Delivery,
     Refs,
@@ -54,6 +54,7 @@ R = TypeVar(
     StoredEvent,
     PipelineTrigger,
     ArmedTrigger,
+    PipelineTemplate,
 )
 
 

@@ -7,13 +7,29 @@ from datetime import timedelta
 
 from sqlalchemy import update
 
+from forgeflow.domain.pipeline_records import ArmedTrigger
 from forgeflow.pipelines import deliveries
 from forgeflow.store import Store
 from forgeflow.store import hook_deliveries as dq
 from forgeflow.store.pipeline_schema import pipeline_hook_deliveries as log
 from forgeflow.store.types import utcnow
 
-TRIGGER = {"trigger_id": "trg-1", "template_key": "p"}
+NOW = utcnow()
+TRIGGER = ArmedTrigger(
+    trigger_id="trg-1",
+    template_key="p",
+    trigger_type="webhook",
+    event_type="",
+    match=None,
+    schedule=None,
+    webhook_token="t",
+    is_enabled=True,
+    last_fired_at=None,
+    next_fire_at=None,
+    created_at=NOW,
+    updated_at=NOW,
+    template_enabled=True,
+)
 
 
 def test_a_call_prunes_the_expired_rows(store: Store) -> None:
