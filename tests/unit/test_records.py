@@ -10,7 +10,7 @@ import pytest
 
 from forgeflow.api import schemas
 from forgeflow.domain import bookkeeping
-from forgeflow.domain.pipeline_records import PipelineTemplate, PipelineTrigger
+from forgeflow.domain.pipeline_records import HookDelivery, PipelineTemplate, PipelineTrigger
 from forgeflow.domain.records import (
     Delivery,
     Record,
@@ -20,7 +20,11 @@ from forgeflow.domain.records import (
     TranscriptEntry,
     Turn,
 )
-from forgeflow.store.pipeline_schema import pipeline_definitions, pipeline_triggers
+from forgeflow.store.pipeline_schema import (
+    pipeline_definitions,
+    pipeline_hook_deliveries,
+    pipeline_triggers,
+)
 from forgeflow.store.schema import (
     audit_events,
     comments,
@@ -57,6 +61,7 @@ TABLES = [
     (bookkeeping.StoredEvent, domain_events),
     (PipelineTrigger, pipeline_triggers),
     (PipelineTemplate, pipeline_definitions),
+    (HookDelivery, pipeline_hook_deliveries),
 ]
 
 
@@ -170,3 +175,10 @@ def test_an_armed_trigger_is_its_row_and_its_templates_switch() -> None:
 
     fields = [f.name for f in dataclasses.fields(ArmedTrigger)]
     assert fields == [f.name for f in dataclasses.fields(PipelineTrigger)] + ["template_enabled"]
+
+
+def test_a_hook_call_is_the_log_row_without_its_body() -> None:
+    from forgeflow.domain.pipeline_records import HookCall
+    from forgeflow.store.hook_deliveries import _SUMMARY
+
+    assert [f.name for f in dataclasses.fields(HookCall)] == [c.name for c in _SUMMARY]

@@ -52,3 +52,28 @@ class PipelineTemplate(Record):
     created_at: datetime
     updated_at: datetime
     revision: int
+
+
+@dataclass(frozen=True, slots=True)
+class HookCall(Record):
+    """A call of a pipeline webhook trigger as its log lists it (without the body)."""
+
+    delivery_id: str
+    trigger_id: str
+    template_key: str
+    received_at: datetime
+    status: str  # accepted, duplicate or refused
+    reason: str | None
+    response_code: int
+    call_key: str | None  # the caller's identity of the call (a delivery header, …)
+    run_id: str | None
+    body_bytes: int
+    expires_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class HookDelivery(HookCall):
+    """The whole row of a call (``pipeline_hook_deliveries``): with its kept body."""
+
+    body_digest: str | None  # SHA-256 of an accepted call's signed content
+    body: dict[str, Any] | None  # kept (redacted) for a replay; None when refused or large

@@ -19,7 +19,7 @@ from typing import Any, Literal
 
 from sqlalchemy import Connection
 
-from forgeflow.domain.pipeline_records import ArmedTrigger
+from forgeflow.domain.pipeline_records import ArmedTrigger, HookCall, HookDelivery
 from forgeflow.pipelines import firing, templates, views
 from forgeflow.pipelines.runs import PipelineError, Started
 from forgeflow.redaction import redact
@@ -29,7 +29,6 @@ from forgeflow.store import pipelines as q
 from forgeflow.store import triggers as tq
 from forgeflow.store.types import iso, utcnow
 
-Row = dict[str, Any]
 BODY_KEPT = 256 * 1024
 Status = Literal["accepted", "duplicate", "refused"]
 STATUSES: tuple[Status, ...] = ("accepted", "duplicate", "refused")
@@ -117,7 +116,7 @@ def _replayed_body(conn: Connection, call: Call) -> Started | None:
         return None
     since = utcnow() - call.replay_window
     earlier = dq.accepted_with_digest(conn, call.trigger.trigger_id, call.body_digest, since)
-    run = q.get_run(conn, earlier["run_id"]) if earlier and earlier["run_id"] else None
+    run = q.get_run(conn, earlier) if earlier else None
     return Started(run, False) if run is not None else None
 
 
@@ -132,7 +131,7 @@ def webhook_trigger(conn: Connection, trigger_id: str) -> ArmedTrigger:
     return trigger
 
 
-def get_delivery(conn: Connection, trigger_id: str, delivery_id: str) -> Row:
+def get_delivery(conn: Connection, trigger_id: str, delivery_id: str) -> HookDelivery:
     row = dq.get(conn, trigger_id, delivery_id)
     if row is None:
         raise PipelineError(
@@ -141,16 +140,18 @@ def get_delivery(conn: Connection, trigger_id: str, delivery_id: str) -> Row:
     return row
 
 
-def _replayable(conn: Connection, trigger_id: str, delivery_id: str) -> tuple[Row, ArmedTrigger]:
+def _replayable(
+    conn: Connection, trigger_id: str, delivery_id: str
+) -> tuple[HookDelivery, ArmedTrigger]:
     """The delivery and its trigger, if the delivery can be replayed now."""
     trigger = webhook_trigger(conn, trigger_id)
     row = get_delivery(conn, trigger_id, delivery_id)
-    if row["status"] != "accepted":
+    if row.status != "accepted":
         raise PipelineError(
             "delivery_not_replayable",
-            f"delivery {delivery_id} was {row['status']}: only an accepted one is replayed",
+            f"delivery {delivery_id} was {row.status}: only an accepted one is replayed",
         )
-    if row["body"] is None:
+    if row.body is None:
         raise PipelineError(
             "delivery_body_not_kept",
             f"delivery {delivery_id} was larger than {BODY_KEPT} bytes: its body was not kept",
@@ -169,7 +170,8 @@ def replay(
     ``pipeline.webhook.replay``); one run per ``request_id``."""
     row, trigger = _replayable(conn, trigger_id, delivery_id)
     key = trigger.template_key
-    body: dict[str, Any] = row["body"]
+    body = row.body
+    assert body is not None  # _replayable refused a delivery whose body was not kept
     started = templates.start(
         conn,
         key,
@@ -196,23 +198,24 @@ def replay(
     return started
 
 
-def delivery_json(row: Row, *, body: bool = False) -> dict[str, Any]:
+def delivery_json(row: HookCall) -> dict[str, Any]:
+    """A call as the log answers it; a whole delivery's also carries its kept body."""
     out: dict[str, Any] = {
-        "deliveryId": row["delivery_id"],
-        "triggerId": row["trigger_id"],
-        "templateKey": row["template_key"],
-        "receivedAt": iso(row["received_at"]),
-        "status": row["status"],
-        "reason": row["reason"],
-        "responseCode": row["response_code"],
-        "callKey": row["call_key"],
-        "runId": row["run_id"],
-        "bodyBytes": row["body_bytes"],
-        "replayable": row["status"] == "accepted" and row["body_bytes"] <= BODY_KEPT,
-        "expiresAt": iso(row["expires_at"]),
+        "deliveryId": row.delivery_id,
+        "triggerId": row.trigger_id,
+        "templateKey": row.template_key,
+        "receivedAt": iso(row.received_at),
+        "status": row.status,
+        "reason": row.reason,
+        "responseCode": row.response_code,
+        "callKey": row.call_key,
+        "runId": row.run_id,
+        "bodyBytes": row.body_bytes,
+        "replayable": row.status == "accepted" and row.body_bytes <= BODY_KEPT,
+        "expiresAt": iso(row.expires_at),
     }
-    if body:
-        out["body"] = row["body"]
+    if isinstance(row, HookDelivery):
+        out["body"] = row.body
     return redact(out)  # type: ignore[no-any-return]
 
 

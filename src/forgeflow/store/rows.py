@@ -23,7 +23,13 @@ from forgeflow.domain.bookkeeping import (
     UiSession,
     Worker,
 )
-from forgeflow.domain.pipeline_records import ArmedTrigger, PipelineTemplate, PipelineTrigger
+from forgeflow.domain.pipeline_records import (
+    ArmedTrigger,
+    HookCall,
+    HookDelivery,
+    PipelineTemplate,
+    PipelineTrigger,
+)
 from forgeflow.domain.records import (
     Delivery,
     Refs,
@@ -55,6 +61,8 @@ R = TypeVar(
     PipelineTrigger,
     ArmedTrigger,
     PipelineTemplate,
+    HookCall,
+    HookDelivery,
 )
 
 

@@ -44,10 +44,10 @@ def test_a_call_prunes_the_expired_rows(store: Store) -> None:
     new = db.write_sync(lambda c: deliveries.record(c, call, "duplicate", 200))
     rows, total = db.read_sync(lambda c: dq.page(c, "trg-1", None, 50, 0))
     assert total == 2
-    assert {r["delivery_id"] for r in rows} == {kept, new}
+    assert {r.delivery_id for r in rows} == {kept, new}
     accepted = db.read_sync(lambda c: dq.get(c, "trg-1", kept))
-    assert accepted is not None and accepted["body"] == {"a": 1}
-    assert accepted["expires_at"] > utcnow() + timedelta(days=29)
+    assert accepted is not None and accepted.body == {"a": 1}
+    assert accepted.expires_at > utcnow() + timedelta(days=29)
 
 
 def test_a_large_or_refused_body_is_not_kept(store: Store) -> None:
@@ -58,5 +58,5 @@ def test_a_large_or_refused_body_is_not_kept(store: Store) -> None:
     r = db.write_sync(lambda c: deliveries.record(c, small, "refused", 400, body={"b": 2}))
     for delivery_id in (a, r):
         row = db.read_sync(lambda c, d=delivery_id: dq.get(c, "trg-1", d))
-        assert row is not None and row["body"] is None
+        assert row is not None and row.body is None
         assert not deliveries.delivery_json(row)["replayable"]
