@@ -38,7 +38,7 @@ def test_daily_budget_crossing_and_refusal(worker: Worker) -> None:
     wait_for(lambda: _state(ff, first) == "succeeded")
     # 120 of 150 tokens used: the 80 % threshold was crossed, once.
     crossed = ff.services.store.db.read_sync(lambda c: events.all_of(c, "BudgetThresholdCrossed"))
-    assert len(crossed) == 1 and crossed[0]["payload"]["used"] == 120
+    assert len(crossed) == 1 and crossed[0].payload["used"] == 120
     second = _mention(gitea, issue, "@ccweb-bot two")["taskId"]
     wait_for(lambda: _state(ff, second) == "succeeded")
     third = _mention(gitea, issue, "@ccweb-bot three")

@@ -57,7 +57,7 @@ class World:
     def pushed_events(self) -> list[dict[str, Any]]:
         query = audit.AuditQuery(task_id=self.task.task_id, action="publish.pushed")
         rows = self.store.db.read_sync(lambda c: audit.query(c, query))
-        return [dict(r["metadata"]) for r in rows]
+        return [dict(r.metadata) for r in rows]
 
 
 def _pushes_to(emu: GiteaEmulator, branch: str) -> int:

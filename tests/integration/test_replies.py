@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 from sqlalchemy import update
 
+from forgeflow.domain.bookkeeping import Comment
 from forgeflow.domain.ids import RepoRef, ResourceKind, ResourceRef
 from forgeflow.domain.records import Task
 from forgeflow.gitea.client import GiteaClient, GiteaError
@@ -105,7 +106,7 @@ def test_a_deferred_receipt_record_is_written_by_its_caller_or_found_after_a_cra
     gitea, token, task = setup
     key = f"{task.task_id}:receipt"
 
-    def row() -> dict[str, Any]:
+    def row() -> Comment:
         found = store.db.read_sync(lambda c: comment_q.get(c, key))
         assert found is not None
         return found
@@ -116,10 +117,10 @@ def test_a_deferred_receipt_record_is_written_by_its_caller_or_found_after_a_cra
         try:
             record: list[Any] = []
             posted = await replies.receipt(task, defer_record=record)
-            assert len(record) == 1 and row()["status"] == "pending"
+            assert len(record) == 1 and row().status == "pending"
             # The caller's commit carries it: sent, with the time of the POST.
             store.db.write_sync(record[0])
-            assert row()["status"] == "sent" and row()["comment_id"] == posted
+            assert row().status == "sent" and row().comment_id == posted
             again = await replies.receipt(task)  # already sent: nothing is posted
             # A crash between the POST and the caller's commit: the record is lost.
             _forget_the_record(store)
@@ -131,7 +132,7 @@ def test_a_deferred_receipt_record_is_written_by_its_caller_or_found_after_a_cra
     posted, again, after_crash = asyncio.run(scenario())
     assert posted is not None and posted == again == after_crash
     assert len(_bot_comments(gitea, task)) == 1
-    assert row()["status"] == "sent"
+    assert row().status == "sent"
 
 
 def test_a_fresh_intent_of_another_poster_is_left_alone(
@@ -236,7 +237,7 @@ def test_a_receipt_whose_poster_was_killed_before_the_post_is_posted_by_the_rest
         assert posted is not None and took < 5.0
     assert [c["id"] for c in _bot_comments(gitea, task)] == [posted]
     row = store.db.read_sync(lambda c: comment_q.get(c, f"{task.task_id}:receipt"))
-    assert row is not None and row["status"] == "sent" and row["comment_id"] == posted
+    assert row is not None and row.status == "sent" and row.comment_id == posted
 
 
 def test_a_receipt_posted_just_before_a_kill_is_found_not_posted_again(

@@ -8,7 +8,7 @@ import pytest
 from sqlalchemy import update
 from sqlalchemy.exc import IntegrityError
 
-from forgeflow.domain.states import IllegalTransition, TaskState
+from forgeflow.domain.states import TERMINAL_STATES, IllegalTransition, TaskState
 from forgeflow.store import StaleStateVersion, Store, Transition, audit, tasks
 from forgeflow.store.schema import tasks as tasks_table
 
@@ -58,11 +58,27 @@ def test_refused_transition_keeps_its_alert(store: Store) -> None:
     row = asyncio.run(store.transition(Transition(task_id, TaskState.QUEUED, 1)))
     assert row.state == "queued" and row.state_version == 2
     events = store.db.read_sync(lambda c: audit.query(c, audit.AuditQuery(task_id=task_id)))
-    assert [(e["action"], e["errorCode"]) for e in events] == [
+    assert [(e.action, e.error_code) for e in events] == [
         ("task.transition_refused", "illegal_transition"),
         ("task.transition_refused", "stale_state_version"),
         ("task.transition", None),
     ]
+
+
+def test_a_terminal_task_never_moves(store: Store) -> None:
+    # The one transition function refuses every move out of every terminal state.
+    for n, state in enumerate(sorted(TERMINAL_STATES), start=1):
+        task_id = _task(store, n)
+        store.db.write_sync(
+            lambda c, t=task_id, s=state: c.execute(
+                update(tasks_table).where(tasks_table.c.task_id == t).values(state=s.value)
+            )
+        )
+        for target in TaskState:
+            with pytest.raises(IllegalTransition):
+                asyncio.run(store.transition(Transition(task_id, target, 1)))
+        row = store.db.read_sync(lambda c, t=task_id: tasks.get(c, t))
+        assert row is not None and row.state == state and row.state_version == 1
 
 
 def test_transitions_emit_domain_events_once(store: Store) -> None:
@@ -72,13 +88,13 @@ def test_transitions_emit_domain_events_once(store: Store) -> None:
     asyncio.run(store.transition(Transition(task_id, TaskState.QUEUED, 1)))
     asyncio.run(store.transition(Transition(task_id, TaskState.CANCELLED, 2)))
     seen = store.db.read_sync(lambda c: events.all_of(c))
-    assert [e["event_type"] for e in seen] == [
+    assert [e.event_type for e in seen] == [
         "TaskStatusChanged",
         "TaskCreated",
         "TaskStatusChanged",
         "TaskCancelled",
     ]
-    assert seen[-1]["payload"]["toState"] == "cancelled"
+    assert seen[-1].payload["toState"] == "cancelled"
     # The same event key twice is recorded once.
     again = store.db.write_sync(
         lambda c: events.emit(c, "TaskCancelled", dedupe_key=f"{task_id}:3", payload={})

@@ -94,9 +94,9 @@ class TransitionMachine(RuleBasedStateMachine):
         events = self.store.db.read_sync(
             lambda c: audit.query(c, audit.AuditQuery(task_id=TASK, action="test", limit=10_000))
         )
-        moves = [e["toState"] for e in events]
+        moves = [e.to_state for e in events]
         assert moves == [s.value for s in self.history[1:]]
-        assert [e["stateVersion"] for e in events] == list(range(2, self.version + 1))
+        assert [e.state_version for e in events] == list(range(2, self.version + 1))
 
 
 TransitionMachine.TestCase.settings = settings(

@@ -9,6 +9,8 @@ from datetime import UTC, datetime
 import pytest
 
 from forgeflow.api import schemas
+from forgeflow.domain import bookkeeping
+from forgeflow.domain.pipeline_records import HookDelivery, PipelineTemplate, PipelineTrigger
 from forgeflow.domain.records import (
     Delivery,
     Record,
@@ -18,13 +20,27 @@ from forgeflow.domain.records import (
     TranscriptEntry,
     Turn,
 )
+from forgeflow.store.pipeline_schema import (
+    pipeline_definitions,
+    pipeline_hook_deliveries,
+    pipeline_triggers,
+)
 from forgeflow.store.schema import (
+    audit_events,
+    comments,
+    control,
+    control_requests,
+    domain_events,
+    pushes,
+    repo_leases,
     repositories,
     sessions,
     tasks,
     transcript_entries,
     turns,
+    ui_sessions,
     webhook_deliveries,
+    workers,
 )
 
 TABLES = [
@@ -34,6 +50,18 @@ TABLES = [
     (Turn, turns),
     (Delivery, webhook_deliveries),
     (TranscriptEntry, transcript_entries),
+    (bookkeeping.AuditEntry, audit_events),
+    (bookkeeping.Comment, comments),
+    (bookkeeping.Push, pushes),
+    (bookkeeping.Control, control),
+    (bookkeeping.ControlRequest, control_requests),
+    (bookkeeping.Lease, repo_leases),
+    (bookkeeping.Worker, workers),
+    (bookkeeping.UiSession, ui_sessions),
+    (bookkeeping.StoredEvent, domain_events),
+    (PipelineTrigger, pipeline_triggers),
+    (PipelineTemplate, pipeline_definitions),
+    (HookDelivery, pipeline_hook_deliveries),
 ]
 
 
@@ -82,9 +110,29 @@ def test_task_json_keys_and_times() -> None:
     assert answer["taskId"] == "t1"
 
 
+COMMENT_KEYS = {
+    "commentKey", "taskId", "kind", "resourceKey", "turnId", "turnKey", "commentId",
+    "bodyHash", "status", "createdAt",
+}  # fmt: skip
+AUDIT_KEYS = {
+    "seq", "eventId", "taskId", "sessionKey", "repoKey", "actor", "action", "fromState",
+    "toState", "stateVersion", "deliveryId", "turnId", "commentId", "errorCode", "timestamp",
+    "metadata",
+}  # fmt: skip
+CONTROL_KEYS = {"globalPaused", "pauseReason", "updatedBy", "updatedAt", "version"}
+
+
 @pytest.mark.parametrize(
     ("record", "keys"),
-    [(Task, TASK_KEYS), (Repository, REPOSITORY_KEYS), (Session, SESSION_KEYS), (Turn, TURN_KEYS)],
+    [
+        (Task, TASK_KEYS),
+        (Repository, REPOSITORY_KEYS),
+        (Session, SESSION_KEYS),
+        (Turn, TURN_KEYS),
+        (bookkeeping.Comment, COMMENT_KEYS),
+        (bookkeeping.Control, CONTROL_KEYS),
+        (bookkeeping.AuditEntry, AUDIT_KEYS),
+    ],
 )
 def test_json_keys(record: type[Record], keys: set[str]) -> None:
     from forgeflow.domain.records import camel
@@ -120,3 +168,17 @@ def test_the_one_active_task_index_names_the_active_states() -> None:
 
     named = ", ".join(f"'{v}'" for v in values(ACTIVE_STATES))
     assert f"state IN ({named})" == ACTIVE_STATES_SQL
+
+
+def test_an_armed_trigger_is_its_row_and_its_templates_switch() -> None:
+    from forgeflow.domain.pipeline_records import ArmedTrigger
+
+    fields = [f.name for f in dataclasses.fields(ArmedTrigger)]
+    assert fields == [f.name for f in dataclasses.fields(PipelineTrigger)] + ["template_enabled"]
+
+
+def test_a_hook_call_is_the_log_row_without_its_body() -> None:
+    from forgeflow.domain.pipeline_records import HookCall
+    from forgeflow.store.hook_deliveries import _SUMMARY
+
+    assert [f.name for f in dataclasses.fields(HookCall)] == [c.name for c in _SUMMARY]

@@ -178,7 +178,6 @@ class AppServer:
     notices: list[Notice] = field(default_factory=list)
     downgraded: set[str] = field(default_factory=set)
     active: int = 0  # turns in flight
-    last_used: float = 0.0
     idle_timer: asyncio.TimerHandle | None = None
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 

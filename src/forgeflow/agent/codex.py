@@ -22,7 +22,6 @@ import asyncio
 import contextlib
 import shutil
 import tempfile
-import time
 from collections.abc import AsyncIterator
 from functools import partial
 from pathlib import Path
@@ -167,7 +166,6 @@ class CodexRuntime:
             return server
 
     def _arm_idle(self, server: AppServer) -> None:
-        server.last_used = time.monotonic()
         if server.idle_timer is not None:
             server.idle_timer.cancel()
         if server.active == 0:

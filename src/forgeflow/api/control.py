@@ -274,7 +274,8 @@ async def audit_query(
         afterSeq,
         limit,
     )
-    events = await _services(request).store.read(lambda c: audit.query(c, q))
+    found = await _services(request).store.read(lambda c: audit.query(c, q))
+    events = [e.json() for e in found]
     if format == "jsonl":
         import json
 

@@ -154,7 +154,7 @@ async def pipeline_webhook(
         return await _refuse(services, call, 401, "stale_timestamp", message, "stale")
     signed = signed_content(body, stamp)
     if not signature_valid(token, signed, x_hub_signature_256):
-        log.warning("pipeline.webhook.invalid_signature", trigger_id=trigger["trigger_id"])
+        log.warning("pipeline.webhook.invalid_signature", trigger_id=trigger.trigger_id)
         reason = "missing" if not x_hub_signature_256 else "mismatch"
         message = "X-Hub-Signature-256 missing or invalid"
         return await _refuse(services, call, 401, "invalid_signature", message, reason)
@@ -185,7 +185,7 @@ async def _refuse(
     """Answer a refused call and log it; the answer does not depend on the log's write."""
 
     if signature is not None:  # an unverified call: audited one row per interval, counted
-        source = str(call.trigger["trigger_id"])
+        source = str(call.trigger.trigger_id)
         await services.rejections.record(Rejection("pipeline.webhook.reject", code, source))
 
     def _log(conn: Connection) -> None:
@@ -194,7 +194,7 @@ async def _refuse(
     try:
         await services.store.write(_log)
     except Exception:
-        log.exception("pipeline.webhook.log_failed", trigger_id=call.trigger["trigger_id"])
+        log.exception("pipeline.webhook.log_failed", trigger_id=call.trigger.trigger_id)
     return JSONResponse({"error": code, "message": message, **(extra or {})}, status_code=status)
 
 
@@ -203,7 +203,7 @@ async def _fire(
 ) -> JSONResponse:
     """Start the run of a verified call; ``key`` identifies it (a refusal is still
     logged by ``call``'s header-only key)."""
-    trigger_id = call.trigger["trigger_id"]
+    trigger_id = call.trigger.trigger_id
     verified = replace(call, call_key=key)
     try:
         started, delivery_id = await services.store.write(

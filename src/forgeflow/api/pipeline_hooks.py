@@ -103,7 +103,7 @@ async def get_delivery(request: Request, triggerId: str, deliveryId: str) -> dic
     def _one(conn: Connection) -> dict[str, Any]:
         deliveries.webhook_trigger(conn, triggerId)
         row = deliveries.get_delivery(conn, triggerId, deliveryId)
-        return {"delivery": deliveries.delivery_json(row, body=True)}
+        return {"delivery": deliveries.delivery_json(row)}
 
     return await _read(request, _one)
 

@@ -23,6 +23,7 @@ from forgeflow.api.control import ControlBody
 from forgeflow.api.errors import ApiError
 from forgeflow.api.inputs import Text, no_nul_parameters
 from forgeflow.api.pipeline_common import CONFLICT, bodies, control, missing, services, write
+from forgeflow.domain.pipeline_records import PipelineTemplate, PipelineTrigger
 from forgeflow.pipelines import templates, views
 from forgeflow.pipelines.definition import (
     DefinitionError,
@@ -102,7 +103,7 @@ async def _document(request: Request) -> Loaded:
 async def list_templates(request: Request) -> dict[str, Any]:
     def _read(conn: Connection) -> list[dict[str, Any]]:
         return [
-            views.template_json(row, tpl.list_triggers(conn, row["key"]), full=False)
+            views.template_json(row, tpl.list_triggers(conn, row.key), full=False)
             for row in tpl.list_definitions(conn)
         ]
 
@@ -119,7 +120,7 @@ async def create_template(request: Request) -> JSONResponse:
     """Create a template from a YAML or JSON definition; load warnings come back."""
     loaded = await _document(request)
     row = await write(request, lambda c: templates.create(c, loaded, actor="admin"))
-    triggers = await services(request).store.read(lambda c: tpl.list_triggers(c, row["key"]))
+    triggers = await services(request).store.read(lambda c: tpl.list_triggers(c, row.key))
     body = {"template": views.template_json(row, triggers), "warnings": loaded.warnings}
     return JSONResponse(body, status_code=201)
 
@@ -133,7 +134,7 @@ async def create_template(request: Request) -> JSONResponse:
     },
 )
 async def get_template(request: Request, key: str) -> dict[str, Any]:
-    def _read(conn: Connection) -> tuple[Any, list[Any]] | None:
+    def _read(conn: Connection) -> tuple[PipelineTemplate, list[PipelineTrigger]] | None:
         row = tpl.get_definition(conn, key)
         return None if row is None else (row, tpl.list_triggers(conn, key))
 
@@ -142,7 +143,7 @@ async def get_template(request: Request, key: str) -> dict[str, Any]:
         raise ApiError(404, "template_not_found", f"no pipeline template {key}")
     row, triggers = found
     try:
-        warnings = load_definition(row["definition"], bodies=bodies(request)).warnings
+        warnings = load_definition(row.definition, bodies=bodies(request)).warnings
     except DefinitionError as exc:  # stored by an older version with other rules
         warnings = exc.errors
     return {"template": views.template_json(row, triggers), "warnings": warnings}
@@ -164,7 +165,7 @@ async def put_template(request: Request, key: str) -> JSONResponse:
     loaded = await _document(request)
     explicit = "enabled" in loaded.definition.model_fields_set
 
-    def _put(conn: Connection) -> tuple[int, Any]:
+    def _put(conn: Connection) -> tuple[int, PipelineTemplate]:
         if tpl.get_definition(conn, key) is None:
             if loaded.definition.key != key:
                 raise PipelineError(
@@ -205,7 +206,7 @@ def _trigger_switch(
     def _apply(conn: Connection, req: controls.ControlRequest) -> controls.Outcome:
         templates.require(conn, key)
         row = tq.get(conn, trigger_id)
-        if row is None or row["template_key"] != key:
+        if row is None or row.template_key != key:
             raise PipelineError(
                 "trigger_not_found", f"template {key} has no trigger {trigger_id}", status=404
             )

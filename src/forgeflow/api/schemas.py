@@ -26,6 +26,8 @@ def _json_type(hint: Any) -> Any:
     """The type of a field in the record's JSON: times become ISO-8601 strings."""
     if hint is datetime:
         return str
+    if hint is records.Refs:
+        return dict[str, str | bool | None]  # ``Refs.json()``
     if get_origin(hint) is types.UnionType:
         return functools.reduce(operator.or_, (_json_type(arg) for arg in get_args(hint)))
     return hint

@@ -15,6 +15,7 @@ from forgeflow.api.inputs import no_nul_parameters
 from forgeflow.api.schemas import ADMIN_ERRORS, answer, error
 from forgeflow.services import Services
 from forgeflow.store import audit, ui_sessions
+from forgeflow.store.types import utcnow
 
 router = APIRouter(
     prefix="/api/gitea-workflow",
@@ -55,7 +56,8 @@ async def list_ui_sessions(
 ) -> UiSessionList:
     services: Services = request.app.state.services
     rows = await services.store.read(lambda c: ui_sessions.listing(c, live_only=not all))
-    return UiSessionList(items=[UiSessionRow(**r) for r in rows])
+    now = utcnow()
+    return UiSessionList(items=[UiSessionRow(**r.json(), live=r.live(now)) for r in rows])
 
 
 @router.post(

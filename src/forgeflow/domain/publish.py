@@ -14,12 +14,11 @@ The repository's default branch is never a target.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from forgeflow.domain.ids import ResourceKind, ResourceRef
 from forgeflow.domain.paths import session_branch
+from forgeflow.domain.records import Refs
 
 PUSH_TOOL = "push_branch"  # the agent's tool to publish before its turn ends
 
@@ -34,18 +33,18 @@ class Target:
     why: str = ""
 
 
-def target(resource: ResourceRef, refs: Mapping[str, Any] | None, default_branch: str) -> Target:
+def target(resource: ResourceRef, refs: Refs | None, default_branch: str) -> Target:
     local = session_branch(resource)
     if resource.kind is ResourceKind.ISSUE:
         remote: str | None = local
         why = ""
     else:
-        refs = refs or {}
-        head, head_repo = refs.get("head"), refs.get("headRepo")
-        same_repo = isinstance(head_repo, str) and (
+        head = refs.head if refs else None
+        head_repo = refs.head_repo if refs else None
+        same_repo = head_repo is not None and (
             head_repo.casefold() == resource.repo.full_name.casefold()
         )
-        remote = str(head) if same_repo and head else None
+        remote = head if same_repo and head else None
         why = "" if remote else "this pull request comes from a fork"
     if remote is not None and remote == default_branch:
         return Target(local, None, f"its branch is the default branch {default_branch}")

@@ -9,9 +9,13 @@ Records are frozen: a change goes through the store and comes back as a new reco
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, ClassVar
+
+from forgeflow.domain.ids import ResourceRef, parse_resource_key
+from forgeflow.domain.states import TaskState
 
 
 def iso(value: datetime | None) -> str | None:
@@ -45,7 +49,53 @@ class Record:
         out: dict[str, Any] = {}
         for name in self.shown():
             value = getattr(self, name)
-            out[camel(name)] = iso(value) if isinstance(value, datetime) else value
+            if isinstance(value, datetime):
+                value = iso(value)
+            elif isinstance(value, Refs):
+                value = value.json()
+            out[camel(name)] = value
+        return out
+
+
+def _text(value: object) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+@dataclass(frozen=True, slots=True)
+class Refs:
+    """A pull request's branches as its task knows them (the ``tasks.refs`` column):
+    from the webhook's payload when the task is accepted (gitea/webhook.py), from Gitea
+    again when it is prepared (tasks/prepare.py, with whether the base moved since the
+    session's branch was made)."""
+
+    base: str | None
+    head: str | None
+    head_sha: str | None
+    head_repo: str | None  # owner/name of the head's repository (a fork's differs)
+    upstream_moved: bool | None = None  # None until a preparation compared them
+
+    @classmethod
+    def of_json(cls, value: Mapping[str, Any]) -> Refs:
+        """The stored (and answered) JSON back as the record."""
+        moved = value.get("upstreamMoved")
+        return cls(
+            base=_text(value.get("base")),
+            head=_text(value.get("head")),
+            head_sha=_text(value.get("headSha")),
+            head_repo=_text(value.get("headRepo")),
+            upstream_moved=moved if isinstance(moved, bool) else None,
+        )
+
+    def json(self) -> dict[str, str | bool | None]:
+        """As stored and answered; ``upstreamMoved`` only once a preparation knows it."""
+        out: dict[str, str | bool | None] = {
+            "base": self.base,
+            "head": self.head,
+            "headSha": self.head_sha,
+            "headRepo": self.head_repo,
+        }
+        if self.upstream_moved is not None:
+            out["upstreamMoved"] = self.upstream_moved
         return out
 
 
@@ -61,7 +111,7 @@ class Task(Record):
     comment_id: int | None
     author: str
     instruction: str
-    state: str  # a ``TaskState`` value
+    state: TaskState
     attempt: int
     reply_attempt: int
     thread_id: str | None
@@ -71,7 +121,7 @@ class Task(Record):
     error_code: str | None
     execution_error: str | None
     reply_error: str | None
-    refs: dict[str, Any] | None
+    refs: Refs | None  # a pull request's; None for an issue's task
     retry_step: str | None
     claimed_by: str | None
     turn_count: int
@@ -81,6 +131,11 @@ class Task(Record):
     updated_at: datetime
     state_version: int
     mode: str | None  # a pipeline task's conversation mode; None for a mention
+
+    @property
+    def resource(self) -> ResourceRef:
+        """The issue or pull request the task is about."""
+        return parse_resource_key(self.resource_key)
 
 
 @dataclass(frozen=True, slots=True)

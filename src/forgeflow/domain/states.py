@@ -1,8 +1,9 @@
 """Task states and their transition table.
 
-The table is data; :func:`check_transition` is the only place that interprets it.
+The table is data; :func:`is_allowed` is the only place that interprets it.
 The store's ``transition`` function is the only code that writes a task's state, and
-it asks this module first.
+it asks this module first. A delivery that starts nothing (ignored, a duplicate) makes
+no task: those are outcomes of the webhook (``webhook_deliveries.status``), not states.
 """
 
 from __future__ import annotations
@@ -26,15 +27,13 @@ class TaskState(StrEnum):
     FAILED_REPLY = "failed_reply"
     CANCELLED = "cancelled"
     ABORTED = "aborted"
-    IGNORED = "ignored"
-    DUPLICATE = "duplicate"
     REJECTED = "rejected"
 
 
 S = TaskState
 
 TRANSITIONS: dict[TaskState, frozenset[TaskState]] = {
-    S.RECEIVED: frozenset({S.QUEUED, S.IGNORED, S.DUPLICATE, S.REJECTED}),
+    S.RECEIVED: frozenset({S.QUEUED, S.REJECTED}),
     S.QUEUED: frozenset({S.PREPARING, S.CANCELLED}),
     S.PREPARING: frozenset({S.RUNNING, S.BLOCKED_WORKSPACE, S.RETRY_WAIT, S.FAILED}),
     S.RUNNING: frozenset({S.WAITING_USER, S.VERIFYING_REPLY, S.RETRY_WAIT, S.ABORTING, S.FAILED}),
@@ -49,8 +48,6 @@ TRANSITIONS: dict[TaskState, frozenset[TaskState]] = {
     S.FAILED_REPLY: frozenset(),
     S.CANCELLED: frozenset(),
     S.ABORTED: frozenset(),
-    S.IGNORED: frozenset(),
-    S.DUPLICATE: frozenset(),
     S.REJECTED: frozenset(),
 }
 
@@ -84,7 +81,7 @@ LIVE_STATES: frozenset[TaskState] = frozenset(TRANSITIONS) - TERMINAL_STATES - {
 # Ended without an answer from the agent: the user is owed one result comment.
 RESULT_STATES: frozenset[TaskState] = frozenset({S.FAILED, S.FAILED_REPLY, S.CANCELLED, S.ABORTED})
 
-# Never accepted (a delivery that starts nothing): ended straight from ``received``.
+# Never accepted (refused for safety or budget): ended straight from ``received``.
 NEVER_QUEUED_STATES: frozenset[TaskState] = TRANSITIONS[S.RECEIVED] - {S.QUEUED}
 
 SUCCEEDED_STATES: frozenset[TaskState] = frozenset({S.SUCCEEDED, S.SUCCEEDED_WITH_REST_FALLBACK})
@@ -120,15 +117,6 @@ def is_allowed(from_state: str, to_state: str) -> bool:
     except ValueError:
         return False
     return dst in allowed_next(src)
-
-
-def check_transition(task_id: str, from_state: str, to_state: str) -> None:
-    if not is_allowed(from_state, to_state):
-        raise IllegalTransition(task_id, from_state, to_state)
-
-
-def is_terminal(state: str) -> bool:
-    return TaskState(state) in TERMINAL_STATES
 
 
 def values(states: frozenset[TaskState]) -> tuple[str, ...]:

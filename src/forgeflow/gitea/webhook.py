@@ -18,6 +18,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from forgeflow.domain.ids import InvalidName, RepoRef, ResourceKind, ResourceRef
+from forgeflow.domain.records import Refs
 from forgeflow.gitea.payloads import (
     NUL_CHARACTER,
     CommentKey,
@@ -117,7 +118,7 @@ class CommentEvent:
     comment_body: str
     comment_created_at: str | None
     actor_login: str
-    refs: dict[str, Any] | None
+    refs: Refs | None
 
     @property
     def repo(self) -> RepoRef:
@@ -171,14 +172,14 @@ def comment_event(delivery_id: str, event_type: str, hook: IssueCommentPayload) 
     )
 
 
-def _refs(pull: HookPull) -> dict[str, Any]:
+def _refs(pull: HookPull) -> Refs:
     head, base = pull.head, pull.base
-    return {
-        "base": base.ref if base else None,
-        "head": head.ref if head else None,
-        "headSha": head.sha if head else None,
-        "headRepo": head.repo.full_name if head and head.repo else None,
-    }
+    return Refs(
+        base=base.ref if base else None,
+        head=head.ref if head else None,
+        head_sha=head.sha if head else None,
+        head_repo=head.repo.full_name if head and head.repo else None,
+    )
 
 
 def _invalid(exc: ValidationError, model: type[BaseModel]) -> InvalidPayload:

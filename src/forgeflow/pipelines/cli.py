@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 import typer
 
 from forgeflow.cli_ops import ConfigOption, settings_or_exit
+from forgeflow.domain.pipeline_records import PipelineTemplate
 
 if TYPE_CHECKING:
     from sqlalchemy import Connection
@@ -53,7 +54,7 @@ def list_templates(config: ConfigOption = None) -> None:
 
     def _read(conn: Connection) -> list[dict[str, Any]]:
         return [
-            views.template_json(r, tpl.list_triggers(conn, r["key"]), full=False)
+            views.template_json(r, tpl.list_triggers(conn, r.key), full=False)
             for r in tpl.list_definitions(conn)
         ]
 
@@ -103,7 +104,7 @@ def apply(file: Path, config: ConfigOption = None) -> None:
         typer.echo(f"forgeflow: warning: {line}", err=True)
     key = loaded.definition.key
 
-    def _apply(conn: Connection) -> Any:
+    def _apply(conn: Connection) -> PipelineTemplate:
         if tpl.get_definition(conn, key) is None:
             return templates.create(conn, loaded, actor="cli")
         explicit = "enabled" in loaded.definition.model_fields_set
@@ -111,7 +112,7 @@ def apply(file: Path, config: ConfigOption = None) -> None:
         return templates.replace(conn, key, loaded, actor="cli", enabled=enabled)
 
     row = _write(config, _apply)
-    typer.echo(f"{key} v{row['version']} {'enabled' if row['is_enabled'] else 'disabled'}")
+    typer.echo(f"{key} v{row.version} {'enabled' if row.is_enabled else 'disabled'}")
 
 
 @app.command()

@@ -19,6 +19,7 @@ from typing import Any, Literal
 
 from sqlalchemy import Connection
 
+from forgeflow.domain.pipeline_records import ArmedTrigger, HookCall, HookDelivery
 from forgeflow.pipelines import firing, templates, views
 from forgeflow.pipelines.runs import PipelineError, Started
 from forgeflow.redaction import redact
@@ -28,7 +29,6 @@ from forgeflow.store import pipelines as q
 from forgeflow.store import triggers as tq
 from forgeflow.store.types import iso, utcnow
 
-Row = dict[str, Any]
 BODY_KEPT = 256 * 1024
 Status = Literal["accepted", "duplicate", "refused"]
 STATUSES: tuple[Status, ...] = ("accepted", "duplicate", "refused")
@@ -38,7 +38,7 @@ STATUSES: tuple[Status, ...] = ("accepted", "duplicate", "refused")
 class Call:
     """One call of a trigger as the endpoint saw it (never its signature or token)."""
 
-    trigger: Row
+    trigger: ArmedTrigger
     retention: timedelta
     body_bytes: int
     call_key: str | None = None
@@ -64,8 +64,8 @@ def record(
     return dq.insert_delivery(
         conn,
         {
-            "trigger_id": call.trigger["trigger_id"],
-            "template_key": call.trigger["template_key"],
+            "trigger_id": call.trigger.trigger_id,
+            "template_key": call.trigger.template_key,
             "status": status,
             "reason": reason,
             "response_code": response_code,
@@ -84,7 +84,7 @@ def fire(conn: Connection, call: Call, payload: dict[str, Any]) -> tuple[Started
     :class:`PipelineError` as :func:`firing.fire_webhook` does (the caller logs the
     refusal in a transaction of its own, since this one rolls back)."""
     assert call.call_key is not None
-    trigger_id = call.trigger["trigger_id"]
+    trigger_id = call.trigger.trigger_id
     # A repeat of the same delivery is the usual duplicate; only a new identity with
     # already-accepted content is a replay.
     known = q.run_by_dedupe(conn, firing.webhook_dedupe_key(trigger_id, call.call_key))
@@ -115,8 +115,8 @@ def _replayed_body(conn: Connection, call: Call) -> Started | None:
     if call.body_digest is None:
         return None
     since = utcnow() - call.replay_window
-    earlier = dq.accepted_with_digest(conn, call.trigger["trigger_id"], call.body_digest, since)
-    run = q.get_run(conn, earlier["run_id"]) if earlier and earlier["run_id"] else None
+    earlier = dq.accepted_with_digest(conn, call.trigger.trigger_id, call.body_digest, since)
+    run = q.get_run(conn, earlier) if earlier else None
     return Started(run, False) if run is not None else None
 
 
@@ -124,14 +124,14 @@ def _digest(value: str) -> str:
     return hashlib.sha256(value.encode("utf-8")).hexdigest()[:40]
 
 
-def webhook_trigger(conn: Connection, trigger_id: str) -> Row:
+def webhook_trigger(conn: Connection, trigger_id: str) -> ArmedTrigger:
     trigger = tq.get(conn, trigger_id)
-    if trigger is None or trigger["trigger_type"] != "webhook":
+    if trigger is None or trigger.trigger_type != "webhook":
         raise PipelineError("trigger_not_found", f"no webhook trigger {trigger_id}", status=404)
     return trigger
 
 
-def get_delivery(conn: Connection, trigger_id: str, delivery_id: str) -> Row:
+def get_delivery(conn: Connection, trigger_id: str, delivery_id: str) -> HookDelivery:
     row = dq.get(conn, trigger_id, delivery_id)
     if row is None:
         raise PipelineError(
@@ -140,23 +140,25 @@ def get_delivery(conn: Connection, trigger_id: str, delivery_id: str) -> Row:
     return row
 
 
-def _replayable(conn: Connection, trigger_id: str, delivery_id: str) -> tuple[Row, Row]:
+def _replayable(
+    conn: Connection, trigger_id: str, delivery_id: str
+) -> tuple[HookDelivery, ArmedTrigger]:
     """The delivery and its trigger, if the delivery can be replayed now."""
     trigger = webhook_trigger(conn, trigger_id)
     row = get_delivery(conn, trigger_id, delivery_id)
-    if row["status"] != "accepted":
+    if row.status != "accepted":
         raise PipelineError(
             "delivery_not_replayable",
-            f"delivery {delivery_id} was {row['status']}: only an accepted one is replayed",
+            f"delivery {delivery_id} was {row.status}: only an accepted one is replayed",
         )
-    if row["body"] is None:
+    if row.body is None:
         raise PipelineError(
             "delivery_body_not_kept",
             f"delivery {delivery_id} was larger than {BODY_KEPT} bytes: its body was not kept",
         )
-    if not trigger["is_enabled"]:
+    if not trigger.is_enabled:
         raise PipelineError(
-            "trigger_disabled", f"the webhook trigger of {trigger['template_key']} is disabled"
+            "trigger_disabled", f"the webhook trigger of {trigger.template_key} is disabled"
         )
     return row, trigger
 
@@ -167,8 +169,9 @@ def replay(
     """Start a new run from an accepted delivery's body (audited
     ``pipeline.webhook.replay``); one run per ``request_id``."""
     row, trigger = _replayable(conn, trigger_id, delivery_id)
-    key = trigger["template_key"]
-    body: dict[str, Any] = row["body"]
+    key = trigger.template_key
+    body = row.body
+    assert body is not None  # _replayable refused a delivery whose body was not kept
     started = templates.start(
         conn,
         key,
@@ -195,29 +198,30 @@ def replay(
     return started
 
 
-def delivery_json(row: Row, *, body: bool = False) -> dict[str, Any]:
+def delivery_json(row: HookCall) -> dict[str, Any]:
+    """A call as the log answers it; a whole delivery's also carries its kept body."""
     out: dict[str, Any] = {
-        "deliveryId": row["delivery_id"],
-        "triggerId": row["trigger_id"],
-        "templateKey": row["template_key"],
-        "receivedAt": iso(row["received_at"]),
-        "status": row["status"],
-        "reason": row["reason"],
-        "responseCode": row["response_code"],
-        "callKey": row["call_key"],
-        "runId": row["run_id"],
-        "bodyBytes": row["body_bytes"],
-        "replayable": row["status"] == "accepted" and row["body_bytes"] <= BODY_KEPT,
-        "expiresAt": iso(row["expires_at"]),
+        "deliveryId": row.delivery_id,
+        "triggerId": row.trigger_id,
+        "templateKey": row.template_key,
+        "receivedAt": iso(row.received_at),
+        "status": row.status,
+        "reason": row.reason,
+        "responseCode": row.response_code,
+        "callKey": row.call_key,
+        "runId": row.run_id,
+        "bodyBytes": row.body_bytes,
+        "replayable": row.status == "accepted" and row.body_bytes <= BODY_KEPT,
+        "expiresAt": iso(row.expires_at),
     }
-    if body:
-        out["body"] = row["body"]
+    if isinstance(row, HookDelivery):
+        out["body"] = row.body
     return redact(out)  # type: ignore[no-any-return]
 
 
-def _trigger_summary(trigger: Row) -> dict[str, Any]:
+def _trigger_summary(trigger: ArmedTrigger) -> dict[str, Any]:
     """The trigger a log belongs to, without its URL: the token is its secret."""
-    out = {**views.trigger_json(trigger), "templateKey": trigger["template_key"]}
+    out = {**views.trigger_json(trigger), "templateKey": trigger.template_key}
     out.pop("webhookPath", None)
     return out
 

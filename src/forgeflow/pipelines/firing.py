@@ -21,7 +21,9 @@ from typing import Any
 import structlog
 from sqlalchemy import Connection
 
+from forgeflow.domain.bookkeeping import StoredEvent
 from forgeflow.domain.events import matches
+from forgeflow.domain.pipeline_records import ArmedTrigger
 from forgeflow.pipelines import templates
 from forgeflow.pipelines.runs import PipelineError, Started
 from forgeflow.pipelines.schedules import InvalidSchedule, next_fire
@@ -50,18 +52,18 @@ class Fired:
 
 
 def _audit(
-    conn: Connection, action: str, trigger: Row, code: str, message: str, **meta: Any
+    conn: Connection, action: str, trigger: ArmedTrigger, code: str, message: str, **meta: Any
 ) -> None:
     audit.append(
         conn,
         audit.AuditEvent(
             action=action,
-            actor=f"trigger:{trigger['trigger_type']}",
+            actor=f"trigger:{trigger.trigger_type}",
             error_code=code,
             metadata={
-                "templateKey": trigger["template_key"],
-                "triggerId": trigger["trigger_id"],
-                "triggerType": trigger["trigger_type"],
+                "templateKey": trigger.template_key,
+                "triggerId": trigger.trigger_id,
+                "triggerType": trigger.trigger_type,
                 "message": message,
                 **meta,
             },
@@ -84,7 +86,7 @@ def inputs_from(conn: Connection, template_key: str, source: dict[str, Any]) -> 
 
 def start(
     conn: Connection,
-    trigger: Row,
+    trigger: ArmedTrigger,
     *,
     dedupe_key: str,
     event: dict[str, Any],
@@ -94,26 +96,26 @@ def start(
     **meta: Any,
 ) -> Started | None:
     """Start one run for a trigger inside a savepoint; a refusal is audited, not raised."""
-    key = trigger["template_key"]
+    key = trigger.template_key
     try:
         with conn.begin_nested():
             started = templates.start(
                 conn,
                 key,
-                trigger_type=trigger["trigger_type"],
+                trigger_type=trigger.trigger_type,
                 event_type=event_type,
                 inputs=inputs_from(conn, key, event),
                 event=event,
                 dedupe_key=dedupe_key,
-                actor=f"trigger:{trigger['trigger_id']}",
+                actor=f"trigger:{trigger.trigger_id}",
             )
-            tq.mark_fired(conn, trigger["trigger_id"], at)
+            tq.mark_fired(conn, trigger.trigger_id, at)
     except PipelineError as exc:
         action = (
             "pipeline.trigger.skip" if exc.code == "template_disabled" else "pipeline.trigger.fail"
         )
         _audit(conn, action, trigger, exc.code, exc.message, **meta)
-        log.info(action, template_key=key, trigger_id=trigger["trigger_id"], code=exc.code)
+        log.info(action, template_key=key, trigger_id=trigger.trigger_id, code=exc.code)
         fired.skipped += 1
         return None
     if started.created:
@@ -124,14 +126,14 @@ def start(
 # -- domain events ------------------------------------------------------------------------
 
 
-def event_of(row: Row) -> dict[str, Any]:
+def event_of(row: StoredEvent) -> dict[str, Any]:
     """What a run sees as ``event``: the payload, with ``repoKey`` from the event row
     when the payload has none, and the event's type and sequence number."""
-    payload = dict(row["payload"] or {})
-    if payload.get("repoKey") is None and row["repo_key"] is not None:
-        payload["repoKey"] = row["repo_key"]
-    payload.setdefault("eventType", row["event_type"])
-    payload.setdefault("eventSeq", row["seq"])
+    payload = dict(row.payload or {})
+    if payload.get("repoKey") is None and row.repo_key is not None:
+        payload["repoKey"] = row.repo_key
+    payload.setdefault("eventType", row.event_type)
+    payload.setdefault("eventSeq", row.seq)
     return payload
 
 
@@ -142,26 +144,26 @@ def dispatch_events(conn: Connection, limit: int = 100) -> Fired:
     rows = events.claim(conn, limit)
     if not rows:
         return fired
-    listening: dict[str, list[Row]] = {}
-    for t in tq.event_triggers(conn, {r["event_type"] for r in rows}):
-        listening.setdefault(t["event_type"], []).append(t)
+    listening: dict[str, list[ArmedTrigger]] = {}
+    for t in tq.event_triggers(conn, {r.event_type for r in rows}):
+        listening.setdefault(t.event_type, []).append(t)
     for row in rows:
         event = event_of(row)
-        for trigger in listening.get(row["event_type"], ()):
-            if not matches(trigger["match"], event):
+        for trigger in listening.get(row.event_type, ()):
+            if not matches(trigger.match, event):
                 continue
             start(
                 conn,
                 trigger,
                 # The template and the event's own dedupe key (unique per event).
-                dedupe_key=f"event:{trigger['template_key']}:{_digest(row['dedupe_key'])}",
+                dedupe_key=f"event:{trigger.template_key}:{_digest(row.dedupe_key)}",
                 event=event,
-                event_type=row["event_type"],
+                event_type=row.event_type,
                 fired=fired,
-                eventType=row["event_type"],
-                eventSeq=row["seq"],
+                eventType=row.event_type,
+                eventSeq=row.seq,
             )
-    events.mark_dispatched(conn, [r["seq"] for r in rows])
+    events.mark_dispatched(conn, [r.seq for r in rows])
     fired.consumed = len(rows)
     return fired
 
@@ -176,11 +178,11 @@ def give_up_oldest(conn: Connection) -> list[int]:
             audit.AuditEvent(
                 action="pipeline.trigger.fail",
                 error_code="dispatch_failed",
-                repo_key=r["repo_key"],
-                metadata={"eventType": r["event_type"], "eventSeq": r["seq"]},
+                repo_key=r.repo_key,
+                metadata={"eventType": r.event_type, "eventSeq": r.seq},
             ),
         )
-    seqs = [r["seq"] for r in rows]
+    seqs = [r.seq for r in rows]
     events.mark_dispatched(conn, seqs)
     return seqs
 
@@ -188,45 +190,45 @@ def give_up_oldest(conn: Connection) -> list[int]:
 # -- schedules ------------------------------------------------------------------------------
 
 
-def schedule_work(rows: list[Row], now: datetime) -> list[Row]:
+def schedule_work(rows: list[ArmedTrigger], now: datetime) -> list[ArmedTrigger]:
     """The schedule rows a round must write: due, not yet planned, or disabled with a
     plan to forget. Read first so an idle round takes no write lock."""
     return [
         r
         for r in rows
-        if (r["is_enabled"] and (r["next_fire_at"] is None or r["next_fire_at"] <= now))
-        or (not r["is_enabled"] and r["next_fire_at"] is not None)
+        if (r.is_enabled and (r.next_fire_at is None or r.next_fire_at <= now))
+        or (not r.is_enabled and r.next_fire_at is not None)
     ]
 
 
-def fire_schedules(conn: Connection, seen: list[Row], now: datetime) -> Fired:
+def fire_schedules(conn: Connection, seen: list[ArmedTrigger], now: datetime) -> Fired:
     """Plan, forget or fire the schedule rows ``seen`` (from :func:`schedule_work`); each
     change is a compare-and-swap on the ``next_fire_at`` that was read, so another
     process that got there first wins and this one does nothing."""
     fired = Fired()
     for row in seen:
-        expected = row["next_fire_at"]
-        if not row["is_enabled"]:
-            tq.move_schedule(conn, row["trigger_id"], expected=expected, next_at=None)
+        expected = row.next_fire_at
+        if not row.is_enabled:
+            tq.move_schedule(conn, row.trigger_id, expected=expected, next_at=None)
             continue
         try:
-            following = next_fire(row["schedule"] or "", now=now, due=expected)
+            following = next_fire(row.schedule or "", now=now, due=expected)
         except InvalidSchedule as exc:
-            log.warning("pipeline.schedule_invalid", trigger_id=row["trigger_id"], error=str(exc))
+            log.warning("pipeline.schedule_invalid", trigger_id=row.trigger_id, error=str(exc))
             continue
         if expected is None:
-            tq.move_schedule(conn, row["trigger_id"], expected=None, next_at=following)
+            tq.move_schedule(conn, row.trigger_id, expected=None, next_at=following)
             continue
         if not tq.move_schedule(
-            conn, row["trigger_id"], expected=expected, next_at=following, fired_at=now
+            conn, row.trigger_id, expected=expected, next_at=following, fired_at=now
         ):
             continue
         due = iso(expected)
         start(
             conn,
             row,
-            dedupe_key=f"schedule:{row['trigger_id']}:{due}",
-            event={"schedule": row["schedule"], "dueAt": due, "firedAt": iso(now)},
+            dedupe_key=f"schedule:{row.trigger_id}:{due}",
+            event={"schedule": row.schedule, "dueAt": due, "firedAt": iso(now)},
             fired=fired,
             at=now,
             dueAt=due,
@@ -253,11 +255,11 @@ def fire_webhook(conn: Connection, trigger_id: str, body: dict[str, Any], delive
     trigger = tq.get(conn, trigger_id)
     if trigger is None:
         raise PipelineError("trigger_not_found", "the webhook trigger no longer exists", status=404)
-    if not trigger["is_enabled"]:
+    if not trigger.is_enabled:
         raise PipelineError(
-            "trigger_disabled", f"the webhook trigger of {trigger['template_key']} is disabled"
+            "trigger_disabled", f"the webhook trigger of {trigger.template_key} is disabled"
         )
-    key = trigger["template_key"]
+    key = trigger.template_key
     started = templates.start(
         conn,
         key,

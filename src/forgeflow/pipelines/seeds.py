@@ -35,6 +35,7 @@ import structlog
 from pydantic import ValidationError
 from sqlalchemy import Connection
 
+from forgeflow.domain.pipeline_records import PipelineTemplate
 from forgeflow.pipelines.definition import (
     Loaded,
     PipelineDefinition,
@@ -44,7 +45,6 @@ from forgeflow.pipelines.definition import (
 )
 from forgeflow.store import Store, audit
 from forgeflow.store import pipeline_templates as tpl
-from forgeflow.store import pipelines as q
 
 log = structlog.get_logger("forgeflow.pipelines")
 
@@ -107,9 +107,9 @@ def _content(d: PipelineDefinition) -> dict[str, Any]:
     return d.model_copy(update={"version": 1, "enabled": False}).to_json()
 
 
-def _stored(row: q.Row) -> PipelineDefinition | None:
+def _stored(row: PipelineTemplate) -> PipelineDefinition | None:
     try:
-        return PipelineDefinition.model_validate(row["definition"])
+        return PipelineDefinition.model_validate(row.definition)
     except ValidationError:  # written under older rules: replaced by the shipped one
         return None
 
@@ -124,7 +124,7 @@ def _reconcile_triggers(
     conn: Connection, key: str, shipped: list[TriggerSpec], previous: list[TriggerSpec] | None
 ) -> None:
     """Trigger rows after a seed; ``previous`` None means the template is new."""
-    rows = {(r["trigger_type"], r["event_type"]): r for r in tpl.list_triggers(conn, key)}
+    rows = {(r.trigger_type, r.event_type): r for r in tpl.list_triggers(conn, key)}
     before = None if previous is None else {_ident(t) for t in previous}
     wanted = {_ident(t): t for t in shipped}
     for ident, t in wanted.items():
@@ -144,19 +144,19 @@ def _reconcile_triggers(
             )
             continue
         values: dict[str, Any] = {}
-        if row["match"] != t.match:
+        if row.match != t.match:
             values["match"] = t.match
-        if row["schedule"] != t.schedule:
+        if row.schedule != t.schedule:
             values.update(schedule=t.schedule, next_fire_at=None)
-        if forced and not row["is_enabled"]:
+        if forced and not row.is_enabled:
             # As switching it on by hand: counted again from now (the clock plans a
             # schedule whose next fire time is unset).
             values.update(is_enabled=True, next_fire_at=None)
         if values:
-            tpl.update_trigger(conn, row["trigger_id"], **values)
+            tpl.update_trigger(conn, row.trigger_id, **values)
     for ident in (before or set()) - wanted.keys():
         if ident in rows:
-            tpl.delete_trigger(conn, rows[ident]["trigger_id"])
+            tpl.delete_trigger(conn, rows[ident].trigger_id)
 
 
 def _audit(conn: Connection, key: str, outcome: str, version: int) -> None:
@@ -189,18 +189,18 @@ def seed_template(conn: Connection, loaded: Loaded) -> str:
         _reconcile_triggers(conn, d.key, d.triggers, None)
         _audit(conn, d.key, "created", d.version)
         return "created"
-    if not row["built_in"]:
+    if not row.built_in:
         return "skipped"
     stored = _stored(row)
     previous = stored.triggers if stored is not None else None
     if stored is not None and _content(stored) == _content(d):
         _reconcile_triggers(conn, d.key, d.triggers, previous)  # the forced ones
         return "unchanged"
-    version = max(d.version, row["version"] + 1)
-    new = d.model_copy(update={"version": version, "enabled": row["is_enabled"]})
+    version = max(d.version, row.version + 1)
+    new = d.model_copy(update={"version": version, "enabled": row.is_enabled})
     # The row is locked: the compare-and-swap on its revision cannot lose.
     updated = tpl.update_definition(
-        conn, d.key, row["revision"], name=new.name, version=version, definition=new.to_json()
+        conn, d.key, row.revision, name=new.name, version=version, definition=new.to_json()
     )
     assert updated
     _reconcile_triggers(conn, d.key, d.triggers, previous)

@@ -11,13 +11,13 @@ from typing import Any
 
 from sqlalchemy import Connection
 
+from forgeflow.domain.pipeline_records import PipelineTemplate
 from forgeflow.pipelines.definition import Loaded, PipelineDefinition
 from forgeflow.pipelines.inputs import InputError, validate_inputs
 from forgeflow.pipelines.runs import Parent, PipelineError, Started, create_run
 from forgeflow.store import audit
 from forgeflow.store import pipeline_templates as tpl
 from forgeflow.store import pipelines as q
-from forgeflow.store.pipelines import Row
 
 
 def _audit(conn: Connection, action: str, key: str, actor: str, **meta: Any) -> None:
@@ -30,18 +30,20 @@ def _triggers(d: PipelineDefinition) -> list[dict[str, Any]]:
     return [t.model_dump(exclude_none=True) for t in d.triggers]
 
 
-def require(conn: Connection, key: str) -> Row:
+def require(conn: Connection, key: str) -> PipelineTemplate:
     row = tpl.get_definition(conn, key)
     if row is None:
         raise PipelineError("template_not_found", f"no pipeline template {key}", status=404)
     return row
 
 
-def definition(row: Row) -> PipelineDefinition:
-    return PipelineDefinition.model_validate(row["definition"])
+def definition(row: PipelineTemplate) -> PipelineDefinition:
+    return PipelineDefinition.model_validate(row.definition)
 
 
-def create(conn: Connection, loaded: Loaded, *, actor: str, built_in: bool = False) -> Row:
+def create(
+    conn: Connection, loaded: Loaded, *, actor: str, built_in: bool = False
+) -> PipelineTemplate:
     d = loaded.definition
     if not tpl.insert_definition(
         conn,
@@ -58,7 +60,9 @@ def create(conn: Connection, loaded: Loaded, *, actor: str, built_in: bool = Fal
     return require(conn, d.key)
 
 
-def replace(conn: Connection, key: str, loaded: Loaded, *, actor: str, enabled: bool | None) -> Row:
+def replace(
+    conn: Connection, key: str, loaded: Loaded, *, actor: str, enabled: bool | None
+) -> PipelineTemplate:
     """Replace a template's definition; ``enabled`` None keeps the current switch.
 
     The version moves forward when the content changed (runs keep their snapshot).
@@ -69,18 +73,18 @@ def replace(conn: Connection, key: str, loaded: Loaded, *, actor: str, enabled: 
         raise PipelineError(
             "key_mismatch", f"the document's key {d.key!r} is not {key!r}", status=400
         )
-    is_enabled = row["is_enabled"] if enabled is None else enabled
+    is_enabled = row.is_enabled if enabled is None else enabled
     old = definition(row)
-    version = row["version"]
+    version = row.version
     if old.model_copy(update={"version": 1, "enabled": True}) != d.model_copy(
         update={"version": 1, "enabled": True}
     ):
-        version = max(d.version, row["version"] + 1)
+        version = max(d.version, row.version + 1)
     d = d.model_copy(update={"version": version, "enabled": is_enabled})
     if not tpl.update_definition(
         conn,
         key,
-        row["revision"],
+        row.revision,
         name=d.name,
         version=version,
         definition=d.to_json(),
@@ -92,13 +96,13 @@ def replace(conn: Connection, key: str, loaded: Loaded, *, actor: str, enabled: 
     return require(conn, key)
 
 
-def set_enabled(conn: Connection, key: str, enabled: bool, *, actor: str) -> Row:
+def set_enabled(conn: Connection, key: str, enabled: bool, *, actor: str) -> PipelineTemplate:
     row = require(conn, key)
-    if row["is_enabled"] == enabled:
+    if row.is_enabled == enabled:
         return row
     d = definition(row).model_copy(update={"enabled": enabled})
     if not tpl.update_definition(
-        conn, key, row["revision"], is_enabled=enabled, definition=d.to_json()
+        conn, key, row.revision, is_enabled=enabled, definition=d.to_json()
     ):
         raise PipelineError("stale_version", f"template {key} changed concurrently; retry")
     _audit(conn, f"pipeline.template.{'enable' if enabled else 'disable'}", key, actor)
@@ -128,7 +132,7 @@ def start(
         if existing is not None:
             return Started(existing, False)
     row = require(conn, key)
-    if not row["is_enabled"]:
+    if not row.is_enabled:
         raise PipelineError(
             "template_disabled", f"pipeline template {key} is disabled; enable it first"
         )
@@ -151,9 +155,7 @@ def start(
 
 
 def has_manual_trigger(conn: Connection, key: str) -> bool:
-    return any(
-        t["trigger_type"] == "manual" and t["is_enabled"] for t in tpl.list_triggers(conn, key)
-    )
+    return any(t.trigger_type == "manual" and t.is_enabled for t in tpl.list_triggers(conn, key))
 
 
 def start_manual(

@@ -7,40 +7,41 @@ from __future__ import annotations
 
 from typing import Any
 
+from forgeflow.domain.pipeline_records import PipelineTemplate, PipelineTrigger
 from forgeflow.pipelines.kinds import NODE_ROW
 from forgeflow.redaction import redact
 from forgeflow.store.pipelines import Row
 from forgeflow.store.types import iso
 
 
-def trigger_json(row: Row) -> dict[str, Any]:
+def trigger_json(t: PipelineTrigger) -> dict[str, Any]:
     return {
-        "triggerId": row["trigger_id"],
-        "type": row["trigger_type"],
-        "eventType": row["event_type"] or None,
-        "match": row["match"],
-        "schedule": row["schedule"],
-        "enabled": row["is_enabled"],
-        "webhookPath": f"/webhooks/{row['webhook_token']}" if row["webhook_token"] else None,
-        "lastFiredAt": iso(row["last_fired_at"]),
-        "nextFireAt": iso(row["next_fire_at"]),
+        "triggerId": t.trigger_id,
+        "type": t.trigger_type,
+        "eventType": t.event_type or None,
+        "match": t.match,
+        "schedule": t.schedule,
+        "enabled": t.is_enabled,
+        "webhookPath": f"/webhooks/{t.webhook_token}" if t.webhook_token else None,
+        "lastFiredAt": iso(t.last_fired_at),
+        "nextFireAt": iso(t.next_fire_at),
     }
 
 
 def template_json(
-    row: Row, triggers: list[Row] | None = None, *, full: bool = True
+    row: PipelineTemplate, triggers: list[PipelineTrigger] | None = None, *, full: bool = True
 ) -> dict[str, Any]:
     out: dict[str, Any] = {
-        "key": row["key"],
-        "name": row["name"],
-        "version": row["version"],
-        "enabled": row["is_enabled"],
-        "builtIn": row["built_in"],
-        "createdAt": iso(row["created_at"]),
-        "updatedAt": iso(row["updated_at"]),
+        "key": row.key,
+        "name": row.name,
+        "version": row.version,
+        "enabled": row.is_enabled,
+        "builtIn": row.built_in,
+        "createdAt": iso(row.created_at),
+        "updatedAt": iso(row.updated_at),
     }
     if full:
-        out["definition"] = row["definition"]
+        out["definition"] = row.definition
     if triggers is not None:
         out["triggers"] = [trigger_json(t) for t in triggers]
     return redact(out)  # type: ignore[no-any-return]

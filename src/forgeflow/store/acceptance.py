@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Any
 
 from sqlalchemy import Connection, bindparam, select
 
@@ -13,7 +12,7 @@ from forgeflow.domain.admission import admit
 from forgeflow.domain.budgets import Budgets
 from forgeflow.domain.ids import ResourceRef, task_id_for
 from forgeflow.domain.intake import ANSWERED_STATUSES, DeliveryRecord
-from forgeflow.domain.records import Repository
+from forgeflow.domain.records import Refs, Repository
 from forgeflow.domain.states import TaskState
 from forgeflow.store import audit, deliveries, repos, sessions, sql
 from forgeflow.store import tasks as task_q
@@ -38,7 +37,7 @@ class Accept:
     comment_id: int
     author: str
     instruction: str
-    refs: dict[str, Any] | None
+    refs: Refs | None
     permitted: bool
     permission: str
     budgets: Budgets = field(default_factory=Budgets)
@@ -178,7 +177,7 @@ def accept(conn: Connection, a: Accept) -> DeliveryRecord:
             "comment_id": a.comment_id,
             "author": a.author,
             "instruction": a.instruction,
-            "refs": a.refs,
+            "refs": None if a.refs is None else a.refs.json(),
         },
     )
     admission = admit(

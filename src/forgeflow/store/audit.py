@@ -9,11 +9,13 @@ from typing import Any
 
 from sqlalchemy import Connection, func, select
 
+from forgeflow.domain.bookkeeping import AuditEntry
 from forgeflow.domain.ids import new_event_id
 from forgeflow.redaction import redact
+from forgeflow.store import rows
 from forgeflow.store.schema import audit_events
 from forgeflow.store.sql import insert_row
-from forgeflow.store.types import iso, utcnow
+from forgeflow.store.types import utcnow
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,7 +79,7 @@ class AuditQuery:
     newest_first: bool = False
 
 
-def query(conn: Connection, q: AuditQuery) -> list[dict[str, Any]]:
+def query(conn: Connection, q: AuditQuery) -> list[AuditEntry]:
     order = audit_events.c.seq.desc() if q.newest_first else audit_events.c.seq
     stmt = select(audit_events).order_by(order).limit(q.limit)
     if q.task_id is not None:
@@ -96,7 +98,7 @@ def query(conn: Connection, q: AuditQuery) -> list[dict[str, Any]]:
         stmt = stmt.where(audit_events.c.seq > q.after_seq)
     if q.before_seq is not None:
         stmt = stmt.where(audit_events.c.seq < q.before_seq)
-    return [to_json(row._mapping) for row in conn.execute(stmt)]
+    return rows.every(AuditEntry, conn, stmt, {})
 
 
 def change_marker(conn: Connection) -> str:
@@ -111,24 +113,3 @@ def change_marker(conn: Connection) -> str:
         select(func.count()).select_from(audit_events).where(audit_events.c.seq > top - 1000)
     ).scalar_one()
     return f"{int(top)}.{int(recent)}"
-
-
-def to_json(row: Any) -> dict[str, Any]:
-    return {
-        "seq": row["seq"],
-        "eventId": row["event_id"],
-        "taskId": row["task_id"],
-        "sessionKey": row["session_key"],
-        "repoKey": row["repo_key"],
-        "actor": row["actor"],
-        "action": row["action"],
-        "fromState": row["from_state"],
-        "toState": row["to_state"],
-        "stateVersion": row["state_version"],
-        "deliveryId": row["delivery_id"],
-        "turnId": row["turn_id"],
-        "commentId": row["comment_id"],
-        "errorCode": row["error_code"],
-        "timestamp": iso(row["timestamp"]),
-        "metadata": row["metadata"] or {},
-    }

@@ -7,8 +7,9 @@ from typing import Any
 
 from sqlalchemy import Connection, bindparam, select, update
 
+from forgeflow.domain.bookkeeping import Comment
 from forgeflow.domain.records import Task
-from forgeflow.store import audit, sql
+from forgeflow.store import audit, rows, sql
 from forgeflow.store.schema import comments
 from forgeflow.store.sql import insert_ignore
 from forgeflow.store.types import utcnow
@@ -81,7 +82,7 @@ def record_intent(
     body_hash: str,
     body: str | None = None,
     age: timedelta | None = None,
-) -> tuple[bool, dict[str, Any]]:
+) -> tuple[bool, Comment]:
     """Write the intent once (audited); return whether this call wrote it, and the row.
 
     ``body`` keeps the text for an outbox to post later; ``age`` backdates the intent so
@@ -141,7 +142,7 @@ def record_result(
             "b_key": comment_key,
             "status": status,
             "comment_id": comment_id,
-            "turn_id": turn_id or row["turn_id"],
+            "turn_id": turn_id or row.turn_id,
             "updated_at": (at or utcnow()) - (age or timedelta(0)),
         },
     )
@@ -149,13 +150,13 @@ def record_result(
         conn,
         audit.AuditEvent(
             action="comment.result",
-            task_id=row["task_id"],
+            task_id=row.task_id,
             comment_id=comment_id,
             turn_id=turn_id,
             error_code=None if status != FAILED else "comment_failed",
             metadata={
                 "commentKey": comment_key,
-                "kind": row["kind"],
+                "kind": row.kind,
                 "status": status,
                 "how": how,
                 "error": error,
@@ -169,5 +170,5 @@ _GET = select(comments).where(comments.c.comment_key == bindparam("b_key"))
 _SET_RESULT = update(comments).where(comments.c.comment_key == bindparam("b_key"))
 
 
-def get(conn: Connection, comment_key: str) -> dict[str, Any] | None:
-    return sql.first(conn, _GET, {"b_key": comment_key})
+def get(conn: Connection, comment_key: str) -> Comment | None:
+    return rows.first(Comment, conn, _GET, {"b_key": comment_key})

@@ -7,10 +7,11 @@ from typing import Any
 
 from sqlalchemy import Connection, bindparam, select, update
 
-from forgeflow.store import audit, sql
+from forgeflow.domain.bookkeeping import Control, ControlRequest
+from forgeflow.store import audit, rows
 from forgeflow.store.schema import control, control_requests
 from forgeflow.store.sql import insert_ignore
-from forgeflow.store.types import iso, utcnow
+from forgeflow.store.types import utcnow
 
 _ROW_ID = 1
 
@@ -18,33 +19,33 @@ _ROW_ID = 1
 _GET = select(control).where(control.c.id == bindparam("id"))
 
 
-def get(conn: Connection) -> dict[str, Any]:
-    found = sql.first(conn, _GET, {"id": _ROW_ID})
+def get(conn: Connection) -> Control:
+    found = rows.first(Control, conn, _GET, {"id": _ROW_ID})
     if found is None:
         insert_ignore(
             conn,
             control,
             {"id": _ROW_ID, "global_paused": False, "updated_at": utcnow(), "version": 1},
         )
-        found = sql.first(conn, _GET, {"id": _ROW_ID})
+        found = rows.first(Control, conn, _GET, {"id": _ROW_ID})
     assert found is not None
     return found
 
 
-def set_paused(conn: Connection, paused: bool, actor: str, reason: str | None) -> dict[str, Any]:
+def set_paused(conn: Connection, paused: bool, actor: str, reason: str | None) -> Control:
     """Pause or resume with compare-and-swap on ``version``; idempotent."""
     row = get(conn)
-    if row["global_paused"] != paused:
+    if row.global_paused != paused:
         conn.execute(
             update(control)
             .where(control.c.id == _ROW_ID)
-            .where(control.c.version == row["version"])
+            .where(control.c.version == row.version)
             .values(
                 global_paused=paused,
                 pause_reason=reason if paused else None,
                 updated_by=actor,
                 updated_at=utcnow(),
-                version=row["version"] + 1,
+                version=row.version + 1,
             )
         )
         audit.append(
@@ -58,21 +59,11 @@ def set_paused(conn: Connection, paused: bool, actor: str, reason: str | None) -
     return get(conn)
 
 
-def to_json(row: dict[str, Any]) -> dict[str, Any]:
-    return {
-        "globalPaused": row["global_paused"],
-        "pauseReason": row["pause_reason"],
-        "updatedBy": row["updated_by"],
-        "updatedAt": iso(row["updated_at"]),
-        "version": row["version"],
-    }
+_REQUEST = select(control_requests).where(control_requests.c.request_id == bindparam("id"))
 
 
-def find_request(conn: Connection, request_id: str) -> dict[str, Any] | None:
-    row = conn.execute(
-        select(control_requests).where(control_requests.c.request_id == request_id)
-    ).first()
-    return dict(row._mapping) if row else None
+def find_request(conn: Connection, request_id: str) -> ControlRequest | None:
+    return rows.first(ControlRequest, conn, _REQUEST, {"id": request_id})
 
 
 def save_request(

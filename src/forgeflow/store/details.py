@@ -8,6 +8,7 @@ from typing import Any
 
 from sqlalchemy import Connection, select
 
+from forgeflow.domain.bookkeeping import Comment
 from forgeflow.domain.records import Task, Turn
 from forgeflow.domain.states import (
     ACTIVE_STATES,
@@ -24,25 +25,9 @@ from forgeflow.store.schema import tasks as tasks_table
 from forgeflow.store.types import iso, utcnow
 
 
-def comments_of(conn: Connection, task_id: str) -> list[dict[str, Any]]:
-    rows = conn.execute(
-        select(comments).where(comments.c.task_id == task_id).order_by(comments.c.created_at)
-    )
-    return [
-        {
-            "commentKey": r.comment_key,
-            "taskId": r.task_id,
-            "kind": r.kind,
-            "resourceKey": r.resource_key,
-            "turnId": r.turn_id,
-            "turnKey": r.turn_key,
-            "commentId": r.comment_id,
-            "bodyHash": r.body_hash,
-            "status": r.status,
-            "createdAt": iso(r.created_at),
-        }
-        for r in rows
-    ]
+def comments_of(conn: Connection, task_id: str) -> list[Comment]:
+    stmt = select(comments).where(comments.c.task_id == task_id).order_by(comments.c.created_at)
+    return rows_mod.every(Comment, conn, stmt, {})
 
 
 def overview_snapshot(conn: Connection) -> dict[str, Any]:
@@ -63,7 +48,7 @@ def overview_snapshot(conn: Connection) -> dict[str, Any]:
     oldest = tasks.oldest_queued_at(conn)
     repo_rows = repos.list_all(conn)
     return {
-        **control.to_json(ctl),
+        **ctl.json(),
         "runningSlots": None,  # no global cap: only one active task per repository
         "running": [{"repoKey": t.repo_key, "taskId": t.task_id, "state": t.state} for t in active],
         "queue": {
@@ -93,13 +78,15 @@ def task_detail_snapshot(conn: Connection, task_id: str) -> dict[str, Any] | Non
         if row.state in CLAIMABLE_STATES
         else None,
         "turns": [t.json() for t in turns.of_task(conn, task_id)],
-        "comments": comments_of(conn, task_id),
+        "comments": [c.json() for c in comments_of(conn, task_id)],
         "errors": {
             "errorCode": row.error_code,
             "executionError": row.execution_error,
             "replyError": row.reply_error,
         },
-        "audit": audit.query(conn, audit.AuditQuery(task_id=task_id, limit=1000)),
+        "audit": [
+            e.json() for e in audit.query(conn, audit.AuditQuery(task_id=task_id, limit=1000))
+        ],
     }
 
 
@@ -109,7 +96,7 @@ class Exchange:
 
     task: Task
     turns: list[Turn]
-    comments: list[dict[str, Any]]
+    comments: list[Comment]
     pushes: list[pushes.Push]
 
 

@@ -14,8 +14,9 @@ from typing import Any, TypeVar
 
 from sqlalchemy import Connection, bindparam, select, text, update
 
+from forgeflow.domain.bookkeeping import StoredEvent
 from forgeflow.domain.events import KNOWN_EVENT_TYPES, DomainEvent
-from forgeflow.store import sql
+from forgeflow.store import rows, sql
 from forgeflow.store.db import after_commit
 from forgeflow.store.schema import domain_events
 from forgeflow.store.sql import insert_ignore, insert_rows
@@ -61,14 +62,14 @@ def record(conn: Connection, found: Iterable[DomainEvent]) -> int:
     )
 
 
-def claim(conn: Connection, limit: int = 100) -> list[dict[str, Any]]:
+def claim(conn: Connection, limit: int = 100) -> list[StoredEvent]:
     """The oldest undispatched events, held until the transaction ends.
 
     On PostgreSQL ``FOR UPDATE SKIP LOCKED``: dispatchers in several processes take
     disjoint batches instead of waiting for each other. SQLite has one writer, which
     serialises them anyway (the clause is not rendered there).
     """
-    return sql.rows(conn, _CLAIM, {"limit": limit})
+    return rows.every(StoredEvent, conn, _CLAIM, {"limit": limit})
 
 
 # Built once: the dispatcher claims after every commit that recorded events.
@@ -92,11 +93,11 @@ def record_unique(
     """Record events whose dedupe keys cannot exist yet (a task's ``taskId:stateVersion``
     after its compare-and-swap won): one plain multi-row INSERT, no conflict check."""
     now = utcnow()
-    rows = []
+    values = []
     for event_type, dedupe_key in items:
         if event_type not in EVENT_TYPES:
             raise ValueError(f"unknown domain event type {event_type!r}")
-        rows.append(
+        values.append(
             {
                 "event_type": event_type,
                 "dedupe_key": f"{event_type}:{dedupe_key}",
@@ -105,7 +106,7 @@ def record_unique(
                 "created_at": now,
             }
         )
-    insert_rows(conn, domain_events, rows)
+    insert_rows(conn, domain_events, values)
     _wake_dispatchers(conn)
 
 
@@ -115,14 +116,14 @@ def _wake_dispatchers(conn: Connection) -> None:
         conn.execute(text(f"NOTIFY {EVENTS_CHANNEL}"))
 
 
-def pending(conn: Connection, limit: int = 100) -> list[dict[str, Any]]:
-    rows = conn.execute(
+def pending(conn: Connection, limit: int = 100) -> list[StoredEvent]:
+    stmt = (
         select(domain_events)
         .where(domain_events.c.dispatched_at.is_(None))
         .order_by(domain_events.c.seq)
         .limit(limit)
     )
-    return [dict(r._mapping) for r in rows]
+    return rows.every(StoredEvent, conn, stmt, {})
 
 
 def mark_dispatched(conn: Connection, seq: int | Iterable[int]) -> None:
@@ -132,11 +133,11 @@ def mark_dispatched(conn: Connection, seq: int | Iterable[int]) -> None:
         sql.execute_many(conn, _MARK, [{"b_seq": n, "b_at": now} for n in seqs])
 
 
-def all_of(conn: Connection, event_type: str | None = None) -> list[dict[str, Any]]:
+def all_of(conn: Connection, event_type: str | None = None) -> list[StoredEvent]:
     stmt = select(domain_events).order_by(domain_events.c.seq)
     if event_type is not None:
         stmt = stmt.where(domain_events.c.event_type == event_type)
-    return [dict(r._mapping) for r in conn.execute(stmt)]
+    return rows.every(StoredEvent, conn, stmt, {})
 
 
 R = TypeVar("R")

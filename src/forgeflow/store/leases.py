@@ -8,12 +8,12 @@ A lease is taken with compare-and-swap and released only by the holder of its
 from __future__ import annotations
 
 from datetime import datetime, timedelta
-from typing import Any
 
 from sqlalchemy import Connection, bindparam, delete, select, update
 
+from forgeflow.domain.bookkeeping import Lease
 from forgeflow.domain.ids import new_lease_id
-from forgeflow.store import audit, sql
+from forgeflow.store import audit, rows
 from forgeflow.store.schema import repo_leases
 from forgeflow.store.sql import insert_ignore
 from forgeflow.store.types import utcnow
@@ -21,8 +21,8 @@ from forgeflow.store.types import utcnow
 _GET = select(repo_leases).where(repo_leases.c.repo_key == bindparam("key"))
 
 
-def get(conn: Connection, repo_key: str) -> dict[str, Any] | None:
-    return sql.first(conn, _GET, {"key": repo_key})
+def get(conn: Connection, repo_key: str) -> Lease | None:
+    return rows.first(Lease, conn, _GET, {"key": repo_key})
 
 
 def acquire(
@@ -32,7 +32,7 @@ def acquire(
     now = utcnow()
     held = get(conn, repo_key)
     if held is not None:
-        if held["expires_at"] > now:
+        if held.expires_at > now:
             return None
         expire(conn, held, reason="expired")
     lease_id = new_lease_id()
@@ -52,20 +52,20 @@ def acquire(
     return lease_id
 
 
-def expire(conn: Connection, held: dict[str, Any], *, reason: str) -> None:
+def expire(conn: Connection, held: Lease, *, reason: str) -> None:
     conn.execute(
         delete(repo_leases)
-        .where(repo_leases.c.repo_key == held["repo_key"])
-        .where(repo_leases.c.lease_id == held["lease_id"])
+        .where(repo_leases.c.repo_key == held.repo_key)
+        .where(repo_leases.c.lease_id == held.lease_id)
     )
     audit.append(
         conn,
         audit.AuditEvent(
             action="lease.release",
-            repo_key=held["repo_key"],
-            task_id=held["task_id"],
+            repo_key=held.repo_key,
+            task_id=held.task_id,
             error_code="lease_expired" if reason == "expired" else None,
-            metadata={"leaseId": held["lease_id"], "owner": held["owner"], "reason": reason},
+            metadata={"leaseId": held.lease_id, "owner": held.owner, "reason": reason},
         ),
     )
 
@@ -91,16 +91,15 @@ def release(conn: Connection, repo_key: str, lease_id: str) -> bool:
 
 def stale(
     conn: Connection, *, now: datetime, dead_owner_prefix: str | None, live_owner: str
-) -> list[dict[str, Any]]:
+) -> list[Lease]:
     """Leases that expired, or that a dead predecessor of this worker left behind."""
-    rows = [dict(r._mapping) for r in conn.execute(select(repo_leases))]
     return [
         r
-        for r in rows
-        if r["expires_at"] <= now
+        for r in rows.every(Lease, conn, select(repo_leases), {})
+        if r.expires_at <= now
         or (
             dead_owner_prefix is not None
-            and r["owner"].startswith(dead_owner_prefix)
-            and r["owner"] != live_owner
+            and r.owner.startswith(dead_owner_prefix)
+            and r.owner != live_owner
         )
     ]

@@ -7,6 +7,7 @@ from typing import Any
 
 from sqlalchemy import Connection, Select, and_, or_, select
 
+from forgeflow.domain.bookkeeping import Comment
 from forgeflow.domain.modes import DRAFT_MODES
 from forgeflow.domain.records import Task
 from forgeflow.domain.states import LIVE_STATES, RESULT_STATES, TaskState, values
@@ -54,15 +55,15 @@ def results_owed(conn: Connection) -> list[Task]:
     return [t for t in owed if t.state != TaskState.REJECTED or t.error_code == "budget_exceeded"]
 
 
-def command_replies_owed(conn: Connection) -> list[dict[str, Any]]:
+def command_replies_owed(conn: Connection) -> list[Comment]:
     """Answers to ``@bot status`` that are written but not posted yet."""
-    return [dict(r._mapping) for r in conn.execute(_COMMAND_REPLIES_OWED)]
+    return rows.every(Comment, conn, _COMMAND_REPLIES_OWED, {})
 
 
 @dataclass(frozen=True, slots=True)
 class Owed:
     receipts: list[Task]
-    command_replies: list[dict[str, Any]]
+    command_replies: list[Comment]
     results: list[Task]
 
 

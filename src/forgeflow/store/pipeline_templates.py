@@ -13,20 +13,20 @@ from typing import Any
 
 from sqlalchemy import Connection, insert, select, update
 
+from forgeflow.domain.pipeline_records import PipelineTemplate, PipelineTrigger
+from forgeflow.store import rows
 from forgeflow.store.pipeline_schema import pipeline_definitions as defs
 from forgeflow.store.pipeline_schema import pipeline_triggers as triggers
-from forgeflow.store.pipelines import Row
 from forgeflow.store.sql import insert_ignore
 from forgeflow.store.types import utcnow
 
 
-def get_definition(conn: Connection, key: str) -> Row | None:
-    row = conn.execute(select(defs).where(defs.c.key == key)).first()
-    return dict(row._mapping) if row else None
+def get_definition(conn: Connection, key: str) -> PipelineTemplate | None:
+    return rows.first(PipelineTemplate, conn, select(defs).where(defs.c.key == key), {})
 
 
-def list_definitions(conn: Connection) -> list[Row]:
-    return [dict(r._mapping) for r in conn.execute(select(defs).order_by(defs.c.key))]
+def list_definitions(conn: Connection) -> list[PipelineTemplate]:
+    return rows.every(PipelineTemplate, conn, select(defs).order_by(defs.c.key), {})
 
 
 def insert_definition(
@@ -68,20 +68,20 @@ def update_definition(conn: Connection, key: str, expected_revision: int, **valu
     return result.rowcount == 1
 
 
-def lock_definition(conn: Connection, key: str) -> Row | None:
+def lock_definition(conn: Connection, key: str) -> PipelineTemplate | None:
     """Read a template row and hold it for the rest of the transaction (``FOR UPDATE``
     on PostgreSQL; SQLite has one writer anyway): seeders of one template serialise."""
-    row = conn.execute(select(defs).where(defs.c.key == key).with_for_update()).first()
-    return dict(row._mapping) if row else None
+    stmt = select(defs).where(defs.c.key == key).with_for_update()
+    return rows.first(PipelineTemplate, conn, stmt, {})
 
 
-def list_triggers(conn: Connection, template_key: str | None = None) -> list[Row]:
+def list_triggers(conn: Connection, template_key: str | None = None) -> list[PipelineTrigger]:
     stmt = select(triggers).order_by(
         triggers.c.template_key, triggers.c.trigger_type, triggers.c.event_type
     )
     if template_key is not None:
         stmt = stmt.where(triggers.c.template_key == template_key)
-    return [dict(r._mapping) for r in conn.execute(stmt)]
+    return rows.every(PipelineTrigger, conn, stmt, {})
 
 
 def sync_triggers(conn: Connection, template_key: str, wanted: list[dict[str, Any]]) -> None:
@@ -92,16 +92,16 @@ def sync_triggers(conn: Connection, template_key: str, wanted: list[dict[str, An
     are deleted.
     """
     now = utcnow()
-    existing = {(r["trigger_type"], r["event_type"]): r for r in list_triggers(conn, template_key)}
+    existing = {(r.trigger_type, r.event_type): r for r in list_triggers(conn, template_key)}
     keep = set()
     for t in wanted:
         ident = (t["type"], t.get("eventType") or "")
         keep.add(ident)
         values = {"match": t.get("match"), "schedule": t.get("schedule"), "updated_at": now}
         if ident in existing:
-            if existing[ident]["schedule"] != t.get("schedule"):
+            if existing[ident].schedule != t.get("schedule"):
                 values["next_fire_at"] = None  # the trigger clock plans the new one afresh
-            update_trigger(conn, existing[ident]["trigger_id"], **values)
+            update_trigger(conn, existing[ident].trigger_id, **values)
             continue
         insert_trigger(
             conn,
@@ -114,7 +114,7 @@ def sync_triggers(conn: Connection, template_key: str, wanted: list[dict[str, An
         )
     for ident, row in existing.items():
         if ident not in keep:
-            delete_trigger(conn, row["trigger_id"])
+            delete_trigger(conn, row.trigger_id)
 
 
 def insert_trigger(

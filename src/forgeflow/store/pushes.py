@@ -3,10 +3,12 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from sqlalchemy import Connection, bindparam, select, update
 
-from sqlalchemy import Connection, select, update
-
+from forgeflow.domain.bookkeeping import (
+    Push as Push,  # re-exported: the store's callers name it here
+)
+from forgeflow.store import rows
 from forgeflow.store.schema import pushes
 from forgeflow.store.sql import insert_ignore
 from forgeflow.store.types import utcnow
@@ -16,30 +18,7 @@ PUSHED = "pushed"
 REFUSED = "refused"
 
 
-@dataclass(frozen=True, slots=True)
-class Push:
-    push_key: str
-    task_id: str
-    session_key: str
-    target: str
-    old_sha: str | None
-    new_sha: str
-    status: str
-    error: str | None
-
-
-def _push(row: object) -> Push:
-    m = row._mapping  # type: ignore[attr-defined]
-    return Push(
-        m["push_key"],
-        m["task_id"],
-        m["session_key"],
-        m["target"],
-        m["old_sha"],
-        m["new_sha"],
-        m["status"],
-        m["error"],
-    )
+_BY_KEY = select(pushes).where(pushes.c.push_key == bindparam("key"))
 
 
 def intend(
@@ -70,8 +49,9 @@ def intend(
             "updated_at": now,
         },
     )
-    row = conn.execute(select(pushes).where(pushes.c.push_key == key)).one()
-    return _push(row)
+    found = rows.first(Push, conn, _BY_KEY, {"key": key})
+    assert found is not None  # written just now, or already there
+    return found
 
 
 def finish(conn: Connection, push_key: str, status: str, error: str | None = None) -> None:
@@ -83,25 +63,21 @@ def finish(conn: Connection, push_key: str, status: str, error: str | None = Non
 
 
 def pending(conn: Connection, task_id: str) -> list[Push]:
-    rows = conn.execute(
-        select(pushes).where(pushes.c.task_id == task_id, pushes.c.status == PENDING)
-    )
-    return [_push(r) for r in rows]
+    stmt = select(pushes).where(pushes.c.task_id == task_id, pushes.c.status == PENDING)
+    return rows.every(Push, conn, stmt, {})
 
 
 def last(conn: Connection, session_key: str) -> Push | None:
     """The session's latest push, for the next turn's prompt."""
-    row = conn.execute(
+    stmt = (
         select(pushes)
         .where(pushes.c.session_key == session_key)
         .order_by(pushes.c.created_at.desc(), pushes.c.push_key.desc())
         .limit(1)
-    ).first()
-    return _push(row) if row is not None else None
+    )
+    return rows.first(Push, conn, stmt, {})
 
 
 def of_task(conn: Connection, task_id: str) -> list[Push]:
-    rows = conn.execute(
-        select(pushes).where(pushes.c.task_id == task_id).order_by(pushes.c.created_at)
-    )
-    return [_push(r) for r in rows]
+    stmt = select(pushes).where(pushes.c.task_id == task_id).order_by(pushes.c.created_at)
+    return rows.every(Push, conn, stmt, {})

@@ -19,7 +19,7 @@ from forgeflow.store import leases, rows
 from forgeflow.store import tasks as task_q
 from forgeflow.store import workers as worker_q
 from forgeflow.store.schema import tasks
-from forgeflow.store.tasks import StaleStateVersion, Transition
+from forgeflow.store.tasks import StaleStateVersion, TaskFields, Transition
 from forgeflow.store.types import utcnow
 
 
@@ -41,16 +41,14 @@ def recover(
     """
     now = utcnow()
     for held in leases.stale(conn, now=now, dead_owner_prefix=node_prefix, live_owner=owner):
-        leases.expire(
-            conn, held, reason="expired" if held["expires_at"] <= now else "owner_restarted"
-        )
+        leases.expire(conn, held, reason="expired" if held.expires_at <= now else "owner_restarted")
     changed = []
     stmt = select(tasks).where(tasks.c.state.in_(values(IN_WORK_STATES)))
     if conn.dialect.name == "postgresql":
         stmt = stmt.with_for_update(skip_locked=True)
     for task in rows.every(Task, conn, stmt, {}):
         lease = leases.get(conn, task.repo_key)
-        if lease is not None and lease["task_id"] == task.task_id:
+        if lease is not None and lease.task_id == task.task_id:
             continue  # a live worker still holds it
         if task.state == TaskState.VERIFYING_REPLY and not _verifier_gone(
             conn, task.claimed_by or "", owner=owner, node_prefix=node_prefix, ttl=ttl
@@ -94,7 +92,7 @@ def _verifier_gone(
 def interrupt(conn: Connection, task: Task, retry: RetryPolicy, *, error_code: str) -> Task:
     """Interrupted work: tried again after backoff while the retry rule allows, else
     ``failed``. The task no longer holds a lease or a worker either way."""
-    freed: dict[str, Any] = {"lease_id": None, "claimed_by": None}
+    freed: TaskFields = {"lease_id": None, "claimed_by": None}
     state = TaskState(task.state)
     if state is TaskState.ABORTING:
         return _recover(conn, task, TaskState.ABORTED, error_code, freed)
@@ -121,7 +119,7 @@ def _recover(
     task: Task,
     to: TaskState,
     error_code: str,
-    fields: dict[str, Any],
+    fields: TaskFields,
     metadata: dict[str, Any] | None = None,
 ) -> Task:
     return task_q.transition(

@@ -1,7 +1,8 @@
 """Rows become typed records here, and only here.
 
 A record's fields are named as its table's columns (a test holds the two together), so
-a row of ``select(table)`` becomes its record by name.
+a row of ``select(table)`` becomes its record by name; the few columns whose record
+type is not the column's (a task's state, its refs) are converted here too.
 """
 
 from __future__ import annotations
@@ -11,21 +12,83 @@ from typing import Any, TypeVar
 
 from sqlalchemy import Connection, RowMapping
 
-from forgeflow.domain.records import Delivery, Repository, Session, Task, TranscriptEntry, Turn
+from forgeflow.domain.bookkeeping import (
+    AuditEntry,
+    Comment,
+    Control,
+    ControlRequest,
+    Lease,
+    Push,
+    StoredEvent,
+    UiSession,
+    Worker,
+)
+from forgeflow.domain.pipeline_records import (
+    ArmedTrigger,
+    HookCall,
+    HookDelivery,
+    PipelineTemplate,
+    PipelineTrigger,
+)
+from forgeflow.domain.records import (
+    Delivery,
+    Refs,
+    Repository,
+    Session,
+    Task,
+    TranscriptEntry,
+    Turn,
+)
+from forgeflow.domain.states import TaskState
 
-R = TypeVar("R", Task, Repository, Session, Turn, Delivery, TranscriptEntry)
+R = TypeVar(
+    "R",
+    Task,
+    Repository,
+    Session,
+    Turn,
+    Delivery,
+    TranscriptEntry,
+    AuditEntry,
+    Comment,
+    Push,
+    Control,
+    ControlRequest,
+    Lease,
+    Worker,
+    UiSession,
+    StoredEvent,
+    PipelineTrigger,
+    ArmedTrigger,
+    PipelineTemplate,
+    HookCall,
+    HookDelivery,
+)
+
+
+def _task_values(row: Mapping[str, Any] | RowMapping) -> dict[str, Any]:
+    values = dict(row)
+    values["state"] = TaskState(values["state"])
+    refs = values["refs"]
+    if refs is not None and not isinstance(refs, Refs):
+        values["refs"] = Refs.of_json(refs)
+    return values
 
 
 def record(kind: type[R], row: Mapping[str, Any] | RowMapping) -> R:
+    if kind is Task:
+        return kind(**_task_values(row))
+    if kind is AuditEntry:
+        return kind(**{**row, "metadata": row["metadata"] or {}})
     return kind(**row)
 
 
 def first(kind: type[R], conn: Connection, stmt: Any, params: Mapping[str, Any]) -> R | None:
     """The first row of ``stmt`` as a record, or None."""
     row = conn.execute(stmt, dict(params)).mappings().first()
-    return None if row is None else kind(**row)
+    return None if row is None else record(kind, row)
 
 
 def every(kind: type[R], conn: Connection, stmt: Any, params: Mapping[str, Any]) -> list[R]:
     """Every row of ``stmt`` as a record."""
-    return [kind(**row) for row in conn.execute(stmt, dict(params)).mappings()]
+    return [record(kind, row) for row in conn.execute(stmt, dict(params)).mappings()]

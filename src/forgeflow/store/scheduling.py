@@ -130,7 +130,7 @@ def claim(
 ) -> Claim | None:
     """Move one task into work under its repository's lease, or return None.
     ``handoff_from``: the task whose lease release claims this one (audit only)."""
-    if control.get(conn)["global_paused"]:
+    if control.get(conn).global_paused:
         return None
     if conn.dialect.name == "postgresql":
         # Another worker holding this row is claiming it: skip instead of waiting.

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, TypedDict
 
 from sqlalchemy import Connection, bindparam, func, select, update
 
 from forgeflow.domain.ids import ResourceRef
-from forgeflow.domain.records import Repository, Task
+from forgeflow.domain.records import Refs, Repository, Task
 from forgeflow.domain.states import IllegalTransition, TaskState, is_allowed
 from forgeflow.store import audit, events, repos, rows, sessions
 from forgeflow.store.schema import tasks
@@ -18,24 +18,27 @@ from forgeflow.store.types import utcnow
 
 __all__ = ["IllegalTransition", "StaleStateVersion", "TaskNotFound", "Transition", "transition"]
 
-# Columns a transition may set beside the state; anything else is not a transition's
-# business (and the state itself can only be set through ``to_state``).
-_TRANSITION_FIELDS = frozenset(
-    {
-        "attempt",
-        "reply_attempt",
-        "thread_id",
-        "turn_id",
-        "lease_id",
-        "next_retry_at",
-        "execution_error",
-        "reply_error",
-        "refs",
-        "retry_step",
-        "turn_count",
-        "claimed_by",
-    }
-)
+
+class TaskFields(TypedDict, total=False):
+    """Columns a transition may set beside the state, typed as the record's; anything
+    else is not a transition's business (and the state itself can only be set through
+    ``to_state``)."""
+
+    attempt: int
+    reply_attempt: int
+    thread_id: str | None
+    turn_id: str | None
+    lease_id: str | None
+    next_retry_at: datetime | None
+    execution_error: str | None
+    reply_error: str | None
+    refs: Refs | None
+    retry_step: str | None
+    turn_count: int
+    claimed_by: str | None
+
+
+_TRANSITION_FIELDS = frozenset(TaskFields.__annotations__)
 
 
 class StaleStateVersion(Exception):
@@ -64,7 +67,7 @@ class Transition:
     actor: str = "system"
     action: str = "task.transition"
     error_code: str | None = None
-    fields: dict[str, Any] | None = None
+    fields: TaskFields | None = None
     metadata: dict[str, Any] | None = None
     delivery_id: str | None = None
     comment_id: int | None = None
@@ -79,7 +82,9 @@ def transition(conn: Connection, t: Transition) -> Task:
     part of the caller's transaction, so callers that want the alert kept commit
     before re-raising (see ``Store.transition``).
     """
-    fields = dict(t.fields or {})
+    fields: dict[str, Any] = dict(t.fields or {})
+    if isinstance(fields.get("refs"), Refs):
+        fields["refs"] = fields["refs"].json()  # the column keeps the record's JSON
     unknown = set(fields) - _TRANSITION_FIELDS
     if unknown:
         raise ValueError(f"transition cannot set {sorted(unknown)}")
@@ -305,13 +310,6 @@ def _registered(
         default_branch=default_branch,
         workspace_path=workspace_path,
     )
-
-
-def set_fields(conn: Connection, task_id: str, **values: Any) -> None:
-    """Update bookkeeping columns that are not the state (turn id, token counts)."""
-    if "state" in values or "state_version" in values:
-        raise ValueError("the state changes only through transition()")
-    conn.execute(update(tasks).where(tasks.c.task_id == task_id).values(**values))
 
 
 _GET = select(tasks).where(tasks.c.task_id == bindparam("task_id"))

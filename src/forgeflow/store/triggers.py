@@ -15,23 +15,23 @@ from typing import Any
 
 from sqlalchemy import Connection, func, select, update
 
-from forgeflow.store import sql
+from forgeflow.domain.pipeline_records import ArmedTrigger
+from forgeflow.store import rows
 from forgeflow.store.pipeline_schema import pipeline_definitions as defs
 from forgeflow.store.pipeline_schema import pipeline_triggers as triggers
 from forgeflow.store.types import utcnow
-
-Row = dict[str, Any]
 
 _WITH_SWITCH = select(triggers, defs.c.is_enabled.label("template_enabled")).join(
     defs, defs.c.key == triggers.c.template_key
 )
 
 
-def event_triggers(conn: Connection, event_types: Collection[str]) -> list[Row]:
+def event_triggers(conn: Connection, event_types: Collection[str]) -> list[ArmedTrigger]:
     """Enabled domain-event triggers listening to any of ``event_types``."""
     wanted = set(event_types)
     # All enabled event triggers (a handful), filtered here: one fixed statement.
-    return [t for t in sql.rows(conn, _EVENT_TRIGGERS, {}) if t["event_type"] in wanted]
+    armed = rows.every(ArmedTrigger, conn, _EVENT_TRIGGERS, {})
+    return [t for t in armed if t.event_type in wanted]
 
 
 _EVENT_TRIGGERS = (
@@ -41,28 +41,24 @@ _EVENT_TRIGGERS = (
 )
 
 
-def by_token(conn: Connection, token: str) -> Row | None:
+def by_token(conn: Connection, token: str) -> ArmedTrigger | None:
     """The webhook trigger whose token this is."""
-    row = conn.execute(
-        _WITH_SWITCH.where(triggers.c.trigger_type == "webhook").where(
-            triggers.c.webhook_token == token
-        )
-    ).first()
-    return dict(row._mapping) if row else None
+    stmt = _WITH_SWITCH.where(triggers.c.trigger_type == "webhook").where(
+        triggers.c.webhook_token == token
+    )
+    return rows.first(ArmedTrigger, conn, stmt, {})
 
 
-def get(conn: Connection, trigger_id: str) -> Row | None:
-    row = conn.execute(_WITH_SWITCH.where(triggers.c.trigger_id == trigger_id)).first()
-    return dict(row._mapping) if row else None
+def get(conn: Connection, trigger_id: str) -> ArmedTrigger | None:
+    stmt = _WITH_SWITCH.where(triggers.c.trigger_id == trigger_id)
+    return rows.first(ArmedTrigger, conn, stmt, {})
 
 
-def schedules(conn: Connection) -> list[Row]:
+def schedules(conn: Connection) -> list[ArmedTrigger]:
     """Every schedule trigger, enabled or not (the scheduler forgets a disabled one's
     next fire time, so enabling it again counts from then)."""
-    rows = conn.execute(
-        _WITH_SWITCH.where(triggers.c.trigger_type == "schedule").order_by(triggers.c.trigger_id)
-    )
-    return [dict(r._mapping) for r in rows]
+    stmt = _WITH_SWITCH.where(triggers.c.trigger_type == "schedule").order_by(triggers.c.trigger_id)
+    return rows.every(ArmedTrigger, conn, stmt, {})
 
 
 def next_schedule_due(conn: Connection) -> datetime | None:

@@ -4,12 +4,13 @@ a row; a session is live while its row is neither ended nor expired)."""
 from __future__ import annotations
 
 from datetime import datetime, timedelta
-from typing import Any
 
 from sqlalchemy import Connection, delete, insert, select, update
 
+from forgeflow.domain.bookkeeping import UiSession
+from forgeflow.store import rows
 from forgeflow.store.schema import ui_sessions as t
-from forgeflow.store.types import iso, utcnow
+from forgeflow.store.types import utcnow
 
 # Rows kept after they end or expire, for the operator's list; then deleted.
 KEPT = timedelta(days=7)
@@ -48,21 +49,8 @@ def end(conn: Connection, session_id: str, by: str) -> bool:
     return bool(done.rowcount)
 
 
-def listing(conn: Connection, *, live_only: bool) -> list[dict[str, Any]]:
-    now = utcnow()
+def listing(conn: Connection, *, live_only: bool) -> list[UiSession]:
     q = select(t).order_by(t.c.created_at.desc()).limit(500)
     if live_only:
-        q = q.where(t.c.ended_at.is_(None), t.c.expires_at > now)
-    return [
-        {
-            "sessionId": r.session_id,
-            "operator": r.operator,
-            "address": r.address,
-            "createdAt": iso(r.created_at),
-            "expiresAt": iso(r.expires_at),
-            "endedAt": iso(r.ended_at) if r.ended_at else None,
-            "endedBy": r.ended_by,
-            "live": r.ended_at is None and r.expires_at > now,
-        }
-        for r in conn.execute(q)
-    ]
+        q = q.where(t.c.ended_at.is_(None), t.c.expires_at > utcnow())
+    return rows.every(UiSession, conn, q, {})

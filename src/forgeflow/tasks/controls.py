@@ -42,13 +42,12 @@ def run(
     """Run ``fn`` once per ``requestId``; a repeat returns the stored answer."""
     earlier = control.find_request(conn, req.request_id)
     if earlier is not None:
-        if earlier["action"] != action or earlier["target"] != target:
+        if earlier.action != action or earlier.target != target:
             return 409, {
                 "error": "request_id_conflict",
-                "message": f"requestId was already used for {earlier['action']} "
-                f"on {earlier['target']}",
+                "message": f"requestId was already used for {earlier.action} on {earlier.target}",
             }
-        return int(earlier["status_code"]), {**earlier["response"], "replayed": True}
+        return earlier.status_code, {**earlier.response, "replayed": True}
     status, body = fn(conn, req)
     body = {**body, "operator": req.actor, "requestId": req.request_id}
     control.save_request(
@@ -64,12 +63,12 @@ def run(
 
 
 def pause(conn: Connection, req: ControlRequest) -> Outcome:
-    return 200, control.to_json(control.set_paused(conn, True, req.actor, req.reason))
+    return 200, control.set_paused(conn, True, req.actor, req.reason).json()
 
 
 def resume(conn: Connection, req: ControlRequest) -> Outcome:
     notify_tasks(conn)
-    return 200, control.to_json(control.set_paused(conn, False, req.actor, req.reason))
+    return 200, control.set_paused(conn, False, req.actor, req.reason).json()
 
 
 def set_repo_status(

@@ -26,7 +26,7 @@ def refused(conn: Connection, task_id: str) -> list[Refused]:
     rows = audit.query(conn, audit.AuditQuery(task_id=task_id, action="egress.blocked"))
     counts: dict[tuple[str, int], int] = {}
     for row in rows:
-        for item in _requests(row["metadata"]):
+        for item in _requests(row.metadata):
             key = (str(item.get("host", ""))[:253], _int(item.get("port")))
             counts[key] = counts.get(key, 0) + _int(item.get("count"))
     ordered = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))

@@ -19,6 +19,7 @@ from forgeflow.store import Store, Transition
 from forgeflow.store import audit as audit_q
 from forgeflow.store.audit import AuditEvent
 from forgeflow.store.scheduling import Claim
+from forgeflow.store.tasks import TaskFields
 from forgeflow.store.types import utcnow
 
 S = TaskState
@@ -70,7 +71,7 @@ class TaskMoves:
         *,
         action: str,
         error_code: str | None = None,
-        fields: dict[str, Any] | None = None,
+        fields: TaskFields | None = None,
         metadata: dict[str, Any] | None = None,
         before: Callable[[Connection], object] | None = None,
         events: Sequence[AuditEvent] = (),

@@ -92,7 +92,7 @@ class Outbox:
             try:
                 await self.replies.command_reply(row)
             except GiteaError as exc:
-                log.warning("outbox.command_reply_failed", key=row["comment_key"], error=str(exc))
+                log.warning("outbox.command_reply_failed", key=row.comment_key, error=str(exc))
         for task in found.results:
             await self._result(task)
 

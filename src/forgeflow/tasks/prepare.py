@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,7 +25,7 @@ from forgeflow.domain import prompt
 from forgeflow.domain import publish as publish_rules
 from forgeflow.domain.ids import ResourceKind, ResourceRef, parse_resource_key
 from forgeflow.domain.paths import session_branch
-from forgeflow.domain.records import Repository, Task
+from forgeflow.domain.records import Refs, Repository, Task
 from forgeflow.domain.states import TaskState
 from forgeflow.gitea.client import GiteaClient, GiteaError
 from forgeflow.store import Store, audit, pushes, repos
@@ -165,7 +166,7 @@ class Preparer:
         resource: ResourceRef,
         repo_row: Repository,
         notes: list[audit.AuditEvent],
-    ) -> tuple[SessionWorktree, dict[str, Any] | None]:
+    ) -> tuple[SessionWorktree, Refs | None]:
         """The repository's clone fresh enough and the session's worktree on its
         branch; returns the worktree and the task's refs (a pull request's, read now)."""
         branch = repo_row.default_branch
@@ -177,20 +178,17 @@ class Preparer:
             branch_head=lambda: self._branch_head(resource, branch),
         )
         notes += await self._record_checkout(task, checkout)
-        refs = task.refs
-        pull = None
+        pull, found = None, None
         if resource.kind is ResourceKind.PULL_REQUEST:
-            pull, refs = await self._pull(resource, repo_row.clone_url)
+            pull, found = await self._pull(resource, repo_row.clone_url)
         worktree = await self.workspace.prepare_session(
             resource, checkout, default_branch=branch, pull=pull
         )
-        if refs is not None and pull is not None:
-            refs["upstreamMoved"] = worktree.upstream_moved
-        return worktree, refs
+        if found is None:
+            return worktree, task.refs
+        return worktree, dataclasses.replace(found, upstream_moved=worktree.upstream_moved)
 
-    async def _pull(
-        self, resource: ResourceRef, clone_url: str
-    ) -> tuple[PullRequestRefs, dict[str, Any]]:
+    async def _pull(self, resource: ResourceRef, clone_url: str) -> tuple[PullRequestRefs, Refs]:
         """A pull request's branches as Gitea has them now, and the task's refs."""
         p = await self.gitea.pull(resource.repo.owner, resource.repo.name, resource.number)
         head_repo = p.head.repo
@@ -201,12 +199,12 @@ class Preparer:
             head_sha=p.head.sha,
             head_clone_url=(head_repo.clone_url if head_repo else "") or clone_url,
         )
-        refs: dict[str, Any] = {
-            "base": pull.base_ref,
-            "head": pull.head_ref,
-            "headSha": pull.head_sha,
-            "headRepo": head_repo.full_name if head_repo else None,
-        }
+        refs = Refs(
+            base=pull.base_ref,
+            head=pull.head_ref,
+            head_sha=pull.head_sha,
+            head_repo=head_repo.full_name if head_repo else None,
+        )
         return pull, refs
 
     async def turn_prompt(
@@ -223,7 +221,7 @@ class Preparer:
         goes. What the preparation measured in this same run is used, else (a retry)
         read again."""
         status = prepared.status or await self.workspace.worktree_status(cwd)
-        refs = task.refs or {}
+        refs = task.refs or Refs(None, None, None, None)
         title, discussion = await self._discussion(task, resource, prepared)
         publishing, last_push = "", None
         if not draft:
@@ -242,9 +240,9 @@ class Preparer:
                 waiting_marker=markers[1],
                 tool=tool.name,
                 tool_arguments=tool.arguments,
-                base_ref=refs.get("base"),
-                head_ref=refs.get("head"),
-                upstream_moved=bool(refs.get("upstreamMoved")),
+                base_ref=refs.base,
+                head_ref=refs.head,
+                upstream_moved=bool(refs.upstream_moved),
                 uncommitted=status.modified + status.untracked,
                 discussion=discussion,
                 title=title,

@@ -16,7 +16,6 @@ import structlog
 from sqlalchemy import Connection
 
 from forgeflow.domain import publish as rules
-from forgeflow.domain.ids import parse_resource_key
 from forgeflow.domain.records import Repository, Task
 from forgeflow.redaction import redact_text
 from forgeflow.store import Store, pushes, repos, tasks
@@ -78,7 +77,7 @@ class Publisher:
         return outcome.result != "refused", outcome.describe()
 
     async def publish(self, task: Task) -> Outcome:
-        resource = parse_resource_key(task.resource_key)
+        resource = task.resource
         repo_row = await self.store.read(lambda c: repos.get(c, task.repo_key))
         assert repo_row is not None
         default, url = repo_row.default_branch, repo_row.clone_url
@@ -114,7 +113,7 @@ class Publisher:
             await self._push(task, intent, repo_row)
 
     async def _push(self, task: Task, intent: pushes.Push, repo_row: Repository) -> Outcome:
-        repo = parse_resource_key(task.resource_key).repo
+        repo = task.resource.repo
         url = repo_row.clone_url
         if intent.status == pushes.PUSHED:
             return Outcome("pushed", intent.target, intent.new_sha)
@@ -123,9 +122,7 @@ class Publisher:
                 error = None  # it landed before a crash took its record
                 recovered = True
             else:
-                local = rules.target(
-                    parse_resource_key(task.resource_key), task.refs, repo_row.default_branch
-                ).local
+                local = rules.target(task.resource, task.refs, repo_row.default_branch).local
                 error = await self.workspace.push(
                     repo, url, intent.new_sha, intent.target, local=local
                 )

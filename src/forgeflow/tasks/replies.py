@@ -14,17 +14,18 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import Enum, StrEnum
 from functools import partial
-from typing import Any, Protocol
+from typing import Protocol
 from urllib.parse import quote
 
 import structlog
 from sqlalchemy import Connection
 
-from forgeflow.domain.ids import RepoRef, parse_repo_key, sha256_ref, turn_key
+from forgeflow.domain.bookkeeping import Comment
+from forgeflow.domain.ids import RepoRef, parse_resource_key, sha256_ref, turn_key
 from forgeflow.domain.markers import Marker, MarkerKind, append_marker, parse_marker
 from forgeflow.domain.records import Task
 from forgeflow.gitea.client import GiteaClient, GiteaError
-from forgeflow.gitea.models import Comment
+from forgeflow.gitea.models import Comment as GiteaComment
 from forgeflow.store import Store, workers
 from forgeflow.store import comments as comment_q
 from forgeflow.store.db import Unit
@@ -73,9 +74,8 @@ class _CommandAnswer:
 
 
 def _where(task: About) -> tuple[RepoRef, int]:
-    repo = parse_repo_key(task.repo_key)
-    number = int(task.resource_key.rsplit(":", 1)[1])
-    return repo, number
+    resource = parse_resource_key(task.resource_key)
+    return resource.repo, resource.number
 
 
 class _How(Enum):
@@ -116,7 +116,7 @@ class Replies:
 
     async def _matching(
         self, task: About, kinds: set[MarkerKind], turn: str | None
-    ) -> list[Comment]:
+    ) -> list[GiteaComment]:
         repo, number = _where(task)
         since = task.created_at - timedelta(minutes=5)
         found = []
@@ -157,7 +157,7 @@ class Replies:
         marker = Marker(task.task_id, turn or turn_key(task.task_id, 0), task.resource_key, kind)
         body = append_marker(text, marker)
 
-        def intent(c: Connection) -> tuple[bool, dict[str, Any]]:
+        def intent(c: Connection) -> tuple[bool, Comment]:
             return comment_q.record_intent(
                 c,
                 comment_key=key,
@@ -182,7 +182,7 @@ class Replies:
             done.set_result(None)
 
     async def _claim(
-        self, key: str, intent: Callable[[Connection], tuple[bool, dict[str, Any]]], wait: bool
+        self, key: str, intent: Callable[[Connection], tuple[bool, Comment]], wait: bool
     ) -> _Claim:
         """The intent to post ``key``: written now, taken over from a poster that cannot
         still be posting, found already posted, or (after waiting, with ``wait``)
@@ -194,9 +194,8 @@ class Replies:
         looked = False
         while True:
             inserted, row = await self._store.write(intent)
-            if row["status"] in (comment_q.SENT, comment_q.CONFIRMED):
-                posted = int(row["comment_id"]) if row["comment_id"] is not None else None
-                return _Claim(_How.POSTED, posted)
+            if row.status in (comment_q.SENT, comment_q.CONFIRMED):
+                return _Claim(_How.POSTED, row.comment_id)
             if inserted:
                 return _Claim(_How.OURS)
             if await self._store.write(partial(self._take_over, key=key)):
@@ -327,21 +326,20 @@ class Replies:
             text=self._with_link(f"giteabot: {text}", task),
         )
 
-    async def command_reply(self, row: dict[str, Any]) -> int | None:
+    async def command_reply(self, row: Comment) -> int | None:
         """Post the answer to a comment command, written by the acceptance transaction."""
-        resource = row["resource_key"]
         about = _CommandAnswer(
-            task_id=row["task_id"],
-            repo_key=resource.rsplit(":", 2)[0],
-            resource_key=resource,
-            created_at=row["created_at"],
+            task_id=row.task_id,
+            repo_key=parse_resource_key(row.resource_key).repo.key,
+            resource_key=row.resource_key,
+            created_at=row.created_at,
         )
         return await self.post_once(
             about,
-            key=row["comment_key"],
+            key=row.comment_key,
             kind=MarkerKind.RESULT,
-            text=row["body"] or "",
-            turn=row["turn_key"],
+            text=row.body or "",
+            turn=row.turn_key,
         )
 
     async def answered(self, task: Task) -> bool:

@@ -45,8 +45,8 @@ async def published_diff(
     if not pushed or repo is None:
         return None
     push = pushed[-1]
-    refs = next((e.task.refs for e in reversed(exchanges) if e.task.refs), None) or {}
-    base = str(refs.get("base") or repo.default_branch)
+    refs = next((e.task.refs for e in reversed(exchanges) if e.task.refs), None)
+    base = (refs.base if refs else None) or repo.default_branch
     shown: dict[str, Any] = {"push": push, "base": base, "text": None, "why": None}
     if ff.scheduler is None:  # the manager exists, but only a worker fills its clones
         shown["why"] = "This process keeps no clones (it runs no tasks): open it on a worker."

@@ -65,10 +65,10 @@ async def audit_export(
             batch = replace(q, after_seq=after, limit=EXPORT_BATCH)
             events = await store.read(partial(audit.query, q=batch))
             for event in events:
-                yield json.dumps(event, ensure_ascii=False) + "\n"
+                yield json.dumps(event.json(), ensure_ascii=False) + "\n"
             if len(events) < EXPORT_BATCH:
                 return
-            after = events[-1]["seq"]
+            after = events[-1].seq
 
     return StreamingResponse(
         _lines(),

@@ -302,7 +302,7 @@ async def audit_search(
 
     def _read(conn: Connection) -> dict[str, Any]:
         stamp = audit.change_marker(conn)
-        events = [] if error else audit.query(conn, page_q)
+        events = [] if error else [e.json() for e in audit.query(conn, page_q)]
         return {"stamp": stamp, "events": events, "repo_keys": _repo_keys(conn)}
 
     data = await services(request).store.read(_read)

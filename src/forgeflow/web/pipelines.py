@@ -55,7 +55,7 @@ async def template_list(request: Request, session: Session) -> Response:
     def _read(conn: Connection) -> dict[str, Any]:
         stamp = audit.change_marker(conn)
         rows = [
-            views.template_json(row, tpl.list_triggers(conn, row["key"]), full=False)
+            views.template_json(row, tpl.list_triggers(conn, row.key), full=False)
             for row in tpl.list_definitions(conn)
         ]
         return {"stamp": stamp, "rows": rows}
@@ -76,7 +76,7 @@ async def template_page(request: Request, session: Session, key: str) -> Respons
         recent, total = q.list_runs(conn, template_key=key, limit=10)
         return {
             "stamp": stamp,
-            "raw": row["definition"],
+            "raw": row.definition,
             "template": views.template_json(row, tpl.list_triggers(conn, key)),
             "recent": [views.run_json(r, state=False) for r in recent],
             "total_runs": total,
@@ -126,7 +126,7 @@ async def run_list(
             "stamp": stamp,
             "rows": [views.run_json(r, state=False) for r in rows],
             "page": paging(offset, total),
-            "keys": [d["key"] for d in tpl.list_definitions(conn)],
+            "keys": [d.key for d in tpl.list_definitions(conn)],
         }
 
     data = await services(request).store.read(_read)

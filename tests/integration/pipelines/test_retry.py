@@ -83,9 +83,9 @@ def test_a_failed_run_runs_only_its_failed_and_skipped_steps_again(
             lambda c: audit.query(c, audit.AuditQuery(action="pipeline.run.retry"))
         )
         assert len(rows) == 1
-        assert rows[0]["actor"] == "admin:alice"
-        assert rows[0]["metadata"]["steps"] == ["b", "c", "end"]
-        assert rows[0]["metadata"]["fromStatus"] == "failed"
+        assert rows[0].actor == "admin:alice"
+        assert rows[0].metadata["steps"] == ["b", "c", "end"]
+        assert rows[0].metadata["fromStatus"] == "failed"
 
     run(store, tmp_path, scenario)
 

@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 from sqlalchemy import Connection, update
 
+from forgeflow.domain.pipeline_records import ArmedTrigger
 from forgeflow.pipelines import firing, templates
 from forgeflow.pipelines.definition import load_definition
 from forgeflow.pipelines.schedules import InvalidSchedule, next_fire
@@ -62,7 +63,8 @@ def _undispatched(store: Store) -> int:
 
 
 def _audits(store: Store, action: str) -> list[dict[str, Any]]:
-    return store.db.read_sync(lambda c: audit.query(c, audit.AuditQuery(action=action, limit=100)))
+    found = store.db.read_sync(lambda c: audit.query(c, audit.AuditQuery(action=action, limit=100)))
+    return [e.json() for e in found]
 
 
 # -- dispatcher ---------------------------------------------------------------------------
@@ -96,7 +98,7 @@ def test_an_event_starts_one_run_per_listening_template_with_match(store: Store)
     assert len(_runs(store, "on_fail_choice")) == 1
     assert _runs(store, "on_fail_other_repo") == [] and _runs(store, "on_created") == []
     assert _undispatched(store) == 0
-    fired_at = store.db.read_sync(lambda c: tpl.list_triggers(c, "on_fail"))[0]["last_fired_at"]
+    fired_at = store.db.read_sync(lambda c: tpl.list_triggers(c, "on_fail"))[0].last_fired_at
     assert fired_at is not None
 
 
@@ -243,8 +245,8 @@ def test_next_fire_of_intervals_and_cron() -> None:
         load_definition(_doc("x", {"type": "schedule", "schedule": "every:soon"}))
 
 
-def _schedule(store: Store, key: str) -> dict[str, Any]:
-    (row,) = [t for t in store.db.read_sync(tq.schedules) if t["template_key"] == key]
+def _schedule(store: Store, key: str) -> ArmedTrigger:
+    (row,) = [t for t in store.db.read_sync(tq.schedules) if t.template_key == key]
     return row
 
 
@@ -255,27 +257,26 @@ def _tick(store: Store, now: datetime) -> firing.Fired:
 
 def _set_next(store: Store, key: str, at: datetime | None) -> None:
     row = _schedule(store, key)
-    store.db.write_sync(lambda c: tpl.update_trigger(c, row["trigger_id"], next_fire_at=at))
+    store.db.write_sync(lambda c: tpl.update_trigger(c, row.trigger_id, next_fire_at=at))
 
 
 def test_missed_fires_after_downtime_fire_once(store: Store) -> None:
     _add(store, _doc("hourly", {"type": "schedule", "schedule": "every:60"}))
     now = utcnow()
     assert _tick(store, now).runs == []  # a new schedule is planned, not fired
-    assert _schedule(store, "hourly")["next_fire_at"] == now + timedelta(seconds=60)
+    assert _schedule(store, "hourly").next_fire_at == now + timedelta(seconds=60)
     due = now - timedelta(hours=5)  # "the process was down for five hours"
     _set_next(store, "hourly", due)
     fired = _tick(store, now)
     assert len(fired.runs) == 1
     assert _tick(store, now).runs == [] and _tick(store, now + timedelta(seconds=1)).runs == []
     row = _schedule(store, "hourly")
-    assert now < row["next_fire_at"] <= now + timedelta(seconds=60)
-    assert row["last_fired_at"] == now
+    assert now < row.next_fire_at <= now + timedelta(seconds=60)
+    assert row.last_fired_at == now
     (run,) = _runs(store, "hourly")
     assert run["trigger_type"] == "schedule"
     assert (
-        run["dedupe_key"]
-        == f"schedule:{row['trigger_id']}:{due.isoformat().replace('+00:00', 'Z')}"
+        run["dedupe_key"] == f"schedule:{row.trigger_id}:{due.isoformat().replace('+00:00', 'Z')}"
     )
     assert run["state"]["event"]["schedule"] == "every:60"
 
@@ -285,13 +286,13 @@ def test_a_disabled_schedule_or_template_does_not_fire(store: Store) -> None:
     _add(store, _doc("off_template", {"type": "schedule", "schedule": "every:5"}, enabled=False))
     now = utcnow()
     _tick(store, now)
-    assert _schedule(store, "off_trigger")["next_fire_at"] is None
+    assert _schedule(store, "off_trigger").next_fire_at is None
     _set_next(store, "off_trigger", now - timedelta(seconds=1))  # stale plan: forgotten
     _set_next(store, "off_template", now - timedelta(seconds=1))
     fired = _tick(store, now)
     assert (fired.runs, fired.skipped) == ([], 1)
-    assert _schedule(store, "off_trigger")["next_fire_at"] is None
-    assert _schedule(store, "off_template")["next_fire_at"] > now  # moved on, skip audited
+    assert _schedule(store, "off_trigger").next_fire_at is None
+    assert _schedule(store, "off_template").next_fire_at > now  # moved on, skip audited
     (skip,) = _audits(store, "pipeline.trigger.skip")
     assert skip["metadata"]["templateKey"] == "off_template"
     assert _runs(store, "off_trigger") == [] and _runs(store, "off_template") == []
