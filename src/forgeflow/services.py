@@ -189,13 +189,13 @@ class Services:
         )
         if (
             previous is not None
-            and previous["owner"] != self.owner
-            and previous["host"] == host
-            and previous["pid"] != pid
-            and _alive(previous["pid"])
+            and previous.owner != self.owner
+            and previous.host == host
+            and previous.pid != pid
+            and _alive(previous.pid)
         ):
             raise WorkerIdInUse(
-                f"another forgeflow process (pid {previous['pid']}) runs with worker id "
+                f"another forgeflow process (pid {previous.pid}) runs with worker id "
                 f"{self.worker_id!r}; give each worker its own FORGEFLOW_WORKER_ID"
             )
 

@@ -86,7 +86,7 @@ def _verifier_gone(
     if ttl is None:
         return False
     holder = worker_q.get(conn, claimed_by.split("/", 1)[0])
-    return holder is None or holder["heartbeat_at"] < utcnow() - ttl
+    return holder is None or holder.heartbeat_at < utcnow() - ttl
 
 
 def interrupt(conn: Connection, task: Task, retry: RetryPolicy, *, error_code: str) -> Task:

@@ -7,20 +7,20 @@ from typing import Any
 
 from sqlalchemy import Connection, bindparam, select, update
 
-from forgeflow.store import audit, sql
+from forgeflow.domain.bookkeeping import Worker
+from forgeflow.store import audit, rows, sql
 from forgeflow.store.schema import repositories, workers
 from forgeflow.store.sql import insert_ignore
 from forgeflow.store.types import utcnow
 
-
-def get(conn: Connection, worker_id: str) -> dict[str, Any] | None:
-    row = conn.execute(select(workers).where(workers.c.worker_id == worker_id)).first()
-    return dict(row._mapping) if row else None
+_GET = select(workers).where(workers.c.worker_id == bindparam("worker_id"))
 
 
-def register(
-    conn: Connection, *, worker_id: str, owner: str, host: str, pid: int
-) -> dict[str, Any] | None:
+def get(conn: Connection, worker_id: str) -> Worker | None:
+    return rows.first(Worker, conn, _GET, {"worker_id": worker_id})
+
+
+def register(conn: Connection, *, worker_id: str, owner: str, host: str, pid: int) -> Worker | None:
     """Record this incarnation of the worker; returns the previous incarnation's row."""
     previous = get(conn, worker_id)
     now = utcnow()
@@ -68,7 +68,7 @@ def claim_repository(conn: Connection, repo_key: str, *, worker_id: str, ttl: ti
         return True
     if repo["worker_id"] is not None:
         holder = get(conn, repo["worker_id"])
-        if holder is not None and holder["heartbeat_at"] > utcnow() - ttl:
+        if holder is not None and holder.heartbeat_at > utcnow() - ttl:
             return False
     changed = conn.execute(
         update(repositories)
