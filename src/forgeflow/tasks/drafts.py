@@ -36,13 +36,12 @@ async def confirm(store: Store, moves: TaskMoves, task: Task) -> Task:
             S.FAILED_REPLY,
             action="draft.fail",
             error_code="draft_empty",
-            fields={"reply_error": "the turn ended without a final message", "claimed_by": None},
+            fields={"reply_error": "the turn ended without a final message"},
         )
     assert turn is not None
     return await moves.move(
         task,
         S.SUCCEEDED,
         action="draft.record",
-        fields={"claimed_by": None},
         metadata={"mode": task.mode, "turnKey": turn.turn_key, "chars": len(text)},
     )

@@ -135,7 +135,7 @@ class TaskMoves:
                 S.FAILED,
                 action="task.fail",
                 error_code=code,
-                fields={"execution_error": detail, "claimed_by": None},
+                fields={"execution_error": detail},
                 events=events,
                 before=before,
             )
@@ -147,7 +147,6 @@ class TaskMoves:
             fields={
                 "attempt": retry.attempt,
                 "retry_step": step.value,
-                "claimed_by": None,
                 "next_retry_at": retry.at,
                 "execution_error": detail,
             },

@@ -129,7 +129,6 @@ class Preparer:
                 S.BLOCKED_WORKSPACE,
                 action="task.block",
                 error_code=exc.code,
-                fields={"claimed_by": None},
                 metadata={"detail": str(exc), **exc.details},
                 events=notes + await receipt,
                 before=record,

@@ -152,7 +152,6 @@ class Execution:
                 task,
                 S.SUCCEEDED,
                 action="reply.confirm",
-                fields={"claimed_by": None},
                 metadata={"commentId": result.comment_id},
                 before=partial(
                     comment_q.record_final,
@@ -168,7 +167,7 @@ class Execution:
                 S.FAILED_REPLY,
                 action="reply.fail",
                 error_code="reply_unknown",
-                fields={"reply_error": result.detail, "claimed_by": None},
+                fields={"reply_error": result.detail},
             )
         return await self._missing(task, turn)
 
@@ -185,7 +184,6 @@ class Execution:
                     "reply_attempt": 1,
                     "retry_step": S.RUNNING.value,
                     "next_retry_at": utcnow(),
-                    "claimed_by": None,
                     "reply_error": "mcp_reply_missing",
                 },
             )
@@ -215,7 +213,7 @@ class Execution:
                 S.FAILED_REPLY,
                 action="reply.fail",
                 error_code="rest_fallback_failed",
-                fields={"reply_error": f"mcp_reply_missing; fallback: {exc}", "claimed_by": None},
+                fields={"reply_error": f"mcp_reply_missing; fallback: {exc}"},
             )
         check = await self.replies.verify(task, turn.turn_key)
         if check.result is not Found.FOUND:
@@ -226,7 +224,6 @@ class Execution:
                 error_code="rest_fallback_unconfirmed",
                 fields={
                     "reply_error": "mcp_reply_missing; fallback posted but not found",
-                    "claimed_by": None,
                 },
             )
         return await self.moves.move(
@@ -234,6 +231,6 @@ class Execution:
             S.SUCCEEDED_WITH_REST_FALLBACK,
             action="reply.fallback",
             error_code="mcp_reply_missing",
-            fields={"reply_error": "mcp_reply_missing", "claimed_by": None},
+            fields={"reply_error": "mcp_reply_missing"},
             metadata={"commentId": check.comment_id},
         )

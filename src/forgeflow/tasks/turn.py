@@ -276,11 +276,9 @@ class TurnRunner:
                     S.FAILED,
                     action="task.abort_timeout",
                     error_code="abort_timeout",
-                    fields={"claimed_by": None, "execution_error": "turn did not stop in time"},
+                    fields={"execution_error": "turn did not stop in time"},
                 )
-            return await self.moves.move(
-                task, S.ABORTED, action="task.aborted", fields={"claimed_by": None}
-            )
+            return await self.moves.move(task, S.ABORTED, action="task.aborted")
         if completed is None:
             return await self.moves.retry_or_fail(
                 task, "app_server_timeout", "the turn ended without turn/completed"
@@ -313,7 +311,7 @@ class TurnRunner:
             task,
             S.WAITING_USER,
             action="task.wait_user",
-            fields={"claimed_by": None, "retry_step": None},
+            fields={"retry_step": None},
         )
 
     async def _agent_failed(self, task: Task, exc: AgentError) -> Task:
@@ -324,7 +322,7 @@ class TurnRunner:
             S.FAILED,
             action="task.fail",
             error_code=exc.code,
-            fields={"execution_error": str(exc), "claimed_by": None},
+            fields={"execution_error": str(exc)},
         )
 
 
