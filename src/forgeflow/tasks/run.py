@@ -58,6 +58,7 @@ class Execution:
             while True:
                 if task.state not in ACTIVE_STATES:
                     lease.given_back()  # the move out of the active states released it
+                before = task.state_version
                 if task.state == S.PREPARING:
                     task, context = await self._preparing(task, claim.repo)
                 elif task.state == S.RUNNING:
@@ -66,6 +67,8 @@ class Execution:
                     return await self._verifying(task, ended)
                 else:
                     return task
+                if task.state_version == before:
+                    return task  # a step that did not move the task: nothing more now
 
     async def _preparing(self, task: Task, repo: Repository | None) -> tuple[Task, Context | None]:
         try:
