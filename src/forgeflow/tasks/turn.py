@@ -2,7 +2,8 @@
 
 The turn's intent is recorded before ``turn/start`` and its end with the task's next
 move (one commit), so a crash at any point leaves a record the next attempt reads: a
-turn whose answer already reached Gitea is not run again.
+turn whose answer already reached Gitea is not run again (``verify.py`` decides that,
+and whether this turn is a reply retry); its prompt is ``prompting.py``'s.
 """
 
 from __future__ import annotations
