@@ -55,13 +55,13 @@ class Services:
     # The one manager of this process's clones, shared by tasks and pipelines: its
     # per-repository lock orders a pipeline's cleanup after a task's git work.
     workspace: WorkspaceManager
+    # Set by ingress when it accepts a task; the scheduler (if this process runs one)
+    # claims at once instead of at its next poll. Built once, in build_services.
+    wakeup: Wakeup
     role: Role = Role.ALL
     worker_id: str = ""
     owner: str = ""
     runtime: AgentRuntime | None = None
-    # Set by ingress when it accepts a task; the scheduler (if this process runs one)
-    # claims at once instead of at its next poll.
-    wakeup: Wakeup = field(default_factory=Wakeup)
     scheduler: Scheduler | None = field(default=None)
     pipelines: PipelineEngine | None = field(default=None)
     triggers: TriggerLoops | None = field(default=None)
@@ -130,45 +130,50 @@ class Services:
     ) -> Scheduler:
         """The objects that run tasks, each given its collaborators as it is built."""
         from forgeflow.tasks.abort_watch import AbortWatch
-        from forgeflow.tasks.dispatch import Preparing, Runs
+        from forgeflow.tasks.dispatch import Dispatcher
         from forgeflow.tasks.follow import TurnFollower
         from forgeflow.tasks.moves import TaskMoves
         from forgeflow.tasks.outbox import Outbox
         from forgeflow.tasks.prepare import Preparer
+        from forgeflow.tasks.prompting import Prompts
         from forgeflow.tasks.replies import Replies
         from forgeflow.tasks.run import Execution
         from forgeflow.tasks.scheduler import Scheduler
         from forgeflow.tasks.turn import TurnRunner
+        from forgeflow.tasks.verify import Verifier
 
-        s, gitea = self.settings, self.gitea
+        s, gitea, store = self.settings, self.gitea, self.store
         assert gitea is not None
         ttl = timedelta(seconds=s.lease_ttl_seconds)
-        preparing = Preparing(limit=s.max_preparations)
-        runs = Runs(owner=self.owner, lease_ttl=ttl, worker_id=self.worker_id, preparing=preparing)
-        replies = Replies(self.store, gitea, s.bot_login, workers_ttl=ttl, public_url=s.public_url)
-        outbox = Outbox(self.store, replies, preparing)
-        moves = TaskMoves(self.store, self.retry, runs)
-        preparer = Preparer(
-            self.store, workspace, gitea, outbox, moves, preparing, bot_login=s.bot_login
+        dispatcher = Dispatcher(
+            store,
+            owner=self.owner,
+            lease_ttl=ttl,
+            worker_id=self.worker_id,
+            max_preparations=s.max_preparations,
         )
+        replies = Replies(store, gitea, s.bot_login, workers_ttl=ttl, public_url=s.public_url)
+        outbox = Outbox(store, replies, dispatcher)
+        moves = TaskMoves(store, self.retry, dispatcher)
+        prompts = Prompts(store, workspace, gitea, moves, bot_login=s.bot_login)
+        verifier = Verifier(store, replies, moves)
+        preparer = Preparer(store, workspace, gitea, outbox, moves, prompts, dispatcher)
         follower = TurnFollower(
-            self.store,
+            store,
             runtime,
-            AbortWatch(self.store),
+            AbortWatch(store),
             abort_timeout=s.abort_timeout_seconds,
             budgets=s.budgets(),
         )
         root = str(s.resolved_workspace_root)
         turns = TurnRunner(
-            self.store, runtime, replies, moves, preparer, follower, workspace_root=root
+            store, runtime, replies, moves, prompts, verifier, follower, workspace_root=root
         )
-        execution = Execution(
-            self.store, replies, moves, preparer, turns, preparing, publisher, lease_ttl=ttl
-        )
+        execution = Execution(dispatcher, preparer, turns, verifier, workspace, publisher)
         return Scheduler(
-            self.store,
+            store,
             execution,
-            runs,
+            dispatcher,
             outbox,
             self.wakeup,
             node_prefix=f"{self.worker_id}/",

@@ -19,7 +19,8 @@ from forgeflow.store import Store, acceptance, tasks, workers
 from forgeflow.store import comments as comment_q
 from forgeflow.store.schema import comments
 from forgeflow.store.types import utcnow
-from forgeflow.tasks.replies import Found, Replies
+from forgeflow.tasks.replies import Replies
+from forgeflow.tasks.verify import Found, look
 from forgeflow_testkit.gitea_emulator import GiteaEmulator
 
 BOT = "ccweb-bot"
@@ -89,7 +90,7 @@ def test_receipt_after_a_crash_between_post_and_record_is_not_posted_again(
             first = await replies.receipt(task)
             _forget_the_record(store)
             second = await replies.receipt(task)
-            return first, second
+            return first.comment_id, second.comment_id
         finally:
             await client.aclose()
 
@@ -115,17 +116,17 @@ def test_a_deferred_receipt_record_is_written_by_its_caller_or_found_after_a_cra
         client = GiteaClient(gitea.url, token)
         replies = Replies(store, client, BOT)
         try:
-            record: list[Any] = []
-            posted = await replies.receipt(task, defer_record=record)
-            assert len(record) == 1 and row().status == "pending"
+            posted = await replies.receipt(task, defer=True)
+            assert posted.record is not None and row().status == "pending"
             # The caller's commit carries it: sent, with the time of the POST.
-            store.db.write_sync(record[0])
-            assert row().status == "sent" and row().comment_id == posted
+            store.db.write_sync(posted.record)
+            assert row().status == "sent" and row().comment_id == posted.comment_id
             again = await replies.receipt(task)  # already sent: nothing is posted
+            assert again.record is None
             # A crash between the POST and the caller's commit: the record is lost.
             _forget_the_record(store)
-            after_crash = await replies.receipt(task, defer_record=[])
-            return posted, again, after_crash
+            after_crash = await replies.receipt(task, defer=True)
+            return posted.comment_id, again.comment_id, after_crash.comment_id
         finally:
             await client.aclose()
 
@@ -148,7 +149,7 @@ def test_a_fresh_intent_of_another_poster_is_left_alone(
             with pytest.raises(GiteaError):
                 await replies.receipt(task)
             # The failed POST aged its intent, so the next poster may take it over.
-            return await replies.receipt(task)
+            return (await replies.receipt(task)).comment_id
         finally:
             await client.aclose()
 
@@ -169,7 +170,7 @@ def test_verifier_ambiguity_is_unknown(
     async def verify() -> Found:
         client = GiteaClient(gitea.url, token)
         try:
-            return (await Replies(store, client, BOT).verify(task, f"{task.task_id}:1")).result
+            return (await look(Replies(store, client, BOT), task, f"{task.task_id}:1")).result
         finally:
             await client.aclose()
 
@@ -217,7 +218,7 @@ def _receipt_after_restart(
         started = asyncio.get_running_loop().time()
         try:
             posted = await replies.receipt(task, wait_in_flight=wait)
-            return posted, asyncio.get_running_loop().time() - started
+            return posted.comment_id, asyncio.get_running_loop().time() - started
         finally:
             await client.aclose()
 
@@ -248,7 +249,8 @@ def test_a_receipt_posted_just_before_a_kill_is_found_not_posted_again(
     async def post_then_die() -> int | None:
         client = GiteaClient(gitea.url, token)
         try:  # the record was to go with the next commit, which the kill prevented
-            return await Replies(store, client, BOT).receipt(task, defer_record=[])
+            posted = await Replies(store, client, BOT).receipt(task, defer=True)
+            return posted.comment_id
         finally:
             await client.aclose()
 

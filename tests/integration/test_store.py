@@ -81,6 +81,22 @@ def test_a_terminal_task_never_moves(store: Store) -> None:
         assert row is not None and row.state == state and row.state_version == 1
 
 
+def test_a_move_out_of_work_gives_the_claim_back(store: Store) -> None:
+    """The claim is the transition's business: a move into work keeps it, one out of work
+    clears it, whatever the caller's fields say."""
+    task_id = _task(store, 1)
+    asyncio.run(store.transition(Transition(task_id, TaskState.QUEUED, 1)))
+    claimed = {"claimed_by": "w/1"}
+    row = asyncio.run(store.transition(Transition(task_id, TaskState.PREPARING, 2, fields=claimed)))
+    assert row.claimed_by == "w/1"
+    row = asyncio.run(store.transition(Transition(task_id, TaskState.RUNNING, 3)))
+    assert row.claimed_by == "w/1"
+    row = asyncio.run(
+        store.transition(Transition(task_id, TaskState.RETRY_WAIT, 4, fields=claimed))
+    )
+    assert row.claimed_by is None
+
+
 def test_transitions_emit_domain_events_once(store: Store) -> None:
     from forgeflow.store import events
 

@@ -1,15 +1,20 @@
-"""What the scheduler, the runs and the outbox share: claims, busy repositories, the
-tasks being prepared, the wake-up."""
+"""The scheduler's dispatcher, which the runs and the outbox share: claims, busy
+repositories, the tasks being prepared and their places, the wake-up."""
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
 
 from forgeflow.domain.records import Task
+from forgeflow.store import Store
 from forgeflow.store.scheduling import Claim
-from forgeflow.tasks.dispatch import Preparing, Runs, Wakeup
+from forgeflow.tasks.dispatch import Dispatcher, Wakeup
 
 
 def _claim(task_id: str, repo: str, state: str, lease: str | None = "l") -> Claim:
@@ -21,57 +26,72 @@ def _claim(task_id: str, repo: str, state: str, lease: str | None = "l") -> Clai
     return Claim(task, lease)
 
 
-def _runs() -> tuple[Runs, Preparing]:
-    preparing = Preparing(limit=2)
-    runs = Runs(owner="w/1", lease_ttl=timedelta(seconds=30), worker_id="w", preparing=preparing)
-    return runs, preparing
+@pytest.fixture
+def bare_store(tmp_path: Path) -> Iterator[Store]:
+    """What the dispatcher renews leases and claims with; these tests exercise its
+    bookkeeping, which touches no table."""
+    store = Store(f"sqlite:///{tmp_path / 'forgeflow.db'}")
+    yield store
+    store.close()
 
 
-def test_preparing_is_idle_only_when_nothing_is_prepared() -> None:
-    preparing = Preparing(limit=2)
-    assert preparing.idle.is_set()
-    preparing.expect("a")
-    preparing.expect("b")
-    preparing.done("a")
-    assert "b" in preparing and "a" not in preparing and not preparing.idle.is_set()
-    preparing.done("b")
-    assert preparing.idle.is_set()
+def _dispatcher(store: Store, limit: int = 2) -> Dispatcher:
+    return Dispatcher(
+        store,
+        owner="w/1",
+        lease_ttl=timedelta(seconds=30),
+        worker_id="w",
+        max_preparations=limit,
+    )
 
 
-def test_claims_are_registered_at_once_and_started_in_order() -> None:
-    async def scenario() -> list[str]:
-        runs, preparing = _runs()
-        runs.started([_claim("t1", "r1", "preparing"), _claim("t2", "r2", "running")])
-        # Registered before any run started: a claim round must not claim them again.
-        assert runs.ids == {"t1", "t2"} and runs.busy_repos == {"r1": "t1", "r2": "t2"}
-        assert "t1" in preparing and "t2" not in preparing
-        return [(await runs.next_claim()).task.task_id for _ in range(2)]
-
-    assert asyncio.run(scenario()) == ["t1", "t2"]
-
-
-def test_a_run_frees_only_the_repository_it_holds() -> None:
+def test_preparing_is_idle_only_when_nothing_is_prepared(bare_store: Store) -> None:
     async def scenario() -> None:
-        runs, preparing = _runs()
-        runs.started([_claim("t1", "r1", "preparing")])
-        # t1 gave its lease back and t2 was claimed in the same transaction.
-        runs.started([_claim("t2", "r1", "preparing")])
-        runs.ended("t1", "r1")  # t1's verification ended after the handoff
-        assert runs.busy_repos == {"r1": "t2"} and runs.ids == {"t2"}
-        assert not preparing.idle.is_set()
-        runs.ended("t2", "r1")
-        assert runs.busy_repos == {} and preparing.idle.is_set()
+        d = _dispatcher(bare_store)
+        assert d.idle.is_set()
+        d.started([_claim("a", "r1", "preparing"), _claim("b", "r2", "preparing")])
+        d.prepared("a")
+        assert d.preparing("b") and not d.preparing("a") and not d.idle.is_set()
+        d.prepared("b")
+        assert d.idle.is_set()
 
     asyncio.run(scenario())
 
 
-def test_the_handoff_claims_only_for_repositories_with_waiting_tasks() -> None:
-    runs, _ = _runs()
-    assert runs.claimer("r1", "t1") is None  # nobody was seen waiting: no query
-    runs.waiting_repos = {"r1"}
-    assert runs.claimer("r1", "t1") is not None
-    runs.stopping = True
-    assert runs.claimer("r1", "t1") is None
+def test_claims_are_registered_at_once_and_started_in_order(bare_store: Store) -> None:
+    async def scenario() -> list[str]:
+        d = _dispatcher(bare_store)
+        d.started([_claim("t1", "r1", "preparing"), _claim("t2", "r2", "running")])
+        # Registered before any run started: a claim round must not claim them again.
+        assert d.ids == {"t1", "t2"} and d.busy_repos == {"r1": "t1", "r2": "t2"}
+        assert d.preparing("t1") and not d.preparing("t2")
+        return [(await d.next_claim()).task.task_id for _ in range(2)]
+
+    assert asyncio.run(scenario()) == ["t1", "t2"]
+
+
+def test_a_run_frees_only_the_repository_it_holds(bare_store: Store) -> None:
+    async def scenario() -> None:
+        d = _dispatcher(bare_store)
+        d.started([_claim("t1", "r1", "preparing")])
+        # t1 gave its lease back and t2 was claimed in the same transaction.
+        d.started([_claim("t2", "r1", "preparing")])
+        d.ended("t1", "r1")  # t1's verification ended after the handoff
+        assert d.busy_repos == {"r1": "t2"} and d.ids == {"t2"}
+        assert not d.idle.is_set()
+        d.ended("t2", "r1")
+        assert d.busy_repos == {} and d.idle.is_set()
+
+    asyncio.run(scenario())
+
+
+def test_the_handoff_claims_only_for_repositories_with_waiting_tasks(bare_store: Store) -> None:
+    d = _dispatcher(bare_store)
+    assert d.claimer("r1", "t1") is None  # nobody was seen waiting: no query
+    d.waiting_repos = frozenset({"r1"})
+    assert d.claimer("r1", "t1") is not None
+    d.stopping = True
+    assert d.claimer("r1", "t1") is None
 
 
 def test_a_wakeup_ends_the_sleep_early_and_is_then_forgotten() -> None:
@@ -90,9 +110,9 @@ def test_a_wakeup_ends_the_sleep_early_and_is_then_forgotten() -> None:
     assert woken < 1.0 and slept >= 0.04
 
 
-def test_preparations_beyond_the_limit_wait_for_a_place_in_order() -> None:
+def test_preparations_beyond_the_limit_wait_for_a_place_in_order(bare_store: Store) -> None:
     async def scenario() -> tuple[list[str], list[tuple[int, int]]]:
-        preparing = Preparing(limit=2)
+        preparing = _dispatcher(bare_store, limit=2)
         order: list[str] = []
         seen: list[tuple[int, int]] = []
         release = asyncio.Event()
@@ -117,9 +137,9 @@ def test_preparations_beyond_the_limit_wait_for_a_place_in_order() -> None:
     assert max(working for working, _ in seen) == 2
 
 
-def test_a_preparation_cancelled_while_waiting_gives_up_its_turn() -> None:
+def test_a_preparation_cancelled_while_waiting_gives_up_its_turn(bare_store: Store) -> None:
     async def scenario() -> tuple[int, int]:
-        preparing = Preparing(limit=1)
+        preparing = _dispatcher(bare_store, limit=1)
         hold = asyncio.Event()
 
         async def prepare() -> None:

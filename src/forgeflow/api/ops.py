@@ -15,7 +15,7 @@ from forgeflow.api.schemas import Health, Readiness, answer, error
 from forgeflow.config_warnings import sandbox_warning
 from forgeflow.services import Services
 from forgeflow.store import StoreUnavailable, deliveries, tasks
-from forgeflow.tasks.dispatch import Preparing
+from forgeflow.tasks.dispatch import Dispatcher
 
 router = APIRouter(tags=["operations"])
 
@@ -62,9 +62,9 @@ class _PreparationsCollector(Collector):
     """This process's preparations (the bound of FORGEFLOW_MAX_PREPARATIONS): how many
     do their git work now, how many wait for a place, and the bound itself."""
 
-    def __init__(self, preparing: Preparing) -> None:
-        self._counts = {"working": preparing.working, "waiting": preparing.waiting}
-        self._limit = preparing.limit
+    def __init__(self, dispatcher: Dispatcher) -> None:
+        self._counts = {"working": dispatcher.working, "waiting": dispatcher.waiting}
+        self._limit = dispatcher.limit
 
     def collect(self) -> Any:
         now = GaugeMetricFamily(
@@ -129,6 +129,6 @@ async def metrics(request: Request) -> Response:
     scrape = CollectorRegistry()
     scrape.register(_StoreCollector(snapshot))
     if services.scheduler is not None:  # only a process that runs tasks prepares them
-        scrape.register(_PreparationsCollector(services.scheduler.preparing))
+        scrape.register(_PreparationsCollector(services.scheduler.dispatcher))
     body = generate_latest(services.metrics.registry) + generate_latest(scrape)
     return Response(body, media_type=CONTENT_TYPE_LATEST)

@@ -92,7 +92,7 @@ def _verifier_gone(
 def interrupt(conn: Connection, task: Task, retry: RetryPolicy, *, error_code: str) -> Task:
     """Interrupted work: tried again after backoff while the retry rule allows, else
     ``failed``. The task no longer holds a lease or a worker either way."""
-    freed: TaskFields = {"lease_id": None, "claimed_by": None}
+    freed: TaskFields = {"lease_id": None}  # and its claim, by the move itself
     state = TaskState(task.state)
     if state is TaskState.ABORTING:
         return _recover(conn, task, TaskState.ABORTED, error_code, freed)

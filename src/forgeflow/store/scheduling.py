@@ -117,6 +117,8 @@ class Claim:
 class Round:
     claims: list[Claim]
     next_due: datetime | None  # when the earliest retry_wait task becomes due
+    # Busy repositories with tasks waiting: their next task is claimed at the handoff.
+    waiting_repos: frozenset[str] = frozenset()
 
 
 def claim(
@@ -226,22 +228,20 @@ def claim_round(
     owner: str,
     ttl: timedelta,
     worker_id: str | None = None,
-    waiting: set[str] | None = None,
 ) -> Round:
     """The candidates and their claims in one transaction (one trip to the writer
     instead of a read and then a write): every candidate whose repository this worker
-    is not busy with and that it does not run already; and when the next ``retry_wait``
-    task is due. ``waiting`` receives the busy repositories that have candidates (their
-    next task is claimed at the handoff)."""
+    is not busy with and that it does not run already; when the next ``retry_wait``
+    task is due; and the busy repositories that have candidates."""
     wanted = []
+    waiting: set[str] = set()
     for cand in candidates(conn, worker_id=worker_id, ttl=ttl):
         if cand.repo_key in busy_repos:
-            if waiting is not None:
-                waiting.add(cand.repo_key)
+            waiting.add(cand.repo_key)
         elif cand.task_id not in running:
             wanted.append((cand.task_id, cand.repo_key))
     claims = claim_many(conn, wanted, owner=owner, ttl=ttl, worker_id=worker_id)
-    return Round(claims, next_wake(conn))
+    return Round(claims, next_wake(conn), frozenset(waiting))
 
 
 def claim_next(

@@ -10,7 +10,7 @@ from sqlalchemy import Connection, bindparam, func, select, update
 
 from forgeflow.domain.ids import ResourceRef
 from forgeflow.domain.records import Refs, Repository, Task
-from forgeflow.domain.states import IllegalTransition, TaskState, is_allowed
+from forgeflow.domain.states import IN_WORK_STATES, IllegalTransition, TaskState, is_allowed
 from forgeflow.store import audit, events, repos, rows, sessions
 from forgeflow.store.schema import tasks
 from forgeflow.store.sql import insert_row
@@ -88,6 +88,10 @@ def transition(conn: Connection, t: Transition) -> Task:
     unknown = set(fields) - _TRANSITION_FIELDS
     if unknown:
         raise ValueError(f"transition cannot set {sorted(unknown)}")
+    if t.to_state not in IN_WORK_STATES:
+        # Out of work, the task is no worker's: the move itself gives its claim back,
+        # so no caller writes that by hand (or forgets to).
+        fields["claimed_by"] = None
     updated = None
     if t.from_state is not None and is_allowed(t.from_state.value, t.to_state.value):
         # The caller knows the state it moves from: the compare-and-swap alone decides,

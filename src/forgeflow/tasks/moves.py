@@ -1,8 +1,9 @@
 """How a running task's steps write: state moves, audit rows, retry-or-fail.
 
-Shared by the preparing step (``prepare.py``) and the rest of a task's run
-(``run.py``); every state change goes through the store's transition function, so a
-move is recorded (with its audit row) in the same transaction that makes it.
+Shared by the steps of a task's run (``prepare.py``, ``turn.py``, ``verify.py``);
+every state change goes through the store's transition function, so a move is
+recorded (with its audit row) in the same transaction that makes it, and a move out of
+work gives the task's claim back there too.
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ def task_event(task: Task, action: str, **kw: Any) -> AuditEvent:
 
 
 class Handoff(Protocol):
-    """Who takes a repository over when a task gives its lease back (``dispatch.Runs``).
+    """Who takes a repository over when a task gives its lease back (``dispatch.Dispatcher``).
 
     The next task is claimed in the transaction that releases the lease: the repository
     never waits for a scheduler round between two of its tasks, and the database's
@@ -136,7 +137,7 @@ class TaskMoves:
                 S.FAILED,
                 action="task.fail",
                 error_code=code,
-                fields={"execution_error": detail, "claimed_by": None},
+                fields={"execution_error": detail},
                 events=events,
                 before=before,
             )
@@ -148,7 +149,6 @@ class TaskMoves:
             fields={
                 "attempt": retry.attempt,
                 "retry_step": step.value,
-                "claimed_by": None,
                 "next_retry_at": retry.at,
                 "execution_error": detail,
             },

@@ -10,6 +10,7 @@ Gitea failure left unposted. Every post is exactly-once (see ``replies.post_once
 from __future__ import annotations
 
 import asyncio
+from dataclasses import dataclass
 from functools import partial
 
 import structlog
@@ -21,9 +22,10 @@ from forgeflow.gitea.client import GiteaError
 from forgeflow.store import Store, outbox, scheduling
 from forgeflow.store.audit import AuditEvent
 from forgeflow.store.db import Unit
-from forgeflow.tasks.dispatch import Preparing, Wakeup
+from forgeflow.tasks.dispatch import Dispatcher, Wakeup
 from forgeflow.tasks.moves import task_event
 from forgeflow.tasks.replies import Replies
+from forgeflow.tasks.verify import answered
 
 log = structlog.get_logger("forgeflow.tasks.outbox")
 _RECEIPTS_AT_ONCE = 8
@@ -31,45 +33,52 @@ _RECEIPTS_AT_ONCE = 8
 _RECEIPTS_DEFER_SECONDS = 1.0
 
 
+@dataclass(frozen=True, slots=True)
+class Receipt:
+    """What posting a claimed task's receipt leaves for the move that ends its
+    preparation: the post's record, or the audit rows of a failure to post."""
+
+    record: Unit | None = None
+    events: tuple[AuditEvent, ...] = ()
+
+
 class Outbox:
-    def __init__(self, store: Store, replies: Replies, preparing: Preparing) -> None:
+    def __init__(self, store: Store, replies: Replies, dispatcher: Dispatcher) -> None:
         self.store = store
         self.replies = replies
-        self.preparing = preparing
+        self.dispatcher = dispatcher
         # Set by the claim loop once its round is done: a task claimed in the round
         # posts its own receipt while its workspace is prepared, and the outbox's
         # queries do not compete with the claim.
         self.wakeup = Wakeup()
 
-    async def receipt(self, task: Task, *, record: list[Unit] | None = None) -> list[AuditEvent]:
-        """Post the task's receipt once; return the audit rows of a failure to post.
+    async def receipt(self, task: Task, *, claimed: bool = False) -> Receipt:
+        """Post the task's receipt once.
 
-        ``record`` (from a preparation): the record of the post is appended there, to be
-        written with the task's next move instead of in a commit of its own. Without
-        it, the receipt says how many tasks of the repository are ahead of this one."""
+        ``claimed`` (a preparation's): the record of the post is returned, to be written
+        with the task's next move instead of in a commit of its own. Else the receipt
+        says how many tasks of the repository are ahead of this one."""
         if modes.is_draft(task.mode):
-            return []  # a review/plan (draft) task posts nothing on Gitea
-        claimed = record is not None
+            return Receipt()  # a review/plan (draft) task posts nothing on Gitea
         position = None
         if not claimed:
             position = await self.store.read(partial(scheduling.queue_position, task=task))
         try:
             # A preparation waits for another poster's attempt to settle: the task's
             # turn must not answer before its receipt is out.
-            await self.replies.receipt(
-                task, queue_position=position or None, wait_in_flight=claimed, defer_record=record
+            posted = await self.replies.receipt(
+                task, queue_position=position or None, wait_in_flight=claimed, defer=claimed
             )
         except GiteaError as exc:
             log.warning("outbox.receipt_failed", task_id=task.task_id, error=str(exc))
-            return [
-                task_event(
-                    task,
-                    "comment.receipt_failed",
-                    error_code="gitea_unavailable",
-                    metadata={"error": str(exc)},
-                )
-            ]
-        return []
+            failed = task_event(
+                task,
+                "comment.receipt_failed",
+                error_code="gitea_unavailable",
+                metadata={"error": str(exc)},
+            )
+            return Receipt(events=(failed,))
+        return Receipt(posted.record)
 
     async def loop(self, poll_seconds: float, stopping: asyncio.Event) -> None:
         while not stopping.is_set():
@@ -82,10 +91,10 @@ class Outbox:
     async def round(self) -> None:
         found = await self.store.read(outbox.owed)
         owed = self._not_preparing(found.receipts)
-        if owed and not self.preparing.idle.is_set():
+        if owed and not self.dispatcher.idle.is_set():
             # A burst of mentions: the first task's preparation goes first (its turn
             # waits for it; the queued tasks' receipts only say "received"), bounded.
-            await self.preparing.first(_RECEIPTS_DEFER_SECONDS)
+            await self.dispatcher.first(_RECEIPTS_DEFER_SECONDS)
             owed = self._not_preparing(await self.store.read(outbox.receipts_owed))
         await self._receipts(owed)
         for row in found.command_replies:
@@ -98,7 +107,7 @@ class Outbox:
 
     def _not_preparing(self, receipts: list[Task]) -> list[Task]:
         # A task this process prepares posts its own receipt, beside its workspace work.
-        return [t for t in receipts if t.task_id not in self.preparing]
+        return [t for t in receipts if not self.dispatcher.preparing(t.task_id)]
 
     async def _receipts(self, owed: list[Task]) -> None:
         # Side by side (a burst of mentions must not queue each receipt behind the
@@ -113,7 +122,7 @@ class Outbox:
 
     async def _result(self, task: Task) -> None:
         try:
-            if task.state == TaskState.FAILED and await self.replies.answered(task):
+            if task.state == TaskState.FAILED and await answered(self.replies, task):
                 # The task failed after its answer landed (a crash between the agent's
                 # post and our record): the user has an answer; no failure notice.
                 await self.store.write(partial(outbox.skip_result, task=task))

@@ -1,4 +1,5 @@
-"""The bot's comments on Gitea: the one receipt, results, fallbacks, verification.
+"""The bot's comments on Gitea, each posted exactly once: the receipt, questions,
+results, fallbacks, answers to commands.
 
 Every comment is recorded as an intent before it is posted and as a result after. A
 retry first looks in Gitea for the comment's marker, so a crash between the POST and
@@ -10,9 +11,10 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from enum import Enum, StrEnum
+from enum import Enum
 from functools import partial
 from typing import Protocol
 from urllib.parse import quote
@@ -38,18 +40,14 @@ RECEIPT_TEXT = "giteabot: 已收到"
 IN_FLIGHT = timedelta(seconds=60)
 
 
-class Found(StrEnum):
-    FOUND = "found"
-    MISSING = "missing"
-    UNKNOWN = "unknown"
-
-
 @dataclass(frozen=True, slots=True)
-class Verification:
-    result: Found
-    comment_id: int | None = None
-    detail: str | None = None
-    body: str | None = None
+class Posted:
+    """A comment posted once: its id (None: another poster holds the intent right now)
+    and, when the caller writes it with its own next commit, the record of the post
+    just made (until then the intent stays pending: a later poster looks first)."""
+
+    comment_id: int | None
+    record: Unit | None = None
 
 
 class About(Protocol):
@@ -114,9 +112,12 @@ class Replies:
         # another poster's result here wakes when it lands instead of polling.
         self._posting: dict[str, asyncio.Future[None]] = {}
 
-    async def _matching(
-        self, task: About, kinds: set[MarkerKind], turn: str | None
+    async def marked(
+        self, task: About, kinds: AbstractSet[MarkerKind], turn: str | None
     ) -> list[GiteaComment]:
+        """The bot's comments about ``task`` whose marker is of one of ``kinds`` (and of
+        ``turn``, when given): what a poster looks for before posting again, and what
+        verification looks for (``verify.py``)."""
         repo, number = _where(task)
         since = task.created_at - timedelta(minutes=5)
         found = []
@@ -143,16 +144,15 @@ class Replies:
         text: str,
         turn: str | None = None,
         wait_in_flight: bool = False,
-        defer_record: list[Unit] | None = None,
-    ) -> int | None:
-        """Post ``text`` with its marker exactly once per ``key``; return the comment id.
+        defer: bool = False,
+    ) -> Posted:
+        """Post ``text`` with its marker exactly once per ``key``.
 
-        ``None`` means another poster holds the intent right now; with
+        A comment id of ``None`` means another poster holds the intent right now; with
         ``wait_in_flight`` this call waits (bounded) for that poster's result, or takes
-        the intent over once that poster cannot still be posting.
-        ``defer_record``: the record of a comment just posted is appended there for the
-        caller to write with its next commit instead of in one of its own (until then
-        the intent stays pending; a later poster looks in Gitea before posting again).
+        the intent over once that poster cannot still be posting. ``defer``: the record
+        of a comment just posted is returned for the caller to write with its next
+        commit instead of in one of its own.
         """
         marker = Marker(task.task_id, turn or turn_key(task.task_id, 0), task.resource_key, kind)
         body = append_marker(text, marker)
@@ -170,12 +170,12 @@ class Replies:
 
         claim = await self._claim(key, intent, wait_in_flight)
         if claim.how is not _How.OURS:
-            return claim.comment_id
+            return Posted(claim.comment_id)
         done = asyncio.get_running_loop().create_future()
         self._posting[key] = done
         try:
             return await self._post(
-                task, key, body, marker, kind, look_first=claim.taken, defer_record=defer_record
+                task, key, body, marker, kind, look_first=claim.taken, defer=defer
             )
         finally:
             self._posting.pop(key, None)
@@ -231,11 +231,11 @@ class Replies:
         kind: MarkerKind,
         *,
         look_first: bool,
-        defer_record: list[Unit] | None = None,
-    ) -> int | None:
+        defer: bool,
+    ) -> Posted:
         # An intent taken over may be left from a run that died after posting: look
         # first. A fresh intent cannot: nothing is posted before its intent is written.
-        earlier = await self._matching(task, {kind}, marker.turn_key) if look_first else []
+        earlier = await self.marked(task, {kind}, marker.turn_key) if look_first else []
         if earlier:
             comment_id = earlier[0].id
             await self._store.write(
@@ -243,7 +243,7 @@ class Replies:
                     c, key, status=comment_q.SENT, comment_id=comment_id, how="found"
                 )
             )
-            return comment_id
+            return Posted(comment_id)
         repo, number = _where(task)
         try:
             created = await self._gitea.create_comment(repo.owner, repo.name, number, body)
@@ -270,11 +270,10 @@ class Replies:
                 c, key, status=comment_q.SENT, comment_id=comment_id, at=posted_at
             )
 
-        if defer_record is not None:
-            defer_record.append(record)
-        else:
-            await self._store.write(record)
-        return comment_id
+        if defer:
+            return Posted(comment_id, record)
+        await self._store.write(record)
+        return Posted(comment_id)
 
     def link(self, task: About) -> str:
         """The line that points people in Gitea at the task's page ("" without a public
@@ -294,8 +293,8 @@ class Replies:
         *,
         queue_position: int | None = None,
         wait_in_flight: bool = False,
-        defer_record: list[Unit] | None = None,
-    ) -> int | None:
+        defer: bool = False,
+    ) -> Posted:
         text = RECEIPT_TEXT
         if queue_position:
             text += (
@@ -308,23 +307,25 @@ class Replies:
             kind=MarkerKind.RECEIPT,
             text=self._with_link(text, task),
             wait_in_flight=wait_in_flight,
-            defer_record=defer_record,
+            defer=defer,
         )
 
     async def question(self, task: Task, question: str) -> int | None:
         """The agent's question to the user (``item/tool/requestUserInput``)."""
-        return await self.post_once(
+        posted = await self.post_once(
             task, key=f"{task.task_id}:question", kind=MarkerKind.RESULT, text=question
         )
+        return posted.comment_id
 
     async def result(self, task: Task, text: str) -> int | None:
         """The at most one result comment of a failed, cancelled or aborted task."""
-        return await self.post_once(
+        posted = await self.post_once(
             task,
             key=f"{task.task_id}:result",
             kind=MarkerKind.RESULT,
             text=self._with_link(f"giteabot: {text}", task),
         )
+        return posted.comment_id
 
     async def command_reply(self, row: Comment) -> int | None:
         """Post the answer to a comment command, written by the acceptance transaction."""
@@ -334,54 +335,37 @@ class Replies:
             resource_key=row.resource_key,
             created_at=row.created_at,
         )
-        return await self.post_once(
+        posted = await self.post_once(
             about,
             key=row.comment_key,
             kind=MarkerKind.RESULT,
             text=row.body or "",
             turn=row.turn_key,
         )
+        return posted.comment_id
 
-    async def answered(self, task: Task) -> bool:
-        """Whether any answer of the task (a final or fallback of any turn) is on Gitea."""
-        return bool(await self._matching(task, {MarkerKind.FINAL, MarkerKind.FALLBACK}, None))
-
-    async def verify(self, task: Task, turn: str) -> Verification:
-        """Look for the final (or fallback) comment of ``turn``: exactly one must carry
-        its marker for the task to succeed."""
-        try:
-            found = await self._matching(task, {MarkerKind.FINAL, MarkerKind.FALLBACK}, turn)
-        except GiteaError as exc:
-            return Verification(Found.UNKNOWN, detail=f"comment query failed: {exc}")
-        if len(found) == 1:
-            return Verification(Found.FOUND, found[0].id, body=found[0].body)
-        if len(found) > 1:
-            return Verification(
-                Found.UNKNOWN, detail=f"{len(found)} comments carry the marker of {turn}"
-            )
-        return Verification(Found.MISSING)
-
-    async def add_note(self, task: Task, found: Verification, note: str) -> bool:
-        """Add ``note`` to a verified answer, above its marker line (which must stay
-        last); once: a note already there is not added again. False if Gitea refused."""
-        body = found.body or ""
-        if found.comment_id is None or note in body:
+    async def add_note(self, task: Task, comment_id: int | None, body: str, note: str) -> bool:
+        """Add ``note`` to a verified answer (``body``: the comment as verification read
+        it), above its marker line (which must stay last); once: a note already there
+        is not added again. False if Gitea refused."""
+        if comment_id is None or note in body:
             return True
         text, _, marker = body.rstrip("\n").rpartition("\n")
         repo, _number = _where(task)
         try:
             await self._gitea.edit_comment(
-                repo.owner, repo.name, found.comment_id, f"{text}\n\n{note}\n{marker}"
+                repo.owner, repo.name, comment_id, f"{text}\n\n{note}\n{marker}"
             )
         except GiteaError:
             return False
         return True
 
     async def fallback(self, task: Task, turn: str, text: str) -> int | None:
-        return await self.post_once(
+        posted = await self.post_once(
             task,
             key=f"{task.task_id}:fallback:{turn}",
             kind=MarkerKind.FALLBACK,
             text=self._with_link(text, task),
             turn=turn,
         )
+        return posted.comment_id

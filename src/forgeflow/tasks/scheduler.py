@@ -2,9 +2,9 @@
 
 No global cap on claims: each repository runs at most one task (a lease row plus a
 unique index in the database), and every repository runs in parallel; only the git work
-of preparations is bounded (``dispatch.Preparing``), and a task waiting for it stays
-claimed. A new task is
-claimed without waiting for the poll: ingress sets the :class:`Wakeup` it shares with
+of preparations is bounded, and a task waiting for it stays claimed. The claims, their
+leases and the preparation slots are the scheduler's :class:`Dispatcher`'s. A new task
+is claimed without waiting for the poll: ingress sets the :class:`Wakeup` it shares with
 the scheduler. A worker binds the repositories it runs, so their workspaces stay on its
 disk; a repository whose worker stopped beating is taken over by another.
 """
@@ -13,19 +13,17 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from datetime import datetime, timedelta
 from functools import partial
 from typing import Any
 
 import structlog
 
-from forgeflow.domain.records import Repository, Session, Task
 from forgeflow.domain.retry import RetryPolicy
-from forgeflow.store import Store, recovery, scheduling, workers
+from forgeflow.store import Store, recovery, workers
 from forgeflow.store.scheduling import Claim
 from forgeflow.store.sql import TASKS_CHANNEL
 from forgeflow.store.types import utcnow
-from forgeflow.tasks.dispatch import Runs, Wakeup
+from forgeflow.tasks.dispatch import Dispatcher, Wakeup
 from forgeflow.tasks.outbox import Outbox
 from forgeflow.tasks.run import Execution
 
@@ -37,7 +35,7 @@ class Scheduler:
         self,
         store: Store,
         execution: Execution,
-        runs: Runs,
+        dispatcher: Dispatcher,
         outbox: Outbox,
         wakeup: Wakeup,
         *,
@@ -47,13 +45,10 @@ class Scheduler:
     ) -> None:
         self.store = store
         self.execution = execution
-        self.runs = runs
-        self.preparing = runs.preparing  # read by /metrics: preparations working, waiting
+        # Its claims, leases and preparation slots (read by /metrics too).
+        self.dispatcher = dispatcher
         self.outbox = outbox
         self.wakeup = wakeup
-        self.owner = runs.owner
-        self.worker_id = runs.worker_id
-        self.lease_ttl: timedelta = runs.lease_ttl
         self.node_prefix = node_prefix
         self.retry = retry
         self.poll_seconds = poll_seconds
@@ -74,10 +69,10 @@ class Scheduler:
         changed = await self.store.write(
             partial(
                 recovery.recover,
-                owner=self.owner,
+                owner=self.dispatcher.owner,
                 node_prefix=self.node_prefix,
                 retry=self.retry,
-                ttl=self.lease_ttl,
+                ttl=self.dispatcher.lease_ttl,
             )
         )
         for task in changed:
@@ -101,7 +96,7 @@ class Scheduler:
     async def stop(self) -> None:
         """Stop claiming and leave running work to restart recovery."""
         self._stopping.set()
-        self.runs.stopping = True
+        self.dispatcher.stopping = True
         for t in [*self._loops, *self._running.values()]:
             t.cancel()
         for t in [*self._loops, *self._running.values()]:
@@ -110,13 +105,15 @@ class Scheduler:
 
     async def _heartbeat(self) -> None:
         """Keep this worker's row fresh: its repositories stay bound to it."""
-        if self.worker_id is None:
+        if self.dispatcher.worker_id is None:
             return
-        worker_id = self.worker_id
+        worker_id = self.dispatcher.worker_id
         while not self._stopping.is_set():
-            await asyncio.sleep(self.lease_ttl.total_seconds() / 3)
+            await asyncio.sleep(self.dispatcher.lease_ttl.total_seconds() / 3)
             try:
-                await self.store.write(partial(workers.beat, worker_id=worker_id, owner=self.owner))
+                await self.store.write(
+                    partial(workers.beat, worker_id=worker_id, owner=self.dispatcher.owner)
+                )
             except Exception as exc:
                 log.warning("worker.heartbeat_failed", error=type(exc).__name__)
 
@@ -147,11 +144,11 @@ class Scheduler:
         while not self._stopping.is_set():
             try:
                 now = asyncio.get_running_loop().time()
-                if now - last_recovery >= self.lease_ttl.total_seconds():
+                if now - last_recovery >= self.dispatcher.lease_ttl.total_seconds():
                     # Another worker may have died meanwhile: its leases expire, we recover.
                     last_recovery = now
                     await self.recover()
-                due = await self._claim_round()
+                due = await self.dispatcher.claim_round()
                 self.outbox.wakeup.set()
             except Exception:
                 log.exception("scheduler.round_failed")
@@ -163,44 +160,22 @@ class Scheduler:
                 delay = min(delay, max((due - utcnow()).total_seconds(), 0.01))
             await self.wakeup.sleep(delay)
 
-    async def _claim_round(self) -> datetime | None:
-        """Claim what can start; returns when the next retry_wait task becomes due."""
-        waiting: set[str] = set()
-        round_ = await self.store.write(
-            partial(
-                scheduling.claim_round,
-                busy_repos=frozenset(self.runs.busy_repos),
-                running=frozenset(self.runs.ids),
-                owner=self.owner,
-                ttl=self.lease_ttl,
-                worker_id=self.worker_id,
-                waiting=waiting,
-            )
-        )
-        self.runs.waiting_repos = waiting
-        self.runs.started(round_.claims)
-        return round_.next_due
-
     async def _dispatch_loop(self) -> None:
         """Start a run for every claim, whether a claim round or a handoff made it."""
         while not self._stopping.is_set():
-            claim = await self.runs.next_claim()
+            claim = await self.dispatcher.next_claim()
             self._start(claim)
 
     def _start(self, claim: Claim) -> None:
         task = claim.task
         self._running[task.task_id] = asyncio.create_task(
-            self._execute(task, claim.repo, claim.session), name=f"task {task.task_id}"
+            self._execute(claim), name=f"task {task.task_id}"
         )
 
-    async def _execute(
-        self,
-        task: Task,
-        repo: Repository | None = None,
-        session: Session | None = None,
-    ) -> None:
+    async def _execute(self, claim: Claim) -> None:
+        task = claim.task
         try:
-            await self.execution.run(task, repo=repo, session=session)
+            await self.execution.run(claim)
         except asyncio.CancelledError:
             raise
         except Exception:
@@ -210,7 +185,7 @@ class Scheduler:
                     partial(
                         recovery.abandon,
                         task_id=task.task_id,
-                        owner=self.owner,
+                        owner=self.dispatcher.owner,
                         retry=self.retry,
                     )
                 )
@@ -218,5 +193,5 @@ class Scheduler:
                 log.exception("execution.abandon_failed", task_id=task.task_id)
         finally:
             self._running.pop(task.task_id, None)
-            self.runs.ended(task.task_id, task.repo_key)
+            self.dispatcher.ended(task.task_id, task.repo_key)
             self.wake()

@@ -2,12 +2,12 @@
 
 The turn's intent is recorded before ``turn/start`` and its end with the task's next
 move (one commit), so a crash at any point leaves a record the next attempt reads: a
-turn whose answer already reached Gitea is not run again.
+turn whose answer already reached Gitea is not run again (``verify.py`` decides that,
+and whether this turn is a reply retry); its prompt is ``prompting.py``'s.
 """
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
@@ -17,7 +17,6 @@ from sqlalchemy import Connection
 from forgeflow.agent.port import (
     AgentError,
     AgentRuntime,
-    CommentTool,
     NeedsUser,
     SessionSpec,
     TurnCompleted,
@@ -26,8 +25,7 @@ from forgeflow.agent.port import (
     TurnStatus,
 )
 from forgeflow.domain import prompt
-from forgeflow.domain.ids import ResourceRef, parse_resource_key, turn_key
-from forgeflow.domain.markers import Marker, MarkerKind
+from forgeflow.domain.ids import ResourceRef, parse_resource_key
 from forgeflow.domain.paths import session_worktree
 from forgeflow.domain.records import Session, Task
 from forgeflow.domain.states import TaskState
@@ -39,29 +37,11 @@ from forgeflow.store.types import utcnow
 from forgeflow.tasks import drafts
 from forgeflow.tasks.follow import TurnFollower
 from forgeflow.tasks.moves import TaskMoves
-from forgeflow.tasks.prepare import Prepared, Preparer
-from forgeflow.tasks.replies import Found, Replies
+from forgeflow.tasks.prompting import Context, Prompts, TurnPlan
+from forgeflow.tasks.replies import Replies
+from forgeflow.tasks.verify import EndedTurn, Verifier
 
 S = TaskState
-
-
-@dataclass(frozen=True, slots=True)
-class EndedTurn:
-    """A normal turn that just ended in this run, as far as verification needs it."""
-
-    turn_key: str
-    turn_id: str | None
-    last_message: str | None
-
-
-@dataclass(frozen=True, slots=True)
-class _Plan:
-    """The turn about to start: its key, kind, answer marker and prompt."""
-
-    key: str
-    kind: str  # "normal", or "reply_retry": the agent only posts the answer it gave
-    marker: str
-    prompt: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,7 +70,8 @@ class TurnRunner:
         runtime: AgentRuntime,
         replies: Replies,
         moves: TaskMoves,
-        preparer: Preparer,
+        prompts: Prompts,
+        verifier: Verifier,
         follower: TurnFollower,
         *,
         workspace_root: str,
@@ -99,36 +80,37 @@ class TurnRunner:
         self.runtime = runtime
         self.replies = replies
         self.moves = moves
-        self.preparer = preparer
+        self.prompts = prompts
+        self.verifier = verifier
         self.follower = follower
         self.workspace_root = workspace_root
 
     async def run(
-        self, task: Task, session: Session | None, prepared: Prepared
+        self, task: Task, session: Session | None, context: Context | None
     ) -> tuple[Task, EndedTurn | None]:
         """Run the task's turn; return the task's row after it, and the turn as its row
         would say when it was a normal turn that ended for verification (the
-        verification then needs no read of it)."""
+        verification then needs no read of it). ``context``: the prompt's context, read
+        by the preparation in this same run."""
         resource = parse_resource_key(task.resource_key)
         if session is None:
             session = await self.store.read(lambda c: sessions.get(c, task.session_key))
         assert session is not None
         cwd = session_worktree(self.workspace_root, resource)
-        reply_retry = task.retry_step == S.RUNNING and int(task.reply_attempt) > 0
         draft = drafts.is_draft(task)  # review/plan space: read-only, posts nothing
-        if not draft and not reply_retry and int(task.turn_count) > 0:
-            # A turn of this task ran before and was interrupted: if its answer reached
-            # Gitea before the interruption, it is the answer; no second turn.
-            answered = await self._answered_before(task)
-            if answered is not None:
-                return answered, None
+        answered = await self.verifier.answered_before(task)
+        if answered is not None:
+            return answered, None
         try:
             tool = drafts.NO_TOOL if draft else await self.runtime.comment_tool()
             thread_id = await self._session(task, session, resource, cwd, draft=draft)
         except AgentError as exc:
             return await self._agent_failed(task, exc), None
         bound_at = utcnow()
-        plan = await self._plan(task, resource, cwd, tool, prepared, reply_retry, draft)
+        answer_of = await self.verifier.answer_of(task)  # a reply retry's turn
+        plan = await self.prompts.plan(
+            task, resource, cwd, tool, context, answer_of=answer_of, draft=draft
+        )
         await self.store.write(_begin(task, session, thread_id, plan, bound_at))
         spec = TurnSpec(
             task_id=task.task_id,
@@ -182,34 +164,7 @@ class TurnRunner:
             )
         )
 
-    async def _plan(
-        self,
-        task: Task,
-        resource: ResourceRef,
-        cwd: str,
-        tool: CommentTool,
-        prepared: Prepared,
-        reply_retry: bool,
-        draft: bool,
-    ) -> _Plan:
-        key = turn_key(task.task_id, int(task.turn_count) + 1)
-        verified_key = key
-        if reply_retry:
-            # The answer to post is the last normal turn's: its marker names that turn.
-            normal = await self.store.read(lambda c: turn_q.last_normal(c, task.task_id))
-            verified_key = normal.turn_key if normal else key
-        final = Marker(task.task_id, verified_key, task.resource_key, MarkerKind.FINAL)
-        marker = final.render()
-        if reply_retry:
-            text = prompt.reply_retry_prompt(marker, tool.name, tool.arguments)
-            return _Plan(key, "reply_retry", marker, text)
-        waiting = dataclasses.replace(final, state="waiting_user").render()
-        text = await self.preparer.turn_prompt(
-            task, resource, cwd, (marker, waiting), tool, prepared, draft
-        )
-        return _Plan(key, "normal", marker, text)
-
-    async def _end(self, task: Task, plan: _Plan, end: _End) -> tuple[Task, EndedTurn | None]:
+    async def _end(self, task: Task, plan: TurnPlan, end: _End) -> tuple[Task, EndedTurn | None]:
         """Record the turn's end with the task's next move."""
         completed = end.completed
 
@@ -246,26 +201,6 @@ class TurnRunner:
             return moved, None
         return moved, EndedTurn(plan.key, end.handle.turn_id, completed.last_message)
 
-    async def _answered_before(self, task: Task) -> Task | None:
-        last = await self.store.read(lambda c: turn_q.last_normal(c, task.task_id))
-        if last is None:
-            return None
-        found = await self.replies.verify(task, last.turn_key)
-        if found.result is not Found.FOUND:
-            return None
-        await self.moves.audit(
-            task,
-            "turn.skipped_answer_exists",
-            comment_id=found.comment_id,
-            metadata={"turnKey": last.turn_key},
-        )
-        return await self.moves.move(
-            task,
-            S.VERIFYING_REPLY,
-            action="task.verify",
-            fields={"turn_id": last.turn_id, "retry_step": None},
-        )
-
     async def _after_turn(self, task: Task, end: _End) -> Task:
         """The task's move after a turn that did not simply end with an answer."""
         completed = end.completed
@@ -276,11 +211,9 @@ class TurnRunner:
                     S.FAILED,
                     action="task.abort_timeout",
                     error_code="abort_timeout",
-                    fields={"claimed_by": None, "execution_error": "turn did not stop in time"},
+                    fields={"execution_error": "turn did not stop in time"},
                 )
-            return await self.moves.move(
-                task, S.ABORTED, action="task.aborted", fields={"claimed_by": None}
-            )
+            return await self.moves.move(task, S.ABORTED, action="task.aborted")
         if completed is None:
             return await self.moves.retry_or_fail(
                 task, "app_server_timeout", "the turn ended without turn/completed"
@@ -313,7 +246,7 @@ class TurnRunner:
             task,
             S.WAITING_USER,
             action="task.wait_user",
-            fields={"claimed_by": None, "retry_step": None},
+            fields={"retry_step": None},
         )
 
     async def _agent_failed(self, task: Task, exc: AgentError) -> Task:
@@ -324,7 +257,7 @@ class TurnRunner:
             S.FAILED,
             action="task.fail",
             error_code=exc.code,
-            fields={"execution_error": str(exc), "claimed_by": None},
+            fields={"execution_error": str(exc)},
         )
 
 
@@ -332,7 +265,7 @@ def _begin(
     task: Task,
     session: Session,
     thread_id: str,
-    plan: _Plan,
+    plan: TurnPlan,
     bound_at: datetime,
 ) -> Callable[[Connection], None]:
     """The thread binding and the turn's intent, one commit before ``turn/start``."""
