@@ -267,15 +267,30 @@ class CodexRuntime:
                 if not server.collaboration
                 else "FORGEFLOW_MODEL is not set",
             )
-        result = await self._start(server, params)
-        handle = TurnHandle(thread_id, str(result["turn"]["id"]))
-        state = self._turns.setdefault(handle.turn_id, TurnState(handle, server))
-        state.server = server
-        state.usage_at_start = (server.model.usage.input_tokens, server.model.usage.output_tokens)
+        # The turn counts as active from before its start is asked for: an idle stop in
+        # that wait would leave a started turn on a stopped app-server, never ending.
         server.active += 1
         if server.idle_timer is not None:
             server.idle_timer.cancel()
             server.idle_timer = None
+        try:
+            result = await self._start(server, params)
+        except BaseException:
+            server.active = max(0, server.active - 1)
+            if self._servers.get(server.key) is server:
+                self._arm_idle(server)
+            raise
+        handle = TurnHandle(thread_id, str(result["turn"]["id"]))
+        state = self._turns.setdefault(handle.turn_id, TurnState(handle, server))
+        state.server = server
+        state.usage_at_start = (server.model.usage.input_tokens, server.model.usage.output_tokens)
+        if self._servers.get(server.key) is not server:  # it died while the turn started
+            self._complete(
+                state,
+                TurnStatus.INTERRUPTED,
+                error_code="interrupted_by_restart",
+                error="codex app-server stopped",
+            )
         for notice in server.notices:
             state.put(Notice(state.next_seq(), notice.action, notice.metadata))
         server.notices.clear()
