@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import os
+import sqlite3
 import uuid
 from collections.abc import Iterator
+from contextlib import closing
 from pathlib import Path
 
 import psycopg
@@ -47,9 +49,26 @@ def pg_url(pg_template: str) -> Iterator[str]:
     _pg_admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
+@pytest.fixture(scope="session")
+def sqlite_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A migrated SQLite database, built once; each test gets a copy (as ``pg_template``):
+    the migrations cost most of a second per database on a busy machine."""
+    path = tmp_path_factory.mktemp("sqlite-template") / "forgeflow.db"
+    store = Store(f"sqlite:///{path}")
+    try:
+        store.migrate()
+    finally:
+        store.close()
+    return path
+
+
 @pytest.fixture
-def sqlite_url(tmp_path: Path) -> str:
-    return f"sqlite:///{tmp_path / 'forgeflow.db'}"
+def sqlite_url(tmp_path: Path, sqlite_template: Path) -> str:
+    path = tmp_path / "forgeflow.db"
+    # The backup API copies a consistent database whatever its journal mode left beside it.
+    with closing(sqlite3.connect(sqlite_template)) as src, closing(sqlite3.connect(path)) as dst:
+        src.backup(dst)
+    return f"sqlite:///{path}"
 
 
 @pytest.fixture(params=["sqlite", "postgres"])

@@ -45,7 +45,9 @@ def _state(watch: DbWatch, task_id: str) -> str | None:
 
 def test_kill_mid_turn_with_a_queued_task_behind_it(cluster: Cluster, db_url: str) -> None:
     """The force-kill case: never two active tasks on the repository, before or after."""
-    cluster.start(FORGEFLOW_TEST_TURN_SECONDS="2")
+    # A turn far longer than the test: it is killed once seen running, and a turn that
+    # could end first (a busy machine) would leave nothing running to kill.
+    cluster.start(FORGEFLOW_TEST_TURN_SECONDS="600")
     hook(cluster)
     first = cluster.gitea.add_issue("acme", "widget", title="one", author="alice")
     second = cluster.gitea.add_issue("acme", "widget", title="two", author="alice")
@@ -89,7 +91,7 @@ def admin_audit(cluster: Cluster, **params: str) -> list[dict[str, object]]:
 
 
 def test_second_interruption_fails_with_one_result_comment(cluster: Cluster, db_url: str) -> None:
-    cluster.start(FORGEFLOW_TEST_TURN_SECONDS="3")
+    cluster.start(FORGEFLOW_TEST_TURN_SECONDS="600")  # each attempt is killed while it runs
     hook(cluster)
     issue = cluster.gitea.add_issue("acme", "widget", title="one", author="alice")
     with DbWatch(db_url) as watch:

@@ -37,12 +37,21 @@ from tests.support.forgeflow import WEBHOOK_SECRET
 from tests.support.turns import END, START, tool_output, wrapped
 from tests.support.world import BOT
 
+# States a task leaves only when a person acts (an operator, a new mention): an attack
+# that ends in one has settled as surely as a terminal state.
+SETTLED = frozenset({"blocked_workspace", "waiting_user"})
+
 
 @dataclass(frozen=True)
 class Attempt:
     task_id: str
     detail: dict[str, Any]
     output: str  # what the command printed, or "" when no turn ran it
+
+
+def _settled(agentic: Agentic, task_id: str) -> dict[str, Any] | None:
+    detail = agentic.detail(task_id)
+    return detail if detail["terminal"] or detail["task"]["state"] in SETTLED else None
 
 
 def attempt_turn(
@@ -85,7 +94,7 @@ def attempt_turn(
         assert delivery.status_code == 202, delivery.response
         task_id = json.loads(delivery.response)["taskId"]
     try:
-        detail = agentic.finished(task_id, timeout=timeout)
+        detail = wait_for(lambda: _settled(agentic, task_id), timeout, f"task {task_id} settles")
     except AssertionError:
         # Still running (an attack may have stalled it): the host assertions decide.
         detail = agentic.detail(task_id)
