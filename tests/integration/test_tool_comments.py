@@ -18,7 +18,7 @@ from forgeflow.agent.gitea_tools.handlers import ToolRefused
 from forgeflow.domain.bookkeeping import Comment
 from forgeflow.domain.ids import RepoRef, ResourceKind, ResourceRef, sha256_ref
 from forgeflow.domain.records import Task
-from forgeflow.gitea.client import GiteaClient
+from forgeflow.gitea.client import GiteaClient, GiteaError
 from forgeflow.gitea.models import Comment as GiteaComment
 from forgeflow.store import Store
 from forgeflow.store import comments as comment_q
@@ -186,3 +186,17 @@ def test_no_running_turn_no_comment(world: World) -> None:
     with pytest.raises(ToolRefused, match="no turn of this session is running"):
         world.post("hello", session=ResourceRef(REPO, ResourceKind.ISSUE, 99).key)
     assert world.calls("POST", "/comments") == 0
+
+
+def test_a_post_gitea_failed_is_looked_for_then_made_by_the_next_call(world: World) -> None:
+    world.emu.fail_next("POST", r"/comments$", status=500)
+    with pytest.raises(GiteaError):
+        world.post("Looking into it.")
+    (row,) = world.rows(comment_q.TOOL_POST)
+    assert (row.status, row.comment_id) == (comment_q.PENDING, None)  # it may have landed
+    lists = world.calls("GET", "/comments")
+    posted = world.post("Looking into it.")
+    assert not posted.again and _bodies(world) == ["Looking into it."]
+    assert world.calls("GET", "/comments") == lists + 1  # looked before posting
+    (row,) = world.rows(comment_q.TOOL_POST)
+    assert (row.status, row.comment_id) == (comment_q.SENT, posted.comment.id)
