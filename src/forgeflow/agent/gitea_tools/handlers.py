@@ -49,7 +49,7 @@ class Comments(Protocol):
     async def edit(self, session_key: str, comment_id: int, body: str) -> Comment: ...
 
 
-@dataclass
+@dataclass(frozen=True, slots=True)
 class Session:
     """One session's view of Gitea: its repository and its issue or pull request."""
 
