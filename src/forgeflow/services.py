@@ -110,13 +110,15 @@ class Services:
             return
         from forgeflow.agent.factory import RuntimeUnavailable, create_runtime
         from forgeflow.tasks.publish import Publisher
+        from forgeflow.tasks.tool_comments import ToolComments
 
         s = self.settings
-        assert s.gitea_token is not None
+        assert s.gitea_token is not None and self.gitea is not None
         workspace = self.workspace
         publisher = Publisher(self.store, workspace)
+        comments = ToolComments(self.store, self.gitea, s.bot_login)
         try:
-            self.runtime = create_runtime(s, publisher.for_session)
+            self.runtime = create_runtime(s, publisher.for_session, comments)
         except RuntimeUnavailable as exc:
             log.warning("worker.unavailable", reason=str(exc))
             return

@@ -2,20 +2,28 @@
 binary (jailed) calls them through the broker's ``/mcp`` as the scripted model says,
 against the Gitea emulator; what each call returned is what codex sent the model back.
 Crafted arguments that name another repository or climb out of this one are refused
-with a tool error and audited as ``mcp.refused``."""
+with a tool error and audited as ``mcp.refused``. The agent's comments are recorded, so
+a comment it posted before a forgeflow restart is still its own to edit after it."""
 
 from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 
 from forgeflow_testkit.agents import TurnAsk, read_turn
-from forgeflow_testkit.model_server import RecordedRequest, last_input_is_tool_output
+from forgeflow_testkit.gitea_emulator import GiteaEmulator
+from forgeflow_testkit.model_server import (
+    RecordedRequest,
+    ScriptedModel,
+    last_input_is_tool_output,
+)
 from forgeflow_testkit.model_steps import Step, gitea_tool, message, new_id
-from tests.support.agentic import Agentic
+from tests.support.agentic import Agentic, serve_agentic, start_agentic
 from tests.support.world import BOT
 
 Call = Callable[[TurnAsk, dict[str, str]], tuple[str, dict[str, Any]]]
@@ -180,3 +188,43 @@ def test_crafted_arguments_cannot_leave_the_repository(agentic: Agentic) -> None
     assert len(refused) == len(crafted)
     # Nothing reached the other repository through the bot.
     assert not [p for _m, p, _s in gitea.requests if "/acme/other" in p]
+
+
+def test_a_comment_posted_before_a_restart_can_be_edited_after_it(
+    gitea: GiteaEmulator,
+    model: ScriptedModel,
+    tmp_path: Path,
+    sqlite_url: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    running = start_agentic(gitea, model, tmp_path, sqlite_url, monkeypatch)
+    first = next(running)
+    progress_call = _fixed("add_comment", {"body": "Looking into it."})
+    _detail, out = tool_turn(first, [("progress", progress_call)])
+    progress = json.loads(out["progress"])["id"]
+    (receipt,) = [c["id"] for c in first.bot_comments() if "kind=receipt" in c["body"]]
+    token = first.ff.settings.gitea_token
+    assert token is not None
+    running.close()  # forgeflow stops: every object of that process is gone
+    # Its webhook went with it; the restarted forgeflow adds its own.
+    api = httpx.Client(
+        base_url=f"{gitea.url}/api/v1/repos/acme/widget",
+        headers={"Authorization": f"token {token.get_secret_value()}"},
+    )
+    for hook in api.get("/hooks").json():
+        assert api.delete(f"/hooks/{hook['id']}").status_code == 204
+    with serve_agentic(
+        gitea, model, first.issue, tmp_path, sqlite_url, token.get_secret_value()
+    ) as second:
+        calls: list[tuple[str, Call]] = [
+            ("edit", _fixed("edit_comment", {"comment_id": progress, "body": "Looked into it."})),
+            ("edit_receipt", _fixed("edit_comment", {"comment_id": receipt, "body": "hijack"})),
+        ]
+        detail, out = tool_turn(second, calls)
+    assert json.loads(out["edit"]) == {"id": progress, "edited": True}
+    assert out["edit_receipt"].startswith(f"refused: comment {receipt} was not posted by you")
+    bodies = {c["id"]: c["body"] for c in gitea.comments("acme", "widget", first.issue)}
+    assert bodies[progress] == "Looked into it." and "hijack" not in bodies[receipt]
+    # The edit is the second task's record: its intent and its result.
+    edits = [c for c in detail["comments"] if c["kind"] == "tool_edit"]
+    assert [(c["commentId"], c["status"]) for c in edits] == [(progress, "sent")]

@@ -22,8 +22,12 @@ from forgeflow.agent.broker import Broker, Grant
 from forgeflow.agent.gitea_tools import GiteaTools
 from forgeflow.agent.gitea_tools.external import External, mcp_env
 from forgeflow.agent.provider import ModelProvider
+from forgeflow.domain.ids import RepoRef, ResourceKind, ResourceRef
 from forgeflow.gitea.client import GiteaClient
+from forgeflow.store import Store
+from forgeflow.tasks.tool_comments import ToolComments
 from forgeflow_testkit.gitea_emulator import GiteaEmulator
+from tests.support.running import running_task
 
 GITEA_MCP = Path(sys.executable).parent / "gitea-mcp"
 KEY = "sk-operator-key"
@@ -127,17 +131,26 @@ async def _pass_through() -> None:
 
 
 @pytest.fixture
-def two_repos(tmp_path: Path) -> Iterator[tuple[GiteaEmulator, str]]:
+def two_repos(tmp_path: Path, sqlite_url: str) -> Iterator[tuple[GiteaEmulator, str, Store]]:
     emu = GiteaEmulator(tmp_path / "gitea-repos")
     emu.start()
+    store = Store(sqlite_url)
+    store.migrate()
     try:
         token = emu.add_user("ccweb-bot")
         for name in ("widget", "other"):
             emu.add_repo("acme", name)
             emu.set_permission("acme", name, "ccweb-bot", "admin")
             emu.add_issue("acme", name, title="t", author="ccweb-bot")
-        yield emu, token
+        # The session's turn runs: the comment tools record their comments as its task's.
+        running_task(
+            store,
+            "gitea-task-broker",
+            ResourceRef(RepoRef("acme", "widget"), ResourceKind.ISSUE, 1),
+        )
+        yield emu, token, store
     finally:
+        store.close()
         emu.stop()
 
 
@@ -152,13 +165,13 @@ async def _rpc(
 
 
 def test_the_gitea_tools_are_scoped_to_the_sessions_repository(
-    two_repos: tuple[GiteaEmulator, str],
+    two_repos: tuple[GiteaEmulator, str, Store],
 ) -> None:
     asyncio.run(_scoped_tools(*two_repos, external=False))
 
 
 def test_the_external_server_passes_the_same_scope_rules(
-    two_repos: tuple[GiteaEmulator, str],
+    two_repos: tuple[GiteaEmulator, str, Store],
 ) -> None:
     asyncio.run(_scoped_tools(*two_repos, external=True))
 
@@ -169,7 +182,7 @@ async def _call(session: ClientSession, name: str, args: dict[str, Any]) -> tupl
     return result.isError, text
 
 
-async def _scoped_tools(emu: GiteaEmulator, token: str, *, external: bool) -> None:
+async def _scoped_tools(emu: GiteaEmulator, token: str, store: Store, *, external: bool) -> None:
     refused: list[tuple[str, str]] = []
     gitea = GiteaClient(emu.url, token)
     outside = External([str(GITEA_MCP)], mcp_env(emu.url, token), timeout=30) if external else None
@@ -177,6 +190,7 @@ async def _scoped_tools(emu: GiteaEmulator, token: str, *, external: bool) -> No
         gitea,
         "ccweb-bot",
         on_refused=lambda grant, tool, _args, why: refused.append((tool, why)),
+        comments=ToolComments(store, gitea, "ccweb-bot"),
         external=outside,
     )
     broker = Broker(ModelProvider("http://127.0.0.1:9", None), tools)

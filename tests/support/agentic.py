@@ -8,6 +8,7 @@ import os
 import sys
 import threading
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -128,9 +129,26 @@ def start_agentic(
     gitea.set_permission("acme", "widget", "alice", "write")
     gitea.set_permission("acme", "widget", BOT, "admin")
     issue = gitea.add_issue("acme", "widget", title="Flaky test", author="alice")
+    with serve_agentic(gitea, model, issue, tmp_path, db_url, bot, **settings) as agentic:
+        yield agentic
+
+
+@contextmanager
+def serve_agentic(
+    gitea: GiteaEmulator,
+    model: ScriptedModel,
+    issue: int,
+    tmp_path: Path,
+    db_url: str,
+    bot_token: str,
+    **settings: Any,
+) -> Iterator[Agentic]:
+    """The forgeflow of :func:`start_agentic` on its world; entered again with the same
+    ``tmp_path`` and ``db_url`` it is that forgeflow restarted (the same data folder and
+    database, a new process's objects)."""
     values: dict[str, Any] = {
         "gitea_url": gitea.url,
-        "gitea_token": bot,
+        "gitea_token": bot_token,
         "agent_runtime": "codex",
         "codex_command": f"{CODEX} app-server",
         "model": "scripted-model",

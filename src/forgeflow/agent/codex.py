@@ -40,7 +40,7 @@ from forgeflow.agent.codexconfig import (
     server_key,
 )
 from forgeflow.agent.egress import JailEgress
-from forgeflow.agent.gitea_tools import GiteaTools, Publish
+from forgeflow.agent.gitea_tools import Comments, GiteaTools, Publish
 from forgeflow.agent.gitea_tools.external import External, mcp_env
 from forgeflow.agent.items import TurnState, on_notification, on_server_request
 from forgeflow.agent.jsonrpc import Json, ProcessGone, RpcError, RpcProcess, RpcTimeout
@@ -66,7 +66,9 @@ log = structlog.get_logger("forgeflow.codex")
 
 
 class CodexRuntime:
-    def __init__(self, cfg: CodexConfig, publish: Publish | None = None) -> None:
+    def __init__(
+        self, cfg: CodexConfig, publish: Publish | None = None, comments: Comments | None = None
+    ) -> None:
         self.cfg = cfg
         external = None
         if cfg.mcp_argv:  # FORGEFLOW_GITEA_MCP_COMMAND: the opt-in external server
@@ -83,6 +85,7 @@ class CodexRuntime:
             cfg.bot_login,
             on_refused=self._refused,
             publish=publish,
+            comments=comments,
             external=external,
         )
         offline = cfg.jailed and cfg.network != "on"
@@ -110,8 +113,10 @@ class CodexRuntime:
         )
 
     @classmethod
-    def from_settings(cls, settings: Settings, publish: Publish | None = None) -> CodexRuntime:
-        return cls(config_from_settings(settings), publish)
+    def from_settings(
+        cls, settings: Settings, publish: Publish | None = None, comments: Comments | None = None
+    ) -> CodexRuntime:
+        return cls(config_from_settings(settings), publish, comments)
 
     @property
     def servers(self) -> list[str]:

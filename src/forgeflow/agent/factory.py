@@ -10,7 +10,7 @@ from __future__ import annotations
 import importlib
 from typing import Any, cast
 
-from forgeflow.agent.gitea_tools import Publish
+from forgeflow.agent.gitea_tools import Comments, Publish
 from forgeflow.agent.port import AgentRuntime
 from forgeflow.agent.provider import ProviderError
 from forgeflow.config import Settings
@@ -20,8 +20,11 @@ class RuntimeUnavailable(Exception):
     code = "runtime_unavailable"
 
 
-def create_runtime(settings: Settings, publish: Publish | None = None) -> AgentRuntime:
-    """``publish``: the session's push, offered to the agent as its ``push_branch`` tool."""
+def create_runtime(
+    settings: Settings, publish: Publish | None = None, comments: Comments | None = None
+) -> AgentRuntime:
+    """``publish``: the session's push, offered to the agent as its ``push_branch`` tool;
+    ``comments``: the records behind its ``add_comment`` and ``edit_comment`` tools."""
     name = settings.agent_runtime
     if name == "codex":
         try:
@@ -29,7 +32,7 @@ def create_runtime(settings: Settings, publish: Publish | None = None) -> AgentR
         except ImportError as exc:
             raise RuntimeUnavailable(f"the Codex runtime cannot be loaded: {exc}") from None
         try:
-            return cast(AgentRuntime, codex.CodexRuntime.from_settings(settings, publish))
+            return cast(AgentRuntime, codex.CodexRuntime.from_settings(settings, publish, comments))
         except ProviderError as exc:
             raise RuntimeUnavailable(f"the model provider: {exc}") from None
     module_name, _, attr = name.partition(":")

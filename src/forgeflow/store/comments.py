@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -10,7 +11,7 @@ from sqlalchemy import Connection, bindparam, select, update
 from forgeflow.domain.bookkeeping import Comment
 from forgeflow.domain.records import Task
 from forgeflow.store import audit, rows, sql
-from forgeflow.store.schema import comments
+from forgeflow.store.schema import comments, tasks
 from forgeflow.store.sql import insert_ignore
 from forgeflow.store.types import utcnow
 
@@ -19,6 +20,26 @@ SENT = "sent"
 CONFIRMED = "confirmed"
 FAILED = "failed"
 SKIPPED = "skipped"  # a result comment that is not owed after all
+
+# The agent's own comments through its Gitea tools (tasks/tool_comments.py): one row
+# per text it posts in a task, one per text it sets on a comment it posted.
+TOOL_POST = "tool_post"
+TOOL_EDIT = "tool_edit"
+
+
+def _digest(body: str) -> str:
+    # 24 hex characters keep the key within its column with any task id (<= 64).
+    return hashlib.sha256(body.encode()).hexdigest()[:24]
+
+
+def tool_post_key(task_id: str, body: str) -> str:
+    """A text the agent posts is posted once per task: a retried turn that posts it
+    again finds this row (and, while it is pending, looks in Gitea first)."""
+    return f"{task_id}:tool:{_digest(body)}"
+
+
+def tool_edit_key(task_id: str, comment_id: int, body: str) -> str:
+    return f"{task_id}:edit:{int(comment_id)}:{_digest(body)}"
 
 
 def record_final(
@@ -172,3 +193,29 @@ _SET_RESULT = update(comments).where(comments.c.comment_key == bindparam("b_key"
 
 def get(conn: Connection, comment_key: str) -> Comment | None:
     return rows.first(Comment, conn, _GET, {"b_key": comment_key})
+
+
+_SESSION_POSTS = (
+    select(comments)
+    .join(tasks, tasks.c.task_id == comments.c.task_id)
+    .where(tasks.c.session_key == bindparam("b_session"))
+    .where(comments.c.kind == TOOL_POST)
+)
+
+
+def posted_in_session(conn: Connection, session_key: str, comment_id: int) -> bool:
+    """Whether the agent posted comment ``comment_id`` through its tools in one of the
+    session's tasks (edit_comment's rule)."""
+    stmt = (
+        _SESSION_POSTS.where(comments.c.comment_id == bindparam("b_id"))
+        .where(comments.c.status == SENT)
+        .limit(1)
+    )
+    found = rows.first(Comment, conn, stmt, {"b_session": session_key, "b_id": comment_id})
+    return found is not None
+
+
+def pending_posts_in_session(conn: Connection, session_key: str) -> list[Comment]:
+    """The session's tool comments whose POST may or may not have landed."""
+    stmt = _SESSION_POSTS.where(comments.c.status == PENDING).order_by(comments.c.created_at)
+    return rows.every(Comment, conn, stmt, {"b_session": session_key})

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import json
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Protocol
 
 from forgeflow.agent.gitea_tools import args as a
 from forgeflow.domain.ids import ResourceKind, ResourceRef, parse_resource_key
@@ -31,7 +31,25 @@ class ToolFailed(Exception):
     """Gitea refused or failed; the message names what and why."""
 
 
-@dataclass
+@dataclass(frozen=True, slots=True)
+class Posted:
+    comment: Comment
+    again: bool  # the same text was posted earlier in this task: found, not posted twice
+
+
+class Comments(Protocol):
+    """The agent's comments as durable records (``tasks/tool_comments.py``, built in
+    services.py): an intent before each POST or PATCH and its result after, a retry
+    looking in Gitea first; edit_comment's rule reads them. Both raise
+    :class:`ToolRefused` (no turn runs in the session; not the agent's comment) or
+    ``GiteaError``."""
+
+    async def post(self, session_key: str, body: str) -> Posted: ...
+
+    async def edit(self, session_key: str, comment_id: int, body: str) -> Comment: ...
+
+
+@dataclass(frozen=True, slots=True)
 class Session:
     """One session's view of Gitea: its repository and its issue or pull request."""
 
@@ -40,8 +58,7 @@ class Session:
     resource: ResourceRef
     bot_login: str
     publish: Publish | None
-    # Comments the agent posted through add_comment in this session (edit_comment's rule).
-    posted: set[int] = field(default_factory=set)
+    comments: Comments | None  # without it add_comment and edit_comment are not offered
 
     @property
     def owner(self) -> str:
@@ -144,24 +161,25 @@ async def list_comments(s: Session, x: a.CommentsArgs) -> str:
     )
 
 
+def _comments(s: Session) -> Comments:
+    assert s.comments is not None, "the comment tools are offered only with their records"
+    return s.comments
+
+
 async def add_comment(s: Session, x: a.AddCommentArgs) -> str:
     n = s.resource.number
-    comment: Comment = await _gitea(
-        f"comment on #{n}", s.gitea.create_comment(s.owner, s.repo, n, x.body)
-    )
-    s.posted.add(comment.id)
+    posted: Posted = await _gitea(f"comment on #{n}", _comments(s).post(s.key, x.body))
+    c = posted.comment
     # "id" first: the runtime reads the created comment's id from this text (items.py).
-    return _json({"id": comment.id, "html_url": comment.html_url, "number": n})
+    answer: dict[str, Any] = {"id": c.id, "html_url": c.html_url, "number": n}
+    if posted.again:
+        answer["note"] = "this text was posted already in this task; not posted again"
+    return _json(answer)
 
 
 async def edit_comment(s: Session, x: a.EditCommentArgs) -> str:
-    if x.comment_id not in s.posted:
-        raise ToolRefused(
-            f"comment {x.comment_id} was not posted by you in this session; you may edit "
-            "only comments you posted here with add_comment"
-        )
     edited: Comment = await _gitea(
-        f"comment {x.comment_id}", s.gitea.edit_comment(s.owner, s.repo, x.comment_id, x.body)
+        f"comment {x.comment_id}", _comments(s).edit(s.key, x.comment_id, x.body)
     )
     return _json({"id": edited.id, "edited": True})
 

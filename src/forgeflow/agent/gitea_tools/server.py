@@ -170,13 +170,19 @@ class GiteaTools:
         *,
         on_refused: Refused,
         publish: h.Publish | None = None,
+        comments: h.Comments | None = None,
         external: External | None = None,
     ) -> None:
+        """``publish`` and ``comments``: the ports behind push_branch and the comment
+        tools (built in services.py); a tool whose port is missing is not offered."""
         self._gitea, self._bot, self._publish = gitea, bot_login, publish
+        self._comments = comments
         self._on_refused = on_refused
         self._external = external
-        self._own = {t.name: t for t in TOOLS if t.name != PUSH_TOOL or publish is not None}
-        self._sessions: dict[str, h.Session] = {}
+        withheld = ({PUSH_TOOL} if publish is None else set()) | (
+            {"add_comment", "edit_comment"} if comments is None else set()
+        )
+        self._own = {t.name: t for t in TOOLS if t.name not in withheld}
         server: Server[Any, Any] = Server(
             "forgeflow-gitea",
             version=forgeflow.__version__,
@@ -230,15 +236,11 @@ class GiteaTools:
         return grant
 
     def _session(self, grant: Grant) -> h.Session:
+        # Built per call: what a session's tools remember lives in the store, not here.
         key = grant.session_key or ""
-        session = self._sessions.get(key)
-        if session is None:
-            if len(self._sessions) > 10_000:
-                self._sessions.clear()
-            session = self._sessions[key] = h.Session(
-                self._gitea, key, h.resource_of(key), self._bot, self._publish
-            )
-        return session
+        return h.Session(
+            self._gitea, key, h.resource_of(key), self._bot, self._publish, self._comments
+        )
 
     def _refuse(
         self, grant: Grant, name: str, args: dict[str, Any], why: str
