@@ -10,11 +10,14 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from forgeflow.config import ConfigError, Settings, load_settings
+
+if TYPE_CHECKING:  # the CLI imports the Gitea modules only in the commands that use them
+    from forgeflow.gitea.hooks import Plan
 
 gitea_app = typer.Typer(no_args_is_help=True, help="Set up the Gitea webhook.")
 
@@ -123,6 +126,11 @@ def connect(
         plan = asyncio.run(go())
     except GiteaError as exc:
         raise _gitea_failed(s, exc) from None
+    _say_plan(plan, str(where), hook_url, dry_run)
+
+
+def _say_plan(plan: Plan, where: str, hook_url: str, dry_run: bool) -> None:
+    """One line for what ``gitea connect`` did (or would do) to the hook."""
     prefix = "would " if dry_run else ""
     if plan.action == "create":
         typer.echo(

@@ -38,6 +38,7 @@ from forgeflow.agent.codexconfig import (
     config_from_settings,
     sandbox_policy,
     server_key,
+    turn_params,
 )
 from forgeflow.agent.egress import JailEgress
 from forgeflow.agent.gitea_tools import Comments, GiteaTools, Publish
@@ -255,17 +256,8 @@ class CodexRuntime:
         policy = sandbox_policy(
             turn.read_only, jailed=self.cfg.jailed, network=self.cfg.network != "off"
         )
-        params: Json = {
-            "threadId": thread_id,
-            "input": [{"type": "text", "text": turn.prompt, "text_elements": []}],
-            "sandboxPolicy": policy,
-        }
-        if server.collaboration and self.cfg.model:
-            settings: Json = {"model": self.cfg.model}
-            if self.cfg.reasoning_effort:
-                settings["reasoning_effort"] = self.cfg.reasoning_effort
-            params["collaborationMode"] = {"mode": "default", "settings": settings}
-        elif "collaborationMode" not in server.downgraded:
+        params = turn_params(self.cfg, thread_id, turn.prompt, policy, server.collaboration)
+        if "collaborationMode" not in params and "collaborationMode" not in server.downgraded:
             server.downgrade(
                 "collaborationMode",
                 "not supported by the runtime"

@@ -52,6 +52,24 @@ def sandbox_policy(read_only: bool, *, jailed: bool = True, network: bool = True
     return {"type": "dangerFullAccess"}
 
 
+def turn_params(
+    cfg: CodexConfig, thread_id: str, prompt: str, policy: Json, collaboration: bool
+) -> Json:
+    """``turn/start``'s parameters; ``collaborationMode`` (the operator's model and
+    effort) only where the app-server takes it and a model is set."""
+    params: Json = {
+        "threadId": thread_id,
+        "input": [{"type": "text", "text": prompt, "text_elements": []}],
+        "sandboxPolicy": policy,
+    }
+    if collaboration and cfg.model:
+        settings: Json = {"model": cfg.model}
+        if cfg.reasoning_effort:
+            settings["reasoning_effort"] = cfg.reasoning_effort
+        params["collaborationMode"] = {"mode": "default", "settings": settings}
+    return params
+
+
 def server_key(owner: str, repo: str, read_only: bool) -> str:
     return f"{owner}/{repo}" + (" (read-only)" if read_only else "")
 

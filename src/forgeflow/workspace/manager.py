@@ -216,20 +216,7 @@ class WorkspaceManager:
                     raise
                 report = await self._session_step(repo, main, path, resource, checkout, pull,
                                                   False)  # fmt: skip
-        for word in ("occupied", "index_lock", "no_target", "fetch_failed", "add_failed"):
-            if word in report.words:
-                if word in _DIRTY:
-                    raise WorkspaceDirty(f"{path} {_DIRTY[word]}",
-                                         details={"path": path, "reason": word})  # fmt: skip
-                raise GitFailed(f"the session's preparation failed in the jail ({word})")
-        status = report.status
-        if status is None:
-            raise GitFailed("the session's preparation printed no status")
-        if status.unmerged:
-            raise WorkspaceDirty(
-                f"session worktree {path} has unmerged paths",
-                details={"path": path, "reason": "unmerged", "status": status.summary()},
-            )
+        status = _session_status(report, path)
         self._sessions.add(path)
         return SessionWorktree(
             path=path,
@@ -390,3 +377,22 @@ class WorkspaceManager:
         if not os.path.isdir(path):
             raise GitFailed(f"no mirror of {repo.key} yet", details={"repo": repo.key})
         return path
+
+
+def _session_status(report: Report, path: str) -> WorktreeStatus:
+    """The session step's verdict: its worktree's status, or the refusal it reported."""
+    for word in ("occupied", "index_lock", "no_target", "fetch_failed", "add_failed"):
+        if word in report.words:
+            if word in _DIRTY:
+                raise WorkspaceDirty(f"{path} {_DIRTY[word]}",
+                                     details={"path": path, "reason": word})  # fmt: skip
+            raise GitFailed(f"the session's preparation failed in the jail ({word})")
+    status = report.status
+    if status is None:
+        raise GitFailed("the session's preparation printed no status")
+    if status.unmerged:
+        raise WorkspaceDirty(
+            f"session worktree {path} has unmerged paths",
+            details={"path": path, "reason": "unmerged", "status": status.summary()},
+        )
+    return status
