@@ -101,13 +101,7 @@ class Verifier:
             return await self._draft(task)
         turn: Turn | EndedTurn | None = ended or await self._last_normal(task)
         if turn is None:
-            return await self.moves.move(
-                task,
-                S.FAILED_REPLY,
-                action="reply.fail",
-                error_code="no_turn",
-                fields={"reply_error": "no turn"},
-            )
+            return await self._fail(task, "no_turn", "no turn")
         result = await look(self.replies, task, turn.turn_key)
         if result.result is Found.FOUND:
             await self._note_answer(task, result, published)
@@ -125,13 +119,7 @@ class Verifier:
                 ),
             )
         if result.result is Found.UNKNOWN:
-            return await self.moves.move(
-                task,
-                S.FAILED_REPLY,
-                action="reply.fail",
-                error_code="reply_unknown",
-                fields={"reply_error": result.detail},
-            )
+            return await self._fail(task, "reply_unknown", result.detail)
         return await self._missing(task, turn)
 
     # -- the missing-reply rule -------------------------------------------------------
@@ -187,26 +175,26 @@ class Verifier:
             fields={"turn_id": last.turn_id, "retry_step": None},
         )
 
+    async def _fail(self, task: Task, code: str, why: str | None) -> Task:
+        """The answer cannot be verified: ``failed_reply`` with its code and reason."""
+        return await self.moves.move(
+            task, S.FAILED_REPLY, action="reply.fail", error_code=code, fields={"reply_error": why}
+        )
+
     async def _fallback(self, task: Task, turn: Turn | EndedTurn) -> Task:
         text = turn.last_message or "(the agent finished without an answer text)"
         try:
             await self.replies.fallback(task, turn.turn_key, text)
         except GiteaError as exc:
-            return await self.moves.move(
-                task,
-                S.FAILED_REPLY,
-                action="reply.fail",
-                error_code="rest_fallback_failed",
-                fields={"reply_error": f"mcp_reply_missing; fallback: {exc}"},
+            return await self._fail(
+                task, "rest_fallback_failed", f"mcp_reply_missing; fallback: {exc}"
             )
         check = await look(self.replies, task, turn.turn_key)
         if check.result is not Found.FOUND:
-            return await self.moves.move(
+            return await self._fail(
                 task,
-                S.FAILED_REPLY,
-                action="reply.fail",
-                error_code="rest_fallback_unconfirmed",
-                fields={"reply_error": "mcp_reply_missing; fallback posted but not found"},
+                "rest_fallback_unconfirmed",
+                "mcp_reply_missing; fallback posted but not found",
             )
         return await self.moves.move(
             task,
