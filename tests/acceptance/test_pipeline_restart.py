@@ -80,6 +80,13 @@ def test_kill_9_mid_run_then_the_runs_continue_or_fail_safely(tmp_path: Path, db
             ),
             what="both slow steps running",
         )
+        # "running" is recorded before the jail starts the script: kill only once each
+        # script has written its line, the effect the assertions below count.
+        workdir = tmp_path / "data" / "pipelines"
+        wait_for(
+            lambda: all((workdir / rid / "runs.txt").is_file() for rid in runs.values()),
+            what="both slow scripts started",
+        )
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=30)
         proc = _serve(env, log, url)
@@ -98,7 +105,6 @@ def test_kill_9_mid_run_then_the_runs_continue_or_fail_safely(tmp_path: Path, db
     assert (slow["status"], slow["attempt"]) == ("succeeded", 2)
     assert again["state"]["slow"]["stdout"] == "slept"
     assert again["state"]["after"]["stdout"] == "after"
-    workdir = tmp_path / "data" / "pipelines"
     assert (workdir / again["runId"] / "runs.txt").read_text() == "started\nstarted\n"
 
     once = done["once"]
