@@ -365,7 +365,13 @@ class WorkspaceManager:
             if not await mirror.has_commit(self.git, path, sha):
                 await self._take(repo, path, check_ref(local or branch, "session branch"), sha,
                                  private)  # fmt: skip
-            return await mirror.push(self.git, path, clone_url, sha, branch)
+            refused = await mirror.push(self.git, path, clone_url, sha, branch)
+            if refused is not None:
+                # Gitea's branch moved (or says no): the mirror learns its head, so the
+                # next preparation compares with it even if it skips the fetch.
+                with contextlib.suppress(WorkspaceError):
+                    await published.fetch_branch(self.git, path, clone_url, branch)
+            return refused
 
     async def _take(self, repo: RepoRef, path: str, local: str, sha: str, private: str) -> None:
         main = repo_workspace(str(self.root), repo)
