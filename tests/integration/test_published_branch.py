@@ -130,6 +130,13 @@ def test_a_skipped_fetch_still_fetches_the_session_branch(world: World) -> None:
     assert checkout.action == "reused"
     got = run(other.prepare_session(ISSUE, checkout, default_branch="main"))
     assert got.published == c2 and got.status.head == c2 and got.fast_forwarded
+    # A session Gitea has no branch of: the one-ref fetch finds none, main it is.
+    issue2 = ResourceRef(REPO, ResourceKind.ISSUE, 2)
+    checkout = run(other.prepare_repo(REPO, world.clone_url, "main", session=issue2,
+                                      branch_head=head))  # fmt: skip
+    assert checkout.action == "reused"
+    fresh = run(other.prepare_session(issue2, checkout, default_branch="main"))
+    assert fresh.created and fresh.published is None and fresh.status.head == checkout.head
 
 
 def test_a_clean_branch_behind_the_published_one_is_fast_forwarded(world: World) -> None:

@@ -234,8 +234,12 @@ class WorkspaceManager:
         with bundle_file(mpath) as out:
             send = False
             if pull is None:
-                head, send = await self._published(repo, mpath, session_branch(resource),
-                                                   checkout, path, out)  # fmt: skip
+                fetch = checkout.action == "reused" and path not in self._sessions
+                head, send = await published.bundle(
+                    self.git, mpath, session_branch(resource), out,
+                    origin=self.clones.origins.get(repo.key) if fetch else None,
+                    known=self.clones.delivered.get(repo.key, set()),
+                )  # fmt: skip
                 start, mode = (head, "published") if head else (start, "")
             else:
                 url = check_url(pull.head_clone_url, "head clone URL").geturl()
@@ -254,23 +258,6 @@ class WorkspaceManager:
                 stdin=Path(out) if send else None,
             )  # fmt: skip
         return injail.parse(res, "the session's preparation"), head
-
-    async def _published(
-        self, repo: RepoRef, mpath: str, branch: str, checkout: RepoCheckout, path: str,
-        out: str,
-    ) -> tuple[str | None, bool]:  # fmt: skip
-        """The session branch's head on Gitea as the mirror has it (fetched alone when
-        the fetch was skipped and no worktree is known here), and whether a bundle of
-        it, written to ``out``, goes to the clone (False: it has the commit)."""
-        origin = self.clones.origins.get(repo.key)
-        if checkout.action == "reused" and path not in self._sessions and origin:
-            sha = await published.fetch_branch(self.git, mpath, origin, branch)
-        else:
-            sha = await published.head(self.git, mpath, branch)
-        if sha is None:
-            return None, False
-        known = self.clones.delivered.get(repo.key, set())
-        return sha, await mirror.bundle(self.git, mpath, out, [f"refs/heads/{branch}"], known)
 
     async def worktree_status(self, path: str) -> WorktreeStatus:
         repo = self._repo_of(path)

@@ -56,6 +56,22 @@ async def head(git: GitRunner, path: str, branch: str) -> str | None:
     return await mirror.commit_of(git, path, f"refs/heads/{check_ref(branch, 'session branch')}")
 
 
+async def bundle(
+    git: GitRunner, path: str, branch: str, out: str, *, origin: str | None, known: set[str]
+) -> tuple[str | None, bool]:
+    """The session branch's head on Gitea as the mirror ``path`` has it (fetched alone
+    from ``origin`` when given: the task skipped the fetch and no worktree is known), and
+    whether a bundle of it, without ``known`` (what the clone has), was written to
+    ``out`` (False: nothing to send)."""
+    if origin is not None:
+        sha = await fetch_branch(git, path, origin, branch)
+    else:
+        sha = await head(git, path, branch)
+    if sha is None:
+        return None, False
+    return sha, await mirror.bundle(git, path, out, [f"refs/heads/{branch}"], known)
+
+
 def verdict(report: Report, path: str, branch: str, published: str | None) -> WorktreeStatus:
     """The session step's verdict: its worktree's status, or the refusal it reported."""
     for word in ("occupied", "index_lock", "no_target", "fetch_failed", "add_failed"):
