@@ -26,19 +26,21 @@ ACTION = "session.work_lost"
 _CLAIMS = 50  # claims of the session looked at: far more than a task's attempts
 
 
-def previous_worker(conn: Connection, task: Task, owner: str, ttl: timedelta) -> str | None:
-    """The worker the session ran on before this process claimed ``task``, when that is
-    another worker and it is not alive (heartbeat older than ``ttl``, or no row)."""
+def previous_worker(
+    conn: Connection, session_key: str, task_id: str, owner: str, ttl: timedelta
+) -> str | None:
+    """The worker the session ran on before this process claimed ``task_id``, when that
+    is another worker and it is not alive (heartbeat older than ``ttl``, or no row)."""
     claims = audit.query(
         conn,
         audit.AuditQuery(
-            session_key=task.session_key, action="task.claim", newest_first=True, limit=_CLAIMS
+            session_key=session_key, action="task.claim", newest_first=True, limit=_CLAIMS
         ),
     )
     mine = owner.split("/", 1)[0]
     for row in claims:
         who = str(row.metadata.get("owner") or "")
-        if who == owner and row.task_id == task.task_id:
+        if who == owner and row.task_id == task_id:
             continue  # this process's own claims of this task
         worker = who.split("/", 1)[0]
         if not worker or worker == mine:
@@ -61,7 +63,7 @@ def lost_event(
 ) -> AuditEvent | None:
     """The ``session.work_lost`` row for a task whose worktree was made anew here, or
     None when the session was not last on a dead worker."""
-    worker = previous_worker(conn, task, owner, ttl)
+    worker = previous_worker(conn, task.session_key, task.task_id, owner, ttl)
     if worker is None:
         return None
     last = published
