@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from typing import Any
 
 import httpx
@@ -34,7 +35,9 @@ BRANCH = "ccweb/issue-{n}"
 NAMESPACE = "mcp__gitea"
 
 
-def turn(agentic: Agentic, command: str, text: str = "@ccweb-bot please fix it") -> Turn:
+def turn(
+    agentic: Agentic, command: str | Callable[[], str], text: str = "@ccweb-bot please fix it"
+) -> Turn:
     return shell_turn(agentic, command, text)
 
 
@@ -94,27 +97,44 @@ def test_nothing_is_pushed_when_nothing_was_committed(agentic: Agentic) -> None:
     assert "was refused" not in prompt
 
 
-def test_a_refused_push_fails_no_task_and_the_next_turn_is_told(agentic: Agentic) -> None:
+def test_a_refused_push_fails_no_task_and_the_diverged_branch_blocks_the_next(
+    agentic: Agentic,
+) -> None:
     gitea, branch = agentic.gitea, BRANCH.format(n=agentic.issue)
-    # Someone else pushed to the session's branch first: the agent's commit (on the
-    # default branch's head) does not contain theirs.
-    theirs = gitea.push_branch("acme", "widget", branch, {"other.txt": "x\n"}, message="Theirs")
+    theirs: list[str] = []
 
-    first = turn(agentic, commit("fix.txt", "mine", "My fix"))
+    def someone_pushes_first() -> str:
+        # Someone else pushes to the session's branch while the turn runs: the agent's
+        # commit (on the default branch's head) does not contain theirs.
+        theirs.append(gitea.push_branch("acme", "widget", branch, {"other.txt": "x\n"},
+                                        message="Theirs"))  # fmt: skip
+        return commit("fix.txt", "mine", "My fix")
+
+    first = turn(agentic, someone_pushes_first)
     mine = section(first.output, "sha").strip()
-    assert re.fullmatch(r"[0-9a-f]{40}", mine) and mine != theirs
+    assert re.fullmatch(r"[0-9a-f]{40}", mine) and mine != theirs[0]
     refused = audited(first.detail, "publish.refused")
     assert len(refused) == 1 and refused[0]["branch"] == branch, first.detail["audit"]
     assert refused[0]["code"] == "push_not_fast_forward", refused
     assert refused[0]["error"].startswith("push_not_fast_forward: "), refused
     assert publish_rows(first.detail) == ["publish.refused"]
-    assert gitea.branch_sha("acme", "widget", branch) == theirs
+    assert gitea.branch_sha("acme", "widget", branch) == theirs[0]
     assert "was refused" not in first.prompt
 
-    second = turn(agentic, "git log -1 --format=%s", "@ccweb-bot did it land?")
-    note = f"Note: the last push of your branch to {branch} was refused: "
-    assert note in second.prompt, second.prompt
-    assert gitea.branch_sha("acme", "widget", branch) == theirs  # still never forced
+    # The session's branch and Gitea's have diverged: the next task is blocked for an
+    # operator, both heads named, and nothing is reset or forced (#27). (A refusal that
+    # leaves Gitea's branch where it was, a protected branch, is told to the next turn.)
+    second = agentic.mention("@ccweb-bot did it land?")
+    detail: dict[str, Any] = wait_for(
+        lambda: (d := agentic.detail(second))["task"]["state"] == "blocked_workspace" and d,
+        timeout=90,
+        what="the next task is blocked",
+    )
+    block = audited(detail, "task.block")
+    assert [(b["reason"], b["localHead"], b["publishedHead"]) for b in block] == [
+        ("diverged", mine, theirs[0])
+    ]
+    assert gitea.branch_sha("acme", "widget", branch) == theirs[0]  # still never forced
 
 
 def pipeline_run(admin: httpx.Client, run_id: str) -> dict[str, Any]:

@@ -21,11 +21,13 @@ from typing import Any
 
 from sqlalchemy import Connection
 
+from forgeflow.domain import publish as rules
 from forgeflow.domain.ids import ResourceKind, ResourceRef, parse_resource_key
 from forgeflow.domain.records import Refs, Repository, Task
 from forgeflow.domain.states import TaskState
 from forgeflow.gitea.client import GiteaClient, GiteaError
 from forgeflow.store import Store, audit, repos
+from forgeflow.tasks import lost
 from forgeflow.tasks.dispatch import Dispatcher
 from forgeflow.tasks.moves import TaskMoves, task_event
 from forgeflow.tasks.outbox import Outbox, Receipt
@@ -135,6 +137,9 @@ class Preparer:
             )
             return Prepared(retried)
         notes.append(_status_event(task, worktree))
+        if worktree.created:  # made anew here: was the session's earlier disk lost?
+            target = rules.target(resource, refs, repo_row.default_branch)
+            notes += await self._lost(task, worktree, target.remote or target.local)
         posted = await receipt
         context = Context(worktree.status, await discussion)
         running = await self.moves.move(
@@ -161,6 +166,19 @@ class Preparer:
         if found is None:
             return worktree, task.refs
         return worktree, dataclasses.replace(found, upstream_moved=worktree.upstream_moved)
+
+    async def _lost(
+        self, task: Task, worktree: SessionWorktree, branch: str
+    ) -> list[audit.AuditEvent]:
+        """``session.work_lost`` when the session last ran on a dead worker (lost.py)."""
+        owner, ttl = self.slots.owner, self.slots.lease_ttl
+        published = worktree.published
+        event = await self.store.read(
+            lambda c: lost.lost_event(
+                c, task, owner=owner, ttl=ttl, branch=branch, published=published
+            )
+        )
+        return [event] if event is not None else []
 
     async def _pull(self, resource: ResourceRef, clone_url: str) -> tuple[PullRequestRefs, Refs]:
         """A pull request's branches as Gitea has them now, and the task's refs."""

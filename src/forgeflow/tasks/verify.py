@@ -26,7 +26,7 @@ from forgeflow.store import Store
 from forgeflow.store import comments as comment_q
 from forgeflow.store import turns as turn_q
 from forgeflow.store.types import utcnow
-from forgeflow.tasks import drafts, egress
+from forgeflow.tasks import drafts, egress, lost
 from forgeflow.tasks.moves import TaskMoves
 from forgeflow.tasks.publish import Outcome
 from forgeflow.tasks.replies import Replies
@@ -211,7 +211,9 @@ class Verifier:
         """The agent's answer says what happened to the work (pushed where, or refused
         why) and, with a public URL, links to the task's page."""
         blocked = egress.note(await self.store.read(lambda c: egress.refused(c, task.task_id)))
-        lines = [outcome.note() if outcome is not None else None, blocked, self.replies.link(task)]
+        gone = await self.store.read(lambda c: lost.note(c, task.task_id))
+        said = outcome.note() if outcome is not None else None
+        lines = [gone, said, blocked, self.replies.link(task)]
         note = "\n".join(line for line in lines if line)
         marker = parse_marker(found.body or "")
         if not note or marker is None or marker.kind is not MarkerKind.FINAL:

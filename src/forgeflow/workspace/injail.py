@@ -20,6 +20,14 @@ from forgeflow.domain.ids import RepoRef
 from forgeflow.workspace.git import GitFailed, GitTimeout, WorkspaceDirty, check_sha
 from forgeflow.workspace.status import WorktreeStatus, parse_status
 
+# What a step's refusal word means, for the WorkspaceDirty it becomes.
+DIRTY = {
+    "not_a_clone": "exists but is not a forgeflow clone",
+    "index_lock": "has a stale index.lock",
+    "occupied": "is taken by something that is not this session's worktree",
+    "need_bundle": "was emptied since forgeflow last filled it",
+}
+
 OUTPUT_LIMIT = 4 * 1024 * 1024  # a status of a huge tree is cut, not trusted to end
 BUNDLE_LIMIT = 512 * 1024 * 1024  # what a session's publish bundle may weigh
 
@@ -62,6 +70,8 @@ echo ff:status; {_STATUS}
 # $1 clone, $2 worktree, $3 branch, $4 start commit, $5 pull number or "", $6 "bundle",
 # $7 "check": the clone's check first (a follow-up with nothing to deliver runs one jail,
 # not two); anything unusual there says ff:clone_* and the repo step gives the verdict.
+# $8 "published": $4 is the session branch's head on Gitea (published.py): the worktree
+# starts there, and the local branch is compared with it (ff:diverged / ff:behind).
 SESSION_STEP = (
     _G
     + f"""
@@ -79,6 +89,12 @@ if [ -n "$5" ]; then
   if [ "$6" = bundle ]; then
     cat > /tmp/pull.bundle && g fetch -q --no-tags --no-write-fetch-head /tmp/pull.bundle \\
       "+$local:$local" >&2 || {{ echo ff:fetch_failed; exit 0; }}
+  fi
+  target=$(g rev-parse --verify --quiet "$4^{{commit}}") || {{ echo ff:no_target; exit 0; }}
+elif [ "$8" = published ]; then
+  if [ "$6" = bundle ]; then
+    cat > /tmp/session.bundle && g fetch -q --no-tags --no-write-fetch-head /tmp/session.bundle \\
+      "+refs/heads/$3:refs/remotes/origin/$3" >&2 || {{ echo ff:fetch_failed; exit 0; }}
   fi
   target=$(g rev-parse --verify --quiet "$4^{{commit}}") || {{ echo ff:no_target; exit 0; }}
 fi
@@ -101,7 +117,19 @@ admin=$(g rev-parse --absolute-git-dir)
 # Registered at this very path (a copy of another worktree points elsewhere).
 [ "$(cat "$admin/gitdir" 2>/dev/null)" = "$2/.git" ] || {{ echo ff:occupied; exit 0; }}
 [ -e "$admin/index.lock" ] && {{ echo ff:index_lock; exit 0; }}
-if [ -n "$target" ]; then
+if [ -n "$target" ] && [ -z "$5" ]; then
+  # The session's published head: never reset; behind and clean on the branch is
+  # fast-forwarded, anything else is named (both heads) and blocks.
+  b=$(g rev-parse --verify --quiet "refs/heads/$3")
+  if [ "$b" = "$target" ]; then :
+  elif [ -n "$b" ] && g merge-base --is-ancestor "$target" "$b" 2>/dev/null; then :
+  elif [ -n "$b" ] && g merge-base --is-ancestor "$b" "$target" 2>/dev/null; then
+    if [ "$(g symbolic-ref -q HEAD)" = "refs/heads/$3" ] \\
+      && [ -z "$(g status --porcelain=v1 --untracked-files=all --ignored=no)" ]; then
+      g merge -q --ff-only --no-edit "$target" >&2 && echo ff:forwarded || echo "ff:behind $b"
+    else echo "ff:behind $b"; fi
+  else echo "ff:diverged $b"; fi
+elif [ -n "$target" ]; then
   head=$(g rev-parse --verify --quiet HEAD)
   if [ "$head" = "$target" ]; then :
   elif g merge-base --is-ancestor "$target" HEAD 2>/dev/null; then :

@@ -34,7 +34,7 @@ from forgeflow.domain.paths import (
     session_branch,
     session_worktree,
 )
-from forgeflow.workspace import injail, mirror
+from forgeflow.workspace import injail, mirror, published
 from forgeflow.workspace.delivery import CloneDeliveries, bundle_file
 from forgeflow.workspace.fetchrule import FetchRule
 from forgeflow.workspace.git import (
@@ -66,13 +66,6 @@ __all__ = [
     "WorkspaceManager",
     "WorktreeStatus",
 ]
-
-_DIRTY = {
-    "not_a_clone": "exists but is not a forgeflow clone",
-    "index_lock": "has a stale index.lock",
-    "occupied": "is taken by something that is not this session's worktree",
-    "need_bundle": "was emptied since forgeflow last filled it",
-}
 
 
 class WorkspaceManager:
@@ -201,7 +194,8 @@ class WorkspaceManager:
         path = session_worktree(str(self.root), resource)
         async with self.locks.hold(repo, "prepare_session"):
             check = self.clones.take_deferred(repo)
-            report = await self._session_step(repo, main, path, resource, checkout, pull, check)
+            report, head = await self._session_step(repo, main, path, resource, checkout, pull,
+                                                    check)  # fmt: skip
             if any(word.startswith("clone_") for word in report.words):
                 # Not plainly ours and clean: the repo step, with a whole bundle, gives
                 # its verdict (WorkspaceDirty) or delivers; then the session's step.
@@ -214,9 +208,9 @@ class WorkspaceManager:
                 except BaseException:
                     self.fetch_rule.forget(self.mirror(repo))  # the next task fetches
                     raise
-                report = await self._session_step(repo, main, path, resource, checkout, pull,
-                                                  False)  # fmt: skip
-        status = _session_status(report, path)
+                report, head = await self._session_step(repo, main, path, resource, checkout,
+                                                        pull, False)  # fmt: skip
+        status = published.verdict(report, path, session_branch(resource), head)
         self._sessions.add(path)
         return SessionWorktree(
             path=path,
@@ -225,17 +219,29 @@ class WorkspaceManager:
             upstream_moved="moved" in report.words,
             fast_forwarded="forwarded" in report.words,
             created="created" in report.words,
+            published=head,
         )
 
     async def _session_step(
         self, repo: RepoRef, main: str, path: str, resource: ResourceRef,
         checkout: RepoCheckout, pull: PullRequestRefs | None, check: bool,
-    ) -> Report:  # fmt: skip
-        start, number = checkout.head, ""
+    ) -> tuple[Report, str | None]:  # fmt: skip
+        """The session step in the jail; with the session branch's published head (an
+        issue's, None: not published) that the worktree starts from and is checked
+        against (published.py)."""
+        start, number, mode, head = checkout.head, "", "", None
         mpath = self.mirror(repo)
         with bundle_file(mpath) as out:
             send = False
-            if pull is not None:
+            if pull is None:
+                fetch = checkout.action == "reused" and path not in self._sessions
+                head, send = await published.bundle(
+                    self.git, mpath, session_branch(resource), out,
+                    origin=self.clones.origins.get(repo.key) if fetch else None,
+                    known=self.clones.delivered.get(repo.key, set()),
+                )  # fmt: skip
+                start, mode = (head, "published") if head else (start, "")
+            else:
                 url = check_url(pull.head_clone_url, "head clone URL").geturl()
                 origin = self.clones.origins.get(repo.key)
                 start = await mirror.fetch_pull(self.git, mpath, origin or url, url,
@@ -248,17 +254,17 @@ class WorkspaceManager:
                 send = await mirror.bundle(self.git, mpath, out, [local], known)
             res = await self.jail.step(
                 injail.SESSION_STEP, repo, main, main, path, session_branch(resource), start,
-                number, "bundle" if send else "none", "check" if check else "",
+                number, "bundle" if send else "none", "check" if check else "", mode,
                 stdin=Path(out) if send else None,
             )  # fmt: skip
-        return injail.parse(res, "the session's preparation")
+        return injail.parse(res, "the session's preparation"), head
 
     async def worktree_status(self, path: str) -> WorktreeStatus:
         repo = self._repo_of(path)
         res = await self.jail.step(injail.STATUS_STEP, repo, path, path, read_only=True)
         report = injail.parse(res, "git status")
         if report.status is None:
-            raise WorkspaceDirty(f"{path} {_DIRTY['occupied']}",
+            raise WorkspaceDirty(f"{path} {injail.DIRTY['occupied']}",
                                  details={"path": path, "reason": "occupied"})  # fmt: skip
         return report.status
 
@@ -291,7 +297,7 @@ class WorkspaceManager:
                          "status": report.status.summary() if report.status else None},
             )  # fmt: skip
         if "occupied" in report.words:
-            raise WorkspaceDirty(f"{path} {_DIRTY['occupied']}",
+            raise WorkspaceDirty(f"{path} {injail.DIRTY['occupied']}",
                                  details={"path": path, "reason": "occupied"})  # fmt: skip
         self._sessions.discard(path)
         return "removed" in report.words
@@ -346,7 +352,13 @@ class WorkspaceManager:
             if not await mirror.has_commit(self.git, path, sha):
                 await self._take(repo, path, check_ref(local or branch, "session branch"), sha,
                                  private)  # fmt: skip
-            return await mirror.push(self.git, path, clone_url, sha, branch)
+            refused = await mirror.push(self.git, path, clone_url, sha, branch)
+            if refused is not None:
+                # Gitea's branch moved (or says no): the mirror learns its head, so the
+                # next preparation compares with it even if it skips the fetch.
+                with contextlib.suppress(WorkspaceError):
+                    await published.fetch_branch(self.git, path, clone_url, branch)
+            return refused
 
     async def _take(self, repo: RepoRef, path: str, local: str, sha: str, private: str) -> None:
         main = repo_workspace(str(self.root), repo)
@@ -377,22 +389,3 @@ class WorkspaceManager:
         if not os.path.isdir(path):
             raise GitFailed(f"no mirror of {repo.key} yet", details={"repo": repo.key})
         return path
-
-
-def _session_status(report: Report, path: str) -> WorktreeStatus:
-    """The session step's verdict: its worktree's status, or the refusal it reported."""
-    for word in ("occupied", "index_lock", "no_target", "fetch_failed", "add_failed"):
-        if word in report.words:
-            if word in _DIRTY:
-                raise WorkspaceDirty(f"{path} {_DIRTY[word]}",
-                                     details={"path": path, "reason": word})  # fmt: skip
-            raise GitFailed(f"the session's preparation failed in the jail ({word})")
-    status = report.status
-    if status is None:
-        raise GitFailed("the session's preparation printed no status")
-    if status.unmerged:
-        raise WorkspaceDirty(
-            f"session worktree {path} has unmerged paths",
-            details={"path": path, "reason": "unmerged", "status": status.summary()},
-        )
-    return status

@@ -35,3 +35,6 @@ class SessionWorktree:
     upstream_moved: bool
     fast_forwarded: bool = False
     created: bool = False
+    # An issue session's branch on Gitea, as the worktree was checked against (None:
+    # not published); the worktree of a new session starts there (published.py).
+    published: str | None = None

@@ -210,6 +210,14 @@ class GiteaEmulator(EmulatorControls, LegacyDeliveries):
             path = self._state.repo_by_name(owner, repo).path
         return GitRepo(path).branch_sha(branch)
 
+    def branch_log(self, owner: str, repo: str, branch: str) -> list[str]:
+        """The commits of ``branch`` as Gitea has them, newest first ([]: no branch)."""
+        with self._state.lock:
+            path = self._state.repo_by_name(owner, repo).path
+        git = GitRepo(path)
+        head = git.branch_sha(branch)
+        return git.out("rev-list", head).split() if head else []
+
     def merge_pull(self, owner: str, repo: str, index: int, *, merger: str) -> str:
         with self._state.lock:
             target = self._state.repo_by_name(owner, repo)
