@@ -33,12 +33,14 @@ from forgeflow.agent.gitea_tools import args as a
 from forgeflow.agent.gitea_tools import handlers as h
 from forgeflow.agent.gitea_tools.external import External
 from forgeflow.agent.port import CommentTool
+from forgeflow.domain.json import JsonObject
 from forgeflow.domain.publish import PUSH_TOOL
 from forgeflow.gitea.client import GiteaClient
 
 log = structlog.get_logger("forgeflow.tools")
 
-Refused = Callable[[Grant, str, dict[str, Any], str], None]
+# Told of a refused call: the grant, the tool, its arguments (JSON) and why.
+Refused = Callable[[Grant, str, JsonObject, str], None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,8 +155,8 @@ TOOLS: tuple[Tool, ...] = (
 COMMENT_TOOL = CommentTool("add_comment", "body: the comment's Markdown text")
 
 
-def _schema(tool: Tool) -> dict[str, Any]:
-    schema = tool.args.model_json_schema()
+def _schema(tool: Tool) -> JsonObject:
+    schema: JsonObject = tool.args.model_json_schema()
     schema.pop("title", None)
     return schema
 
@@ -243,11 +245,12 @@ class GiteaTools:
         )
 
     def _refuse(
-        self, grant: Grant, name: str, args: dict[str, Any], why: str
+        self, grant: Grant, name: str, args: JsonObject, why: str
     ) -> types.CallToolResult:
         self._on_refused(grant, name, args, why)
         return _error(f"refused: {why}")
 
+    # The SDK's call_tool handler: it passes the arguments as ``dict[str, Any]``.
     async def _call(self, name: str, arguments: dict[str, Any]) -> types.CallToolResult:
         grant = self._grant()
         tool = self._own.get(name)
