@@ -244,9 +244,7 @@ class GiteaTools:
             self._gitea, key, h.resource_of(key), self._bot, self._publish, self._comments
         )
 
-    def _refuse(
-        self, grant: Grant, name: str, args: JsonObject, why: str
-    ) -> types.CallToolResult:
+    def _refuse(self, grant: Grant, name: str, args: JsonObject, why: str) -> types.CallToolResult:
         self._on_refused(grant, name, args, why)
         return _error(f"refused: {why}")
 
