@@ -66,8 +66,8 @@ class _TomlSource(PydanticBaseSettingsSource):
     def get_field_value(self, field: Any, field_name: str) -> tuple[Any, str, bool]:
         return self._data.get(field_name), field_name, False
 
-    # pydantic-settings' signature: the values it validates into the settings' fields.
-    def __call__(self) -> dict[str, Any]:
+    # The values pydantic-settings validates into the settings' fields.
+    def __call__(self) -> TomlTable:
         return {k: v for k, v in self._data.items() if k in self.settings_cls.model_fields}
 
 

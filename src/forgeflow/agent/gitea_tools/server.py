@@ -248,8 +248,8 @@ class GiteaTools:
         self._on_refused(grant, name, args, why)
         return _error(f"refused: {why}")
 
-    # The SDK's call_tool handler: it passes the arguments as ``dict[str, Any]``.
-    async def _call(self, name: str, arguments: dict[str, Any]) -> types.CallToolResult:
+    # The SDK's call_tool handler: the arguments are the JSON-RPC request's.
+    async def _call(self, name: str, arguments: JsonObject) -> types.CallToolResult:
         grant = self._grant()
         tool = self._own.get(name)
         if tool is None:
