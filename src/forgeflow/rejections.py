@@ -19,6 +19,7 @@ from datetime import timedelta
 import structlog
 from sqlalchemy import Connection, delete, select
 
+from forgeflow.domain.json import JsonObject
 from forgeflow.store import Store, audit
 from forgeflow.store.schema import audit_events
 from forgeflow.store.types import utcnow
@@ -114,7 +115,7 @@ class RejectionLog:
         coalesced: bool = False,
     ) -> audit.AuditEvent:
         action, reason, source = key
-        meta: dict[str, object] = {"source": source, "count": count}
+        meta: JsonObject = {"source": source, "count": count}
         if coalesced:
             meta["intervalSeconds"] = self._interval
         return audit.AuditEvent(

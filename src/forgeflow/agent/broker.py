@@ -29,19 +29,18 @@ import socket
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
 import aiohttp
 import structlog
 from aiohttp import web
+from starlette.types import Message, Receive, Scope, Send
 
 from forgeflow.agent.provider import ModelProvider
 from forgeflow.redaction import forget_secrets, register_secrets
 
 log = structlog.get_logger("forgeflow.broker")
 
-Json = dict[str, Any]
-Message = dict[str, Any]
 GRANT_KEY = "forgeflow.grant"  # the caller's grant in the ASGI scope's "state"
 
 
@@ -50,7 +49,7 @@ class McpApp(Protocol):
 
     def running(self) -> AbstractAsyncContextManager[None]: ...
 
-    async def __call__(self, scope: Message, receive: Any, send: Any) -> None: ...
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None: ...
 
 
 # Request headers that describe the hop or the caller's credentials; everything else
@@ -308,7 +307,7 @@ class Broker:
         body = await request.read()
         finished = asyncio.Event()
         response: web.StreamResponse | None = None
-        scope: Message = {
+        scope: Scope = {
             "type": "http",
             "asgi": {"version": "3.0", "spec_version": "2.3"},
             "http_version": "1.1",

@@ -59,6 +59,7 @@ from forgeflow.agent.port import (
 from forgeflow.agent.threads import mcp_ready, open_thread, thread_params
 from forgeflow.config import Settings
 from forgeflow.domain.ids import RepoRef
+from forgeflow.domain.json import JsonObject
 from forgeflow.domain.paths import agent_home, repo_sessions, repo_workspace
 from forgeflow.gitea.client import GiteaClient
 from forgeflow.redaction import redact
@@ -354,7 +355,7 @@ class CodexRuntime:
         if self._servers.get(turn.server.key) is turn.server:
             self._arm_idle(turn.server)
 
-    def _refused(self, grant: Grant, tool: str, args: dict[str, Any], why: str) -> None:
+    def _refused(self, grant: Grant, tool: str, args: JsonObject, why: str) -> None:
         """A Gitea tool call the broker refused: reported in the session's turn."""
         log.warning("mcp.refused", repo=grant.server, tool=tool)
         for turn in self._turns.values():

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from forgeflow.agent.jsonrpc import Json
 from forgeflow.agent.port import AgentError
 from forgeflow.agent.provider import ModelProvider, load_provider
 from forgeflow.config import Settings
 from forgeflow.domain.egress import EgressPolicy
+from forgeflow.domain.json import JsonObject
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,7 +74,7 @@ def server_key(owner: str, repo: str, read_only: bool) -> str:
     return f"{owner}/{repo}" + (" (read-only)" if read_only else "")
 
 
-def audit_params(params: Json) -> dict[str, Any]:
+def audit_params(params: Json) -> JsonObject:
     """What a thread was started with, for the audit: header names, never values."""
     servers = (params.get("config") or {}).get("mcp_servers") or {}
     return {

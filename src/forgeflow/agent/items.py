@@ -22,6 +22,7 @@ from forgeflow.agent.port import (
     TurnStatus,
 )
 from forgeflow.domain import transcript
+from forgeflow.domain.json import JsonObject
 from forgeflow.redaction import redact
 
 if TYPE_CHECKING:
@@ -56,7 +57,7 @@ class TurnState:
         self.done = True
         usage = self.server.model.usage
         before_in, before_out = self.usage_at_start
-        metadata = {
+        metadata: JsonObject = {
             "inputTokens": usage.input_tokens - before_in,
             "outputTokens": usage.output_tokens - before_out,
         }

@@ -8,8 +8,9 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any, Protocol
+from typing import Protocol
 
+from forgeflow.domain.json import JsonObject
 from forgeflow.domain.transcript import Entry
 
 
@@ -80,7 +81,7 @@ class ToolCall:
 
     seq: int
     tool: str
-    arguments: dict[str, Any]
+    arguments: JsonObject
     ok: bool
     comment_id: int | None = None
     error: str | None = None
@@ -116,7 +117,7 @@ class Notice:
 
     seq: int
     action: str
-    metadata: dict[str, Any] = field(default_factory=dict)
+    metadata: JsonObject = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,6 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from forgeflow.config import TomlTable, TomlValue
+
 OPENAI_BASE_URL = "https://api.openai.com/v1"
 BROKER_PROVIDER = "forgeflow"
 
@@ -66,10 +68,10 @@ class ModelProvider:
     provider: Mapping[str, Any] = field(default_factory=dict)  # non-secret keys only
     top: Mapping[str, Any] = field(default_factory=dict)  # non-secret settings only
 
-    def jail_config(self, broker_url: str) -> dict[str, Any]:
+    def jail_config(self, broker_url: str) -> TomlTable:
         """The config.toml of the jail's ``CODEX_HOME``: the operator's model choice,
         the provider replaced by the pass-through."""
-        provider = {
+        provider: TomlTable = {
             "name": "forgeflow model pass-through",
             "wire_api": "responses",
             **self.provider,
@@ -87,7 +89,7 @@ class ModelProvider:
 CAPABILITY_ENV = "AGENT_CAPABILITY"
 
 
-def with_capability_env(config: Mapping[str, Any]) -> dict[str, Any]:
+def with_capability_env(config: Mapping[str, Any]) -> TomlTable:
     """The jail's config, its provider told to read the capability from
     :data:`CAPABILITY_ENV` (the value itself is set in the jail's environment)."""
     providers = dict(config.get("model_providers") or {})
@@ -119,7 +121,7 @@ def load_provider(
     environ: Mapping[str, str] = os.environ,
 ) -> ModelProvider:
     """The operator's provider: forgeflow's settings, else ``codex_home``'s config."""
-    config: dict[str, Any] = {}
+    config: TomlTable = {}
     if codex_home is not None and (codex_home / "config.toml").is_file():
         path = codex_home / "config.toml"
         try:
@@ -128,7 +130,7 @@ def load_provider(
             raise ProviderError(f"{path}: cannot be read as TOML ({exc})") from None
     top = {k: config[k] for k in _TOP_KEYS if k in config}
     chosen = str(config.get("model_provider") or "openai")
-    table = (config.get("model_providers") or {}).get(chosen) or {}
+    table = _table(_table(config.get("model_providers")).get(chosen))
     provider = {k: table[k] for k in _PROVIDER_KEYS if k in table}
     if base_url:
         return ModelProvider(base_url.rstrip("/"), api_key, provider, top)
@@ -136,8 +138,14 @@ def load_provider(
     key = api_key
     if key is None:
         env_key = str(table.get("env_key") or "OPENAI_API_KEY")
-        key = environ.get(env_key) or table.get("experimental_bearer_token")
+        bearer = table.get("experimental_bearer_token")
+        key = environ.get(env_key) or (bearer if isinstance(bearer, str) else None)
     return ModelProvider(url.rstrip("/"), key, provider, top)
+
+
+def _table(value: TomlValue | None) -> TomlTable:
+    """A table of the operator's config, or an empty one where it has none."""
+    return value if isinstance(value, dict) else {}
 
 
 def to_toml(table: Mapping[str, Any], prefix: str = "") -> str:

@@ -27,6 +27,7 @@ from urllib.parse import urlsplit
 import structlog
 
 from forgeflow.domain.egress import EgressPolicy, IPAddress, normalise_host
+from forgeflow.domain.json import JsonObject
 
 log = structlog.get_logger("forgeflow.proxy")
 
@@ -264,7 +265,7 @@ class Blocks:
         self.counts[key] = self.counts.get(key, 0) + 1
         self.reasons.setdefault(key, reason[:200])
 
-    def metadata(self) -> dict[str, object]:
+    def metadata(self) -> JsonObject:
         return {
             "requests": [
                 {"host": h, "port": p, "count": n, "reason": self.reasons[(h, p)]}

@@ -57,7 +57,8 @@ async def list_ui_sessions(
     services: Services = request.app.state.services
     rows = await services.store.read(lambda c: ui_sessions.listing(c, live_only=not all))
     now = utcnow()
-    return UiSessionList(items=[UiSessionRow(**r.json(), live=r.live(now)) for r in rows])
+    items = [UiSessionRow.model_validate({**r.json(), "live": r.live(now)}) for r in rows]
+    return UiSessionList(items=items)
 
 
 @router.post(

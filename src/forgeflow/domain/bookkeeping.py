@@ -11,8 +11,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, ClassVar
+from typing import ClassVar
 
+from forgeflow.domain.json import JsonObject
 from forgeflow.domain.records import Record
 
 
@@ -35,7 +36,7 @@ class AuditEntry(Record):
     comment_id: int | None
     error_code: str | None
     timestamp: datetime
-    metadata: dict[str, Any]  # the event's details; {} when it has none
+    metadata: JsonObject  # the event's details; {} when it has none
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,7 +99,7 @@ class ControlRequest(Record):
     target: str
     operator: str
     status_code: int
-    response: dict[str, Any]  # the JSON answered
+    response: JsonObject  # the JSON answered
     created_at: datetime
 
 
@@ -150,6 +151,6 @@ class StoredEvent(Record):
     event_type: str
     dedupe_key: str
     repo_key: str | None
-    payload: dict[str, Any]  # the event's JSON, as triggers match it
+    payload: JsonObject  # the event's JSON, as triggers match it
     created_at: datetime
     dispatched_at: datetime | None

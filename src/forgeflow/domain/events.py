@@ -16,6 +16,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from forgeflow.domain.json import JsonObject
+
 _GITEA = ("repoKey", "owner", "repo", "sender", "deliveryId")
 _PULL = (
     *_GITEA,
@@ -126,7 +128,7 @@ class DomainEvent:
 
     event_type: str
     dedupe_key: str
-    payload: dict[str, Any]
+    payload: JsonObject
     repo_key: str | None = None
 
     def __post_init__(self) -> None:
@@ -147,7 +149,7 @@ def repo_added(
     """Dedupe key ``<repoKey>``: once per repository, whether forgeflow learnt of it from
     its first registration (``source: registration``) or from Gitea's repository
     ``created`` webhook (``source: gitea``), whichever came first."""
-    payload = {
+    payload: JsonObject = {
         "repoKey": repo_key,
         "owner": owner,
         "repo": name,

@@ -15,6 +15,7 @@ from datetime import UTC, datetime
 from typing import Any, ClassVar
 
 from forgeflow.domain.ids import ResourceRef, parse_resource_key
+from forgeflow.domain.json import JsonObject
 from forgeflow.domain.states import TaskState
 
 
@@ -44,9 +45,9 @@ class Record:
         fields = dataclasses.fields(cls)  # type: ignore[arg-type]
         return [f.name for f in fields if f.name not in cls.JSON_OMIT]
 
-    def json(self) -> dict[str, Any]:
+    def json(self) -> JsonObject:
         """The record as the API answers it: camelCase keys, times as ISO strings."""
-        out: dict[str, Any] = {}
+        out: JsonObject = {}
         for name in self.shown():
             value = getattr(self, name)
             if isinstance(value, datetime):
@@ -173,8 +174,8 @@ class Session(Record):
     kind: str
     number: int
     thread_id: str | None  # the agent's thread; None until the first turn
-    runtime: dict[str, Any]
-    mcp: dict[str, Any]
+    runtime: JsonObject
+    mcp: JsonObject
     status: str  # active or closed
     last_task_id: str | None
     last_turn_id: str | None

@@ -43,6 +43,7 @@ from pydantic import ValidationError
 
 from forgeflow.domain.events import DomainEvent, repo_added
 from forgeflow.domain.ids import InvalidName, RepoRef, ResourceKind, resource_key
+from forgeflow.domain.json import JsonObject
 from forgeflow.domain.markers import parse_marker
 from forgeflow.domain.mentions import find_mention
 from forgeflow.gitea.payloads import (
@@ -106,7 +107,7 @@ class _Delivery:
         self.action = hook.action
         self.repo = RepoRef(hook.repository.owner.login, hook.repository.name)
 
-    def base(self) -> dict[str, Any]:
+    def base(self) -> JsonObject:
         sender = self.hook.sender
         return {
             "repoKey": self.repo.key,
@@ -125,7 +126,7 @@ class _Delivery:
         """Identity of a delivery's content: Gitea replays a hook byte for byte."""
         return hashlib.sha256(self.body).hexdigest()[:32]
 
-    def event(self, event_type: str, key: str, payload: dict[str, Any]) -> DomainEvent:
+    def event(self, event_type: str, key: str, payload: JsonObject) -> DomainEvent:
         return DomainEvent(event_type, key, payload, self.repo.key)
 
 
@@ -143,7 +144,7 @@ def _issues(d: _Delivery) -> list[DomainEvent]:
     if d.action != "opened":
         return []
     resource = resource_key(d.repo.key, ResourceKind.ISSUE, issue.number)
-    payload = {
+    payload: JsonObject = {
         **d.base(),
         "number": issue.number,
         "resourceKey": resource,
@@ -151,7 +152,7 @@ def _issues(d: _Delivery) -> list[DomainEvent]:
         "body": issue.body,
         "author": _login(issue.user),
         "url": issue.html_url,
-        "labels": issue.label_names(),
+        "labels": [*issue.label_names()],
     }
     return [d.event("IssueOpened", resource, payload)]
 
@@ -164,7 +165,7 @@ def _assigned(d: _Delivery, thread: HookThread, *, is_pull: bool) -> list[Domain
         return []
     kind = ResourceKind.PULL_REQUEST if is_pull else ResourceKind.ISSUE
     resource = resource_key(d.repo.key, kind, thread.number)
-    payload = {
+    payload: JsonObject = {
         **d.base(),
         "number": thread.number,
         "resourceKey": resource,
@@ -172,7 +173,7 @@ def _assigned(d: _Delivery, thread: HookThread, *, is_pull: bool) -> list[Domain
         "title": thread.title,
         "author": _login(thread.user),
         "url": thread.html_url,
-        "assignees": assignees,
+        "assignees": [*assignees],
     }
     return [d.event("IssueAssigned", f"{resource}:{d.content_key()}", payload)]
 
@@ -200,7 +201,7 @@ def _pulls(d: _Delivery) -> list[DomainEvent]:
     return _pull_status_changed(d, resource, common)
 
 
-def _pull_published(d: _Delivery, resource: str, common: dict[str, Any]) -> list[DomainEvent]:
+def _pull_published(d: _Delivery, resource: str, common: JsonObject) -> list[DomainEvent]:
     """PullRequestPublished, and ExternalPrDetected when the head lives in a fork."""
     pull = d.read_as(PullRequestPayload).pull_request
     head, base = pull.head, pull.base
@@ -222,7 +223,7 @@ def _pull_published(d: _Delivery, resource: str, common: dict[str, Any]) -> list
     return found
 
 
-def _pull_status_changed(d: _Delivery, resource: str, common: dict[str, Any]) -> list[DomainEvent]:
+def _pull_status_changed(d: _Delivery, resource: str, common: JsonObject) -> list[DomainEvent]:
     """PullRequestStatusChanged on reopen, push and close; PrMerged too on a merge."""
     pull = d.read_as(PullRequestPayload).pull_request
     merged = d.action == "closed" and pull.merged is True
@@ -259,7 +260,7 @@ def comment_created(event: CommentEvent, *, mentions_bot: bool) -> DomainEvent:
     """CommentCreated from the comment the ingress already normalised (its hot path
     reads the payload once); the caller has ruled out the bot's own comments."""
     repo, resource = event.repo, event.resource
-    payload = {
+    payload: JsonObject = {
         "repoKey": repo.key,
         "owner": repo.owner,
         "repo": repo.name,
@@ -293,7 +294,7 @@ def _releases(d: _Delivery) -> list[DomainEvent]:
     release = d.read_as(ReleasePayload).release
     if d.action != "published" or release.draft is True:
         return []
-    payload = {
+    payload: JsonObject = {
         **d.base(),
         "releaseId": release.id,
         "tag": release.tag_name,

@@ -11,9 +11,10 @@ Unknown fields are ignored: Gitea adds fields between releases.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
+
+from forgeflow.domain.json import JsonObject
 
 
 class _Shape(BaseModel):
@@ -118,11 +119,13 @@ class HookOption(_Shape):
     branch_filter: str = "*"
     config: dict[str, str] = Field(repr=False)
 
-    def create_body(self) -> dict[str, Any]:
-        return self.model_dump()
+    def create_body(self) -> JsonObject:
+        found: JsonObject = self.model_dump(mode="json")
+        return found
 
-    def edit_body(self) -> dict[str, Any]:
-        return self.model_dump(exclude={"type"})
+    def edit_body(self) -> JsonObject:
+        found: JsonObject = self.model_dump(mode="json", exclude={"type"})
+        return found
 
 
 class ServerVersion(_Shape):

@@ -18,6 +18,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from forgeflow.domain.ids import InvalidName, RepoRef, ResourceKind, ResourceRef
+from forgeflow.domain.json import JsonObject
 from forgeflow.domain.records import Refs
 from forgeflow.gitea.payloads import (
     NUL_CHARACTER,
@@ -125,7 +126,7 @@ class CommentEvent:
         return self.resource.repo
 
 
-def parse_json(body: bytes) -> dict[str, Any]:
+def parse_json(body: bytes) -> JsonObject:
     try:
         payload = json.loads(body)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:

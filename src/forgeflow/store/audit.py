@@ -5,12 +5,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
 
 from sqlalchemy import Connection, func, select
 
 from forgeflow.domain.bookkeeping import AuditEntry
 from forgeflow.domain.ids import new_event_id
+from forgeflow.domain.json import JsonObject
 from forgeflow.redaction import redact
 from forgeflow.store import rows
 from forgeflow.store.schema import audit_events
@@ -32,7 +32,7 @@ class AuditEvent:
     turn_id: str | None = None
     comment_id: int | None = None
     error_code: str | None = None
-    metadata: dict[str, Any] = field(default_factory=dict)
+    metadata: JsonObject = field(default_factory=dict)
     # When it happened, if not when it is appended: a step's row written later, in one
     # transaction with the next step's, keeps its own time.
     at: datetime | None = None

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import hashlib
 from datetime import timedelta
-from typing import Any
 
 from sqlalchemy import Connection, select
 
 from forgeflow.domain.intake import DeliveryRecord
+from forgeflow.domain.json import JsonObject
 from forgeflow.domain.mentions import Command
 from forgeflow.domain.records import Task
 from forgeflow.domain.states import NEVER_QUEUED_STATES, TERMINAL_STATES, TaskState, values
@@ -66,13 +66,14 @@ def run(conn: Connection, a: Accept, command: Command) -> DeliveryRecord:
             metadata=outcome,
         ),
     )
-    state = outcome.get("state") or (task.state if task else None)
+    stopped_in = outcome.get("state")  # what stop left it in; else the task's state
+    state = stopped_in if isinstance(stopped_in, str) else (task.state if task else None)
     return DeliveryRecord(
         a.delivery_id, "accepted", 200, task.task_id if task else None, state, reason
     )
 
 
-def _stop(conn: Connection, task: Task | None, actor: str) -> dict[str, Any]:
+def _stop(conn: Connection, task: Task | None, actor: str) -> JsonObject:
     if task is None or TaskState(task.state) in TERMINAL_STATES:
         return {"stopped": False, "why": "nothing is running or waiting"}
     state = TaskState(task.state)
@@ -104,7 +105,7 @@ def _stop(conn: Connection, task: Task | None, actor: str) -> dict[str, Any]:
     return {"stopped": True, "state": row.state}
 
 
-def _status(conn: Connection, a: Accept, task: Task | None) -> dict[str, Any]:
+def _status(conn: Connection, a: Accept, task: Task | None) -> JsonObject:
     if task is None:
         text = "giteabot: 状态 / status: no task for this issue or pull request yet."
         task_id = "gitea-cmd-" + hashlib.sha256(a.delivery_key.encode()).hexdigest()[:24]

@@ -3,11 +3,10 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from sqlalchemy import Connection, bindparam, select, update
 
 from forgeflow.domain.bookkeeping import Control, ControlRequest
+from forgeflow.domain.json import JsonObject
 from forgeflow.store import audit, rows
 from forgeflow.store.schema import control, control_requests
 from forgeflow.store.sql import insert_ignore
@@ -74,7 +73,7 @@ def save_request(
     target: str,
     operator: str,
     status_code: int,
-    response: dict[str, Any],
+    response: JsonObject,
 ) -> bool:
     return insert_ignore(
         conn,

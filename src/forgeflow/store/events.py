@@ -10,12 +10,13 @@ through the database's after-commit topics, in other processes by PostgreSQL
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from sqlalchemy import Connection, bindparam, select, text, update
 
 from forgeflow.domain.bookkeeping import StoredEvent
 from forgeflow.domain.events import KNOWN_EVENT_TYPES, DomainEvent
+from forgeflow.domain.json import JsonObject
 from forgeflow.store import rows, sql
 from forgeflow.store.db import after_commit
 from forgeflow.store.schema import domain_events
@@ -32,7 +33,7 @@ def emit(
     event_type: str,
     *,
     dedupe_key: str,
-    payload: dict[str, Any],
+    payload: JsonObject,
     repo_key: str | None = None,
 ) -> bool:
     """Record one event; False when its dedupe key was already recorded."""
@@ -88,7 +89,7 @@ _MARK = (
 
 
 def record_unique(
-    conn: Connection, items: list[tuple[str, str]], *, payload: dict[str, Any], repo_key: str | None
+    conn: Connection, items: list[tuple[str, str]], *, payload: JsonObject, repo_key: str | None
 ) -> None:
     """Record events whose dedupe keys cannot exist yet (a task's ``taskId:stateVersion``
     after its compare-and-swap won): one plain multi-row INSERT, no conflict check."""

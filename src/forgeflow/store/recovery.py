@@ -8,10 +8,10 @@ Interrupted work gets one more try after backoff, then fails (the retry rule of
 from __future__ import annotations
 
 from datetime import timedelta
-from typing import Any
 
 from sqlalchemy import Connection, select
 
+from forgeflow.domain.json import JsonObject
 from forgeflow.domain.records import Task
 from forgeflow.domain.retry import RetryPolicy
 from forgeflow.domain.states import IN_WORK_STATES, TaskState, values
@@ -120,7 +120,7 @@ def _recover(
     to: TaskState,
     error_code: str,
     fields: TaskFields,
-    metadata: dict[str, Any] | None = None,
+    metadata: JsonObject | None = None,
 ) -> Task:
     return task_q.transition(
         conn,

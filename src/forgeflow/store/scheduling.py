@@ -12,6 +12,7 @@ from typing import Any
 from sqlalchemy import Connection, Select, and_, bindparam, exists, func, or_, select
 from sqlalchemy.exc import IntegrityError
 
+from forgeflow.domain.json import JsonObject
 from forgeflow.domain.records import Repository, Session, Task
 from forgeflow.domain.states import ACTIVE_STATES, IN_LINE_STATES, WAITING_STATES, TaskState, values
 from forgeflow.store import control, leases, repos, rows, sessions, sql
@@ -38,7 +39,7 @@ def candidates(
     """
     now = utcnow()
     affinity = worker_id is not None and ttl is not None
-    params: dict[str, Any] = {"now": now, "limit": limit}
+    params: dict[str, datetime | int | str | None] = {"now": now, "limit": limit}
     if repo_key is not None:
         params["repo_key"] = repo_key
     if affinity:
@@ -154,6 +155,9 @@ def claim(
         lease_id = leases.acquire(conn, row.repo_key, owner=owner, task_id=task_id, ttl=ttl)
         if lease_id is None:
             return None
+    metadata: JsonObject = {"leaseId": lease_id, "owner": owner}
+    if handoff_from:
+        metadata["handoffFrom"] = handoff_from
     updated = task_q.transition(
         conn,
         Transition(
@@ -162,8 +166,7 @@ def claim(
             expected_version=row.state_version,
             action="task.claim",
             fields={"lease_id": lease_id, "claimed_by": owner, "next_retry_at": None},
-            metadata={"leaseId": lease_id, "owner": owner}
-            | ({"handoffFrom": handoff_from} if handoff_from else {}),
+            metadata=metadata,
         ),
     )
     return Claim(

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import hashlib
-from typing import Any
 
 from sqlalchemy import Connection, bindparam, func, select, update
 
 from forgeflow.domain.ids import ResourceRef
+from forgeflow.domain.json import JsonObject
 from forgeflow.domain.records import Session
 from forgeflow.store import audit, events, rows
 from forgeflow.store.schema import sessions
@@ -18,7 +18,7 @@ RUNTIME = {"app": "codexapp", "mode": "yolo"}
 MCP = {"server": "gitea", "transport": "stdio", "hostRef": "gitea-main"}
 # A draft space's thread: read-only sandbox, no MCP server (docs/codex-app-server.md).
 DRAFT_RUNTIME = {"app": "codexapp", "mode": "read-only"}
-NO_MCP: dict[str, Any] = {"server": None}
+NO_MCP: JsonObject = {"server": None}
 
 
 def space_key(resource: ResourceRef, run_id: str) -> str:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from sqlalchemy import Connection, Insert, Table, literal_column, text
+from sqlalchemy import Connection, Insert, RowMapping, Table, literal_column, text
 from sqlalchemy.dialects import postgresql, sqlite
 
 # Statements built once per (dialect, table): building a Core statement per call costs
@@ -14,7 +14,7 @@ _INSERT_IGNORE: dict[tuple[str, str], Any] = {}
 _INSERT: dict[str, Insert] = {}
 
 
-def insert_ignore(conn: Connection, table: Table, values: dict[str, Any]) -> bool:
+def insert_ignore(conn: Connection, table: Table, values: Mapping[str, object]) -> bool:
     """Insert unless a unique key already holds the row; True when this call inserted.
 
     On PostgreSQL a concurrent insert of the same key waits for the other transaction,
@@ -30,13 +30,14 @@ def insert_ignore(conn: Connection, table: Table, values: dict[str, Any]) -> boo
     return conn.execute(stmt, values).first() is not None
 
 
-def insert_row(conn: Connection, table: Table, values: dict[str, Any]) -> None:
+def insert_row(conn: Connection, table: Table, values: Mapping[str, object]) -> None:
     """A plain INSERT of one row through a statement built once per table."""
     insert_rows(conn, table, [values])
 
 
-def insert_rows(conn: Connection, table: Table, rows: Sequence[dict[str, Any]]) -> None:
-    """Plain INSERTs of rows that all give the same columns."""
+def insert_rows(conn: Connection, table: Table, rows: Sequence[Mapping[str, object]]) -> None:
+    """Plain INSERTs of rows that all give the same columns (their values go to
+    SQLAlchemy unread, hence ``object``)."""
     stmt = _INSERT.get(table.name)
     if stmt is None:
         stmt = _INSERT[table.name] = table.insert()
@@ -44,16 +45,10 @@ def insert_rows(conn: Connection, table: Table, rows: Sequence[dict[str, Any]]) 
 
 
 # Statements the hot paths build once (module constants with ``bindparam``) run through
-# these. Rows of the tables that have a record (tasks, repositories, sessions, turns,
-# deliveries) are read through ``rows.py`` instead and come back typed; these give the
-# partial reads and the other tables' rows as plain dicts.
-def rows(conn: Connection, stmt: Any, params: Mapping[str, Any]) -> list[dict[str, Any]]:
-    return [dict(r._mapping) for r in conn.execute(stmt, dict(params))]
-
-
-def first(conn: Connection, stmt: Any, params: Mapping[str, Any]) -> dict[str, Any] | None:
-    row = conn.execute(stmt, dict(params)).first()
-    return None if row is None else dict(row._mapping)
+# these. Rows of the tables that have a record are read through ``rows.py`` and come
+# back typed; ``first`` gives a partial read (a few columns) as SQLAlchemy maps it.
+def first(conn: Connection, stmt: Any, params: Mapping[str, object]) -> RowMapping | None:
+    return conn.execute(stmt, dict(params)).mappings().first()
 
 
 def scalar(conn: Connection, stmt: Any, params: Mapping[str, Any]) -> Any:

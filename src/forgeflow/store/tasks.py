@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, TypedDict
+from typing import TypedDict
 
 from sqlalchemy import Connection, bindparam, func, select, update
 
 from forgeflow.domain.ids import ResourceRef
+from forgeflow.domain.json import JsonObject
 from forgeflow.domain.records import Refs, Repository, Task
 from forgeflow.domain.states import IN_WORK_STATES, IllegalTransition, TaskState, is_allowed
 from forgeflow.store import audit, events, repos, rows, sessions
@@ -68,7 +70,7 @@ class Transition:
     action: str = "task.transition"
     error_code: str | None = None
     fields: TaskFields | None = None
-    metadata: dict[str, Any] | None = None
+    metadata: JsonObject | None = None
     delivery_id: str | None = None
     comment_id: int | None = None
     # The state the caller saw; with it the move is one UPDATE … RETURNING.
@@ -82,9 +84,11 @@ def transition(conn: Connection, t: Transition) -> Task:
     part of the caller's transaction, so callers that want the alert kept commit
     before re-raising (see ``Store.transition``).
     """
-    fields: dict[str, Any] = dict(t.fields or {})
-    if isinstance(fields.get("refs"), Refs):
-        fields["refs"] = fields["refs"].json()  # the column keeps the record's JSON
+    # Column values, handed to SQLAlchemy as they are (hence ``object``).
+    fields: dict[str, object] = dict(t.fields or {})
+    refs = fields.get("refs")
+    if isinstance(refs, Refs):
+        fields["refs"] = refs.json()  # the column keeps the record's JSON
     unknown = set(fields) - _TRANSITION_FIELDS
     if unknown:
         raise ValueError(f"transition cannot set {sorted(unknown)}")
@@ -108,7 +112,7 @@ def transition(conn: Connection, t: Transition) -> Task:
         from_state = current.state
         updated = _swap(conn, t, from_state, fields)
         if updated is None:
-            metadata = {"requestedBy": t.action, "expectedVersion": t.expected_version}
+            metadata: JsonObject = {"requestedBy": t.action, "expectedVersion": t.expected_version}
             _refuse(conn, t, current, "stale_state_version", metadata)
             raise StaleStateVersion(t.task_id, t.expected_version, current.state_version)
     row_now = updated
@@ -145,7 +149,9 @@ _SWAP = (
 )
 
 
-def _swap(conn: Connection, t: Transition, from_state: str, fields: dict[str, Any]) -> Task | None:
+def _swap(
+    conn: Connection, t: Transition, from_state: str, fields: Mapping[str, object]
+) -> Task | None:
     """The compare-and-swap itself; the row after it, or None when it did not apply."""
     values = {
         **fields,
@@ -161,7 +167,7 @@ def _swap(conn: Connection, t: Transition, from_state: str, fields: dict[str, An
 
 
 def _refuse(
-    conn: Connection, t: Transition, current: Task, code: str, metadata: dict[str, Any]
+    conn: Connection, t: Transition, current: Task, code: str, metadata: JsonObject
 ) -> None:
     audit.append(
         conn,
@@ -195,7 +201,7 @@ _EVENT_OF_STATE = {
 
 def _emit_events(conn: Connection, task: Task, from_state: str) -> None:
     """Domain events of a state change, in the same transaction as the change."""
-    payload = {
+    payload: JsonObject = {
         "taskId": task.task_id,
         "repoKey": task.repo_key,
         "resourceKey": task.resource_key,
@@ -214,7 +220,7 @@ def _emit_events(conn: Connection, task: Task, from_state: str) -> None:
     events.record_unique(conn, items, payload=payload, repo_key=task.repo_key)
 
 
-def insert_received(conn: Connection, values: dict[str, Any]) -> None:
+def insert_received(conn: Connection, values: Mapping[str, object]) -> None:
     """Create a task in ``received``; the caller moves it on with :func:`transition`."""
     now = utcnow()
     insert_row(

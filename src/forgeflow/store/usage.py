@@ -6,12 +6,12 @@ A task's tokens count in the period it was created in (``tasks.created_at``).
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
 
 from sqlalchemy import Connection, func, select, update
 
 from forgeflow.domain import budgets
 from forgeflow.domain.budgets import Budgets, Period, period_starts
+from forgeflow.domain.json import JsonObject
 from forgeflow.domain.records import Repository
 from forgeflow.store import audit, events
 from forgeflow.store.schema import repositories, sessions, tasks
@@ -95,12 +95,14 @@ def set_budget(conn: Connection, repo_key: str, daily: int | None, monthly: int 
     )
 
 
-def report(conn: Connection, defaults: Budgets) -> list[dict[str, Any]]:
-    """Tokens (and cost) per repository and per session for today and this month."""
+def report(conn: Connection, defaults: Budgets) -> list[JsonObject]:
+    """Tokens (and cost) per repository and per session for today and this month, as
+    ``GET /usage`` answers them."""
     starts = period_starts(utcnow())
-    out = []
+    out: list[JsonObject] = []
     for (repo_key,) in conn.execute(select(repositories.c.repo_key).order_by("repo_key")):
-        entry: dict[str, Any] = {"repoKey": repo_key, "limits": limits(conn, repo_key, defaults)}
+        shown: JsonObject = {p: n for p, n in limits(conn, repo_key, defaults).items()}
+        entry: JsonObject = {"repoKey": repo_key, "limits": shown}
         for period, since in starts.items():
             row = conn.execute(
                 select(

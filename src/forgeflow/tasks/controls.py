@@ -9,16 +9,17 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 from sqlalchemy import Connection
 
+from forgeflow.domain.json import JsonObject
 from forgeflow.domain.states import CANCELLABLE_STATES, TaskState
 from forgeflow.store import audit, control, repos, tasks, usage
 from forgeflow.store.sql import notify_tasks
 from forgeflow.store.tasks import Transition
 
-Outcome = tuple[int, dict[str, Any]]
+# A control's status and its JSON answer (stored, so a repeat gets the same).
+Outcome = tuple[int, JsonObject]
 
 
 @dataclass(frozen=True, slots=True)

@@ -5,10 +5,10 @@ answer's line."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from sqlalchemy import Connection
 
+from forgeflow.domain.json import JsonObject, JsonValue
 from forgeflow.store import audit
 
 _SHOWN = 5  # targets the answer's line names; the task page shows all of them
@@ -33,12 +33,12 @@ def refused(conn: Connection, task_id: str) -> list[Refused]:
     return [Refused(h, p, n) for (h, p), n in ordered]
 
 
-def _requests(metadata: Any) -> list[dict[str, Any]]:
-    items = metadata.get("requests") if isinstance(metadata, dict) else None
+def _requests(metadata: JsonObject) -> list[JsonObject]:
+    items = metadata.get("requests")
     return [i for i in items if isinstance(i, dict)] if isinstance(items, list) else []
 
 
-def _int(value: Any) -> int:
+def _int(value: JsonValue) -> int:
     return value if isinstance(value, int) else 0
 
 

@@ -13,6 +13,7 @@ from typing import Any, Protocol
 
 from sqlalchemy import Connection
 
+from forgeflow.domain.json import JsonObject
 from forgeflow.domain.records import Task
 from forgeflow.domain.retry import RetryPolicy
 from forgeflow.domain.states import ACTIVE_STATES, TaskState
@@ -73,7 +74,7 @@ class TaskMoves:
         action: str,
         error_code: str | None = None,
         fields: TaskFields | None = None,
-        metadata: dict[str, Any] | None = None,
+        metadata: JsonObject | None = None,
         before: Callable[[Connection], object] | None = None,
         events: Sequence[AuditEvent] = (),
         unless_moved: bool = False,

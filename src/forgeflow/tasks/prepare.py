@@ -17,12 +17,12 @@ import asyncio
 import contextlib
 import dataclasses
 from dataclasses import dataclass
-from typing import Any
 
 from sqlalchemy import Connection
 
 from forgeflow.domain import publish as rules
 from forgeflow.domain.ids import ResourceKind, ResourceRef, parse_resource_key
+from forgeflow.domain.json import JsonObject
 from forgeflow.domain.records import Refs, Repository, Task
 from forgeflow.domain.states import TaskState
 from forgeflow.gitea.client import GiteaClient, GiteaError
@@ -209,7 +209,7 @@ class Preparer:
 
     async def _record_checkout(self, task: Task, checkout: RepoCheckout) -> list[audit.AuditEvent]:
         """A clone or fetch is recorded at once; a skipped fetch goes with the next move."""
-        metadata: dict[str, Any] = {"path": checkout.path, "head": checkout.head}
+        metadata: JsonObject = {"path": checkout.path, "head": checkout.head}
         if checkout.action == "reused":
             if checkout.fetched_ago != float("inf"):
                 metadata["fetchedSecondsAgo"] = round(checkout.fetched_ago, 1)

@@ -8,12 +8,13 @@ Each answer is a redirect back (post/redirect/get) with a one-time message.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Annotated, Any
+from typing import Annotated
 
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import RedirectResponse, Response
 from sqlalchemy import Connection
 
+from forgeflow.domain.json import JsonObject
 from forgeflow.guard import TokenGuard
 from forgeflow.store import repos
 from forgeflow.tasks import controls
@@ -88,7 +89,7 @@ async def logout(request: Request, posted: Post) -> Response:
     return response
 
 
-def _message(action: str, body: dict[str, Any]) -> str:
+def _message(action: str, body: JsonObject) -> str:
     if action in ("pause", "resume"):
         return "Paused: no new task is claimed." if body.get("globalPaused") else "Resumed."
     if action.startswith("repo."):
@@ -105,8 +106,8 @@ async def run_control(
     target: str,
     fn: ControlFn,
     *,
-    describe: Callable[[dict[str, Any]], str] | None = None,
-    goto: Callable[[dict[str, Any]], str | None] | None = None,
+    describe: Callable[[JsonObject], str] | None = None,
+    goto: Callable[[JsonObject], str | None] | None = None,
 ) -> Response:
     """Run one control through :func:`controls.run` and redirect with its message.
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 from datetime import UTC, datetime
-from typing import Annotated, Any
+from typing import Annotated
 from urllib.parse import quote
 
 from fastapi import APIRouter, Depends, Query, Request
@@ -16,11 +16,29 @@ from sqlalchemy import Connection
 from forgeflow.config_warnings import sandbox_warning
 from forgeflow.domain.ids import InvalidName, parse_resource_key
 from forgeflow.domain.intake import DeliveryStatus
+from forgeflow.domain.json import JsonObject
 from forgeflow.domain.paths import session_worktree
-from forgeflow.domain.states import ACTIVE_STATES, CANCELLABLE_STATES, TaskState, values
+from forgeflow.domain.states import (
+    ACTIVE_STATES,
+    CANCELLABLE_STATES,
+    TERMINAL_STATES,
+    TaskState,
+    values,
+)
 from forgeflow.store import audit, deliveries, repos, sessions, tasks, transcripts
-from forgeflow.store.details import overview_snapshot, task_detail_snapshot
+from forgeflow.store.details import overview, running_json, task_detail
 from forgeflow.tasks import egress
+from forgeflow.web.contexts import (
+    AuditPage,
+    DeliveriesPage,
+    OverviewPage,
+    Paging,
+    Params,
+    ReposPage,
+    SessionsPage,
+    TaskPage,
+    TasksPage,
+)
 from forgeflow.web.render import PAGE_SIZE, UiRoute, render, services
 from forgeflow.web.security import NotFound, UiSession, require_session
 
@@ -39,14 +57,8 @@ def opt(value: str | None) -> str | None:
     return value or None
 
 
-def paging(offset: int, total: int) -> dict[str, Any]:
-    return {
-        "offset": offset,
-        "total": total,
-        "size": PAGE_SIZE,
-        "prev": max(offset - PAGE_SIZE, 0) if offset > 0 else None,
-        "next": offset + PAGE_SIZE if offset + PAGE_SIZE < total else None,
-    }
+def paging(offset: int, total: int) -> Paging:
+    return Paging.at(offset, total, PAGE_SIZE)
 
 
 def _repo_keys(conn: Connection) -> list[str]:
@@ -59,31 +71,24 @@ async def root() -> Response:
 
 
 @router.get("/")
-async def overview(request: Request, session: Session) -> Response:
-    def _read(conn: Connection) -> dict[str, Any]:
+async def overview_page(request: Request, session: Session) -> Response:
+    def _read(conn: Connection) -> tuple[str, OverviewPage]:
         stamp = audit.change_marker(conn)
         midnight = datetime.now(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
-        snap = overview_snapshot(conn)
-        by_repo: dict[str, list[dict[str, Any]]] = {}
-        for item in snap["running"]:
-            by_repo.setdefault(item["repoKey"], []).append(item)
-        return {
-            "stamp": stamp,
-            "ov": snap,
-            "running_by_repo": sorted(by_repo.items()),
-            "tokens_today": tasks.tokens_since(conn, midnight),
-        }
+        snap = overview(conn)
+        by_repo: dict[str, list[JsonObject]] = {}
+        for t in snap.active:
+            by_repo.setdefault(t.repo_key, []).append(running_json(t))
+        page = OverviewPage(
+            ov=snap.json(),
+            running_by_repo=sorted(by_repo.items()),
+            tokens_today=tasks.tokens_since(conn, midnight),
+            sandbox_warning=sandbox_warning(services(request).settings),
+        )
+        return stamp, page
 
-    data = await services(request).store.read(_read)
-    stamp = data.pop("stamp")
-    warning = sandbox_warning(services(request).settings)
-    return render(
-        request,
-        "overview.html",
-        {**data, "nav": "overview", "sandbox_warning": warning},
-        session=session,
-        stamp=stamp,
-    )
+    stamp, page = await services(request).store.read(_read)
+    return render(request, "overview.html", page, session=session, stamp=stamp)
 
 
 @router.get("/tasks")
@@ -95,25 +100,25 @@ async def task_list(
     state: str | None = None,
     offset: Offset = 0,
 ) -> Response:
-    params = {"repo": opt(repo), "resource": opt(resource), "state": opt(state)}
+    params: Params = {"repo": opt(repo), "resource": opt(resource), "state": opt(state)}
     if params["state"] not in (None, *STATES):
         params["state"] = None
     f = tasks.TaskFilter(params["repo"], params["resource"], params["state"], PAGE_SIZE, offset)
 
-    def _read(conn: Connection) -> dict[str, Any]:
+    def _read(conn: Connection) -> tuple[str, TasksPage]:
         stamp = audit.change_marker(conn)
         rows, total = tasks.list_page(conn, f)
-        return {
-            "stamp": stamp,
-            "rows": [r.json() for r in rows],
-            "page": paging(offset, total),
-            "repo_keys": _repo_keys(conn),
-        }
+        page = TasksPage(
+            rows=[r.json() for r in rows],
+            page=paging(offset, total),
+            repo_keys=_repo_keys(conn),
+            params=params,
+            states=STATES,
+        )
+        return stamp, page
 
-    data = await services(request).store.read(_read)
-    stamp = data.pop("stamp")
-    context = {**data, "params": params, "states": STATES, "nav": "tasks"}
-    return render(request, "tasks.html", context, session=session, stamp=stamp)
+    stamp, page = await services(request).store.read(_read)
+    return render(request, "tasks.html", page, session=session, stamp=stamp)
 
 
 # Entries the task page shows; the API pages through the rest of a longer transcript.
@@ -128,44 +133,49 @@ def task_marker(conn: Connection, task_id: str) -> str:
 
 @router.get("/tasks/{task_id}")
 async def task_page(request: Request, session: Session, task_id: str) -> Response:
-    def _read(conn: Connection) -> dict[str, Any] | None:
+    root = str(services(request).settings.resolved_workspace_root)
+
+    def _read(conn: Connection) -> tuple[str, TaskPage] | None:
         stamp = task_marker(conn, task_id)
-        detail = task_detail_snapshot(conn, task_id)
+        detail = task_detail(conn, task_id)
         if detail is None:
             return None
-        task = detail["task"]
-        repo_row = repos.get(conn, task["repoKey"])
-        session_row = sessions.get(conn, task["sessionKey"])
-        return {
-            "stamp": stamp,
-            **detail,
-            "repo": repo_row.json() if repo_row else None,
-            "thread": session_row.json() if session_row else None,
-            "transcript": transcripts.of_task(conn, task_id, limit=TRANSCRIPT_SHOWN),
-            "egress_refused": egress.refused(conn, task_id),
-        }
+        task = detail.task
+        repo_row = repos.get(conn, task.repo_key)
+        session_row = sessions.get(conn, task.session_key)
+        page = TaskPage(
+            task=task.json(),
+            terminal=TaskState(task.state) in TERMINAL_STATES,
+            queue_position=detail.queue_position,
+            turns=[t.json() for t in detail.turns],
+            comments=[c.json() for c in detail.comments],
+            errors=detail.errors(),
+            audit=[e.json() for e in detail.audit],
+            repo=repo_row.json() if repo_row else None,
+            thread=session_row.json() if session_row else None,
+            transcript=transcripts.of_task(conn, task_id, limit=TRANSCRIPT_SHOWN),
+            egress_refused=egress.refused(conn, task_id),
+            worktree=_worktree(root, task.resource_key),
+            can_cancel=task.state in CANCELLABLE_STATES,
+            can_abort=task.state == TaskState.RUNNING,
+            can_release=task.state == TaskState.BLOCKED_WORKSPACE,
+            tokens=(task.input_tokens or 0) + (task.output_tokens or 0),
+            stamp_url=f"/ui/live?task={quote(task_id, safe='')}",
+        )
+        return stamp, page
 
-    data = await services(request).store.read(_read)
-    if data is None:
+    found = await services(request).store.read(_read)
+    if found is None:
         raise NotFound(f"no task {task_id}")
-    stamp = data.pop("stamp")
-    task = data["task"]
+    stamp, page = found
+    return render(request, "task.html", page, session=session, stamp=stamp)
+
+
+def _worktree(root: str, resource_key: str) -> str | None:
     try:
-        root = str(services(request).settings.resolved_workspace_root)
-        worktree: str | None = session_worktree(root, parse_resource_key(task["resourceKey"]))
+        return session_worktree(root, parse_resource_key(resource_key))
     except InvalidName:
-        worktree = None
-    context = {
-        **data,
-        "worktree": worktree,
-        "can_cancel": task["state"] in CANCELLABLE_STATES,
-        "can_abort": task["state"] == TaskState.RUNNING,
-        "can_release": task["state"] == TaskState.BLOCKED_WORKSPACE,
-        "tokens": (task["inputTokens"] or 0) + (task["outputTokens"] or 0),
-        "nav": "tasks",
-        "stamp_url": f"/ui/live?task={quote(task_id, safe='')}",
-    }
-    return render(request, "task.html", context, session=session, stamp=stamp)
+        return None
 
 
 @router.get("/sessions")
@@ -174,25 +184,24 @@ async def session_list(
 ) -> Response:
     repo_key = opt(repo)
 
-    def _read(conn: Connection) -> dict[str, Any]:
+    def _read(conn: Connection) -> tuple[str, SessionsPage]:
         stamp = audit.change_marker(conn)
         rows, total = sessions.list_page(conn, repo_key, PAGE_SIZE, offset)
-        return {
-            "stamp": stamp,
-            "rows": [r.json() for r in rows],
-            "page": paging(offset, total),
-            "repo_keys": _repo_keys(conn),
-        }
+        page = SessionsPage(
+            rows=[r.json() for r in rows],
+            page=paging(offset, total),
+            repo_keys=_repo_keys(conn),
+            params={"repo": repo_key},
+        )
+        return stamp, page
 
-    data = await services(request).store.read(_read)
-    stamp = data.pop("stamp")
-    context = {**data, "params": {"repo": repo_key}, "nav": "sessions"}
-    return render(request, "sessions.html", context, session=session, stamp=stamp)
+    stamp, page = await services(request).store.read(_read)
+    return render(request, "sessions.html", page, session=session, stamp=stamp)
 
 
 @router.get("/repos")
 async def repo_list(request: Request, session: Session) -> Response:
-    def _read(conn: Connection) -> dict[str, Any]:
+    def _read(conn: Connection) -> tuple[str, ReposPage]:
         stamp = audit.change_marker(conn)
         blocked_filter = tasks.TaskFilter(state=TaskState.BLOCKED_WORKSPACE.value, limit=200)
         blocked, _ = tasks.list_page(conn, blocked_filter)
@@ -201,16 +210,15 @@ async def repo_list(request: Request, session: Session) -> Response:
             for row in tasks.list_page(conn, tasks.TaskFilter(state=state, limit=1000))[0]:
                 per = counts.setdefault(row.repo_key, {})
                 per[state] = per.get(state, 0) + 1
-        return {
-            "stamp": stamp,
-            "rows": [r.json() for r in repos.list_all(conn)],
-            "blocked": [r.json() for r in blocked],
-            "counts": counts,
-        }
+        page = ReposPage(
+            rows=[r.json() for r in repos.list_all(conn)],
+            blocked=[r.json() for r in blocked],
+            counts=counts,
+        )
+        return stamp, page
 
-    data = await services(request).store.read(_read)
-    stamp = data.pop("stamp")
-    return render(request, "repos.html", {**data, "nav": "repos"}, session=session, stamp=stamp)
+    stamp, page = await services(request).store.read(_read)
+    return render(request, "repos.html", page, session=session, stamp=stamp)
 
 
 @router.get("/deliveries")
@@ -221,26 +229,26 @@ async def delivery_list(
     repo: str | None = None,
     offset: Offset = 0,
 ) -> Response:
-    params = {"status": opt(status), "repo": opt(repo)}
+    params: Params = {"status": opt(status), "repo": opt(repo)}
     if params["status"] not in (None, *DELIVERY_STATUSES):
         params["status"] = None
 
-    def _read(conn: Connection) -> dict[str, Any]:
+    def _read(conn: Connection) -> tuple[str, DeliveriesPage]:
         stamp = audit.change_marker(conn)
         rows, total = deliveries.list_page(
             conn, params["status"], params["repo"], PAGE_SIZE, offset
         )
-        return {
-            "stamp": stamp,
-            "rows": rows,
-            "page": paging(offset, total),
-            "repo_keys": _repo_keys(conn),
-        }
+        page = DeliveriesPage(
+            rows=rows,
+            page=paging(offset, total),
+            repo_keys=_repo_keys(conn),
+            params=params,
+            statuses=DELIVERY_STATUSES,
+        )
+        return stamp, page
 
-    data = await services(request).store.read(_read)
-    stamp = data.pop("stamp")
-    context = {**data, "params": params, "statuses": DELIVERY_STATUSES, "nav": "deliveries"}
-    return render(request, "deliveries.html", context, session=session, stamp=stamp)
+    stamp, page = await services(request).store.read(_read)
+    return render(request, "deliveries.html", page, session=session, stamp=stamp)
 
 
 def _time(value: str | None) -> datetime | None:
@@ -259,8 +267,8 @@ def audit_params(
     action: str | None,
     since: str | None,
     until: str | None,
-) -> tuple[dict[str, Any], audit.AuditQuery, str | None]:
-    params = {
+) -> tuple[Params, audit.AuditQuery, str | None]:
+    params: Params = {
         "task": opt(task),
         "session": opt(session_key),
         "repo": opt(repo),
@@ -300,21 +308,18 @@ async def audit_search(
     params, q, error = audit_params(task, session_key, repo, action, since, until)
     page_q = replace(q, limit=PAGE_SIZE, before_seq=before, newest_first=True)
 
-    def _read(conn: Connection) -> dict[str, Any]:
+    def _read(conn: Connection) -> tuple[str, AuditPage]:
         stamp = audit.change_marker(conn)
-        events = [] if error else [e.json() for e in audit.query(conn, page_q)]
-        return {"stamp": stamp, "events": events, "repo_keys": _repo_keys(conn)}
+        found = [] if error else audit.query(conn, page_q)
+        page = AuditPage(
+            events=[e.json() for e in found],
+            repo_keys=_repo_keys(conn),
+            params=params,
+            before=before,
+            older=found[-1].seq if len(found) == PAGE_SIZE else None,
+            error=error,
+        )
+        return stamp, page
 
-    data = await services(request).store.read(_read)
-    stamp = data.pop("stamp")
-    events = data["events"]
-    older = events[-1]["seq"] if len(events) == PAGE_SIZE else None
-    context = {
-        **data,
-        "params": params,
-        "before": before,
-        "older": older,
-        "error": error,
-        "nav": "audit",
-    }
-    return render(request, "audit.html", context, session=session, stamp=stamp)
+    stamp, page = await services(request).store.read(_read)
+    return render(request, "audit.html", page, session=session, stamp=stamp)

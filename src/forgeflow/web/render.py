@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import uuid
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Mapping
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeAlias
 from urllib.parse import quote, urlencode
 
 from fastapi import Request
@@ -29,7 +30,13 @@ from forgeflow.web.security import (
     read_session,
 )
 
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
+
 PAGE_SIZE = 50
+
+# What a page is rendered from: its record (``web/contexts.py``), or a few names.
+Context: TypeAlias = "Mapping[str, object] | DataclassInstance"
 
 templates = Environment(
     loader=PackageLoader("forgeflow.web", "templates"),
@@ -67,9 +74,9 @@ def _short(text: str | None, size: int = 80) -> str:
     return one_line if len(one_line) <= size else one_line[: size - 1] + "…"
 
 
-def _qs(params: dict[str, Any], **changes: Any) -> str:
+def _qs(params: Mapping[str, str | None], **changes: str | int | None) -> str:
     """``?a=1&b=2`` from ``params`` with ``changes`` applied; empty values dropped."""
-    merged = {**params, **changes}
+    merged: dict[str, str | int | None] = {**params, **changes}
     kept = {k: v for k, v in merged.items() if v not in (None, "") and (k, v) != ("offset", 0)}
     return "?" + urlencode(kept)
 
@@ -125,10 +132,17 @@ def services(request: Request) -> Services:
     return found
 
 
+def _names(context: Context) -> dict[str, object]:
+    """The names a template sees: a page record's fields, or a mapping's keys."""
+    if isinstance(context, Mapping):
+        return dict(context)
+    return {f.name: getattr(context, f.name) for f in dataclasses.fields(context)}
+
+
 def render(
     request: Request,
     name: str,
-    context: dict[str, Any],
+    context: Context,
     *,
     session: UiSession | None,
     status: int = 200,
@@ -145,7 +159,7 @@ def render(
         here=here,
         gitea=GiteaLinks(services(request).settings.gitea_url),
         stamp=stamp,
-        **context,
+        **_names(context),
     )
     response = HTMLResponse(body, status_code=status)
     if session is not None:

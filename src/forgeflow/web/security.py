@@ -17,13 +17,14 @@ import json
 import re
 import secrets
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 from urllib.parse import parse_qs
 
 from fastapi import Request
 from fastapi.responses import Response
 
+from forgeflow.domain.json import JsonObject
 from forgeflow.guard import same_secret
 from forgeflow.store import ui_sessions
 from forgeflow.store.types import utcnow
@@ -107,14 +108,16 @@ def signing_key(admin_token: str) -> bytes:
     return hmac.new(admin_token.encode(), b"forgeflow.web.cookie.v1", hashlib.sha256).digest()
 
 
-def sign(key: bytes, kind: str, payload: dict[str, Any]) -> str:
+def sign(key: bytes, kind: str, payload: Mapping[str, str | bool]) -> str:
+    """A cookie value: the payload (a few words and flags) with its kind, time and MAC."""
     body = _b64(json.dumps({**payload, "typ": kind, "iat": int(time.time())}).encode())
     mac = hmac.new(key, body.encode("ascii"), hashlib.sha256).digest()
     return f"{body}.{_b64(mac)}"
 
 
-def unsign(key: bytes, kind: str, value: str | None, max_age: int) -> dict[str, Any] | None:
-    """The payload of a cookie we signed, of this kind and not older than ``max_age``."""
+def unsign(key: bytes, kind: str, value: str | None, max_age: int) -> JsonObject | None:
+    """The payload of a cookie we signed, of this kind and not older than ``max_age``
+    (JSON: each reader checks the type of what it takes out)."""
     if not value or value.count(".") != 1:
         return None
     body, mac = value.split(".")
@@ -130,7 +133,8 @@ def unsign(key: bytes, kind: str, value: str | None, max_age: int) -> dict[str, 
     issued = payload.get("iat")
     if not isinstance(issued, int) or not 0 <= time.time() - issued <= max_age:
         return None
-    return payload
+    found: JsonObject = payload
+    return found
 
 
 def _key(request: Request) -> bytes:
@@ -234,9 +238,23 @@ def set_flash(request: Request, response: Response, ok: bool, text: str) -> None
     _set_cookie(request, response, FLASH_COOKIE, value, FLASH_SECONDS)
 
 
-def read_flash(request: Request) -> dict[str, Any] | None:
+@dataclass(frozen=True, slots=True)
+class Flash:
+    """The one-time message an action leaves for the page it redirects to."""
+
+    ok: bool
+    text: str
+
+
+def read_flash(request: Request) -> Flash | None:
     """The message left by the last action; :func:`clear_flash` makes it show once."""
-    return unsign(_key(request), "f", request.cookies.get(FLASH_COOKIE), FLASH_SECONDS)
+    payload = unsign(_key(request), "f", request.cookies.get(FLASH_COOKIE), FLASH_SECONDS)
+    if payload is None:
+        return None
+    ok, text = payload.get("ok"), payload.get("text")
+    if not isinstance(ok, bool) or not isinstance(text, str):
+        return None
+    return Flash(ok, text)
 
 
 def clear_flash(request: Request, response: Response) -> None:

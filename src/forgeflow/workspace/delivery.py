@@ -106,6 +106,6 @@ def _check_clean(clone: str, report: Report) -> None:
         raise WorkspaceDirty(
             f"the repository clone {clone} was changed ({', '.join(reasons)}); "
             "nothing was fetched, reset or cleaned",
-            details={"path": clone, "reason": reasons[0], "reasons": reasons,
+            details={"path": clone, "reason": reasons[0], "reasons": [*reasons],
                      "status": status.summary() if status else None},
         )  # fmt: skip

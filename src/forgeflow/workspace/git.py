@@ -15,9 +15,9 @@ import signal
 import tempfile
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
 from urllib.parse import SplitResult, urlsplit
 
+from forgeflow.domain.json import JsonObject, JsonValue
 from forgeflow.redaction import MASK, derived_forms, redact_text
 
 ASKPASS_NAME = ".forgeflow-askpass"
@@ -119,9 +119,9 @@ class WorkspaceError(Exception):
 
     code = "workspace_error"
 
-    def __init__(self, message: str, *, details: Mapping[str, Any] | None = None) -> None:
+    def __init__(self, message: str, *, details: Mapping[str, JsonValue] | None = None) -> None:
         super().__init__(message)
-        self.details: dict[str, Any] = dict(details or {})
+        self.details: JsonObject = dict(details or {})  # audited with the failure
 
 
 class WorkspaceDirty(WorkspaceError):
@@ -350,7 +350,11 @@ class GitRunner:
     def failure(self, what: str, result: GitResult) -> WorkspaceError:
         stderr = result.stderr.strip()
         lowered = stderr.lower()
-        details = {"command": what, "exitCode": result.returncode, "stderr": stderr[-2000:]}
+        details: JsonObject = {
+            "command": what,
+            "exitCode": result.returncode,
+            "stderr": stderr[-2000:],
+        }
         if any(marker in lowered for marker in _AUTH_MARKERS):
             return GitAuthFailed(f"{what}: authentication failed: {stderr[-500:]}", details=details)
         return GitFailed(

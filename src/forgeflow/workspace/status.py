@@ -8,7 +8,8 @@ mention to its turn, starting a process costs more than git's own work.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+
+from forgeflow.domain.json import JsonObject
 
 # The arguments of the one status call; callers add nothing (the output format is parsed).
 STATUS_ARGS = (
@@ -32,7 +33,7 @@ class WorktreeStatus:
     head: str  # the commit HEAD names, "" before the first commit
     branch: str = "HEAD"  # the checked-out branch's short name, "HEAD" when detached
 
-    def summary(self) -> dict[str, Any]:
+    def summary(self) -> JsonObject:
         """A bounded, JSON-ready description for the audit log and the next prompt."""
         return {
             "clean": self.clean,
@@ -42,9 +43,9 @@ class WorktreeStatus:
                 "untracked": len(self.untracked),
                 "unmerged": len(self.unmerged),
             },
-            "modified": self.modified[:_SUMMARY_LIMIT],
-            "untracked": self.untracked[:_SUMMARY_LIMIT],
-            "unmerged": self.unmerged[:_SUMMARY_LIMIT],
+            "modified": [*self.modified[:_SUMMARY_LIMIT]],
+            "untracked": [*self.untracked[:_SUMMARY_LIMIT]],
+            "unmerged": [*self.unmerged[:_SUMMARY_LIMIT]],
         }
 
 

@@ -33,6 +33,7 @@ from mcp.shared.exceptions import McpError
 from forgeflow.agent.broker import Grant
 from forgeflow.agent.gitea_tools.args import check_name, check_path
 from forgeflow.agent.port import AgentError
+from forgeflow.domain.json import JsonObject
 
 log = structlog.get_logger("forgeflow.tools.external")
 
@@ -118,7 +119,7 @@ def _strings(value: Any, key: str) -> Iterable[tuple[str, str]]:
             yield from _strings(v, key)
 
 
-def refusal(grant: Grant, arguments: dict[str, Any]) -> str | None:
+def refusal(grant: Grant, arguments: JsonObject) -> str | None:
     """Why a call with ``arguments`` would leave the session's repository, or None."""
     owner, repo = arguments.get("owner"), arguments.get("repo")
     if not _same(owner, grant.owner) or not _same(repo, grant.repo):
@@ -275,10 +276,10 @@ class External:
         await self._connected()
         return any(t.name == name and scoped(t) for t in self._tools)
 
-    def refusal(self, grant: Grant, _name: str, arguments: dict[str, Any]) -> str | None:
+    def refusal(self, grant: Grant, _name: str, arguments: JsonObject) -> str | None:
         return refusal(grant, arguments)
 
-    async def call(self, name: str, arguments: dict[str, Any]) -> types.CallToolResult:
+    async def call(self, name: str, arguments: JsonObject) -> types.CallToolResult:
         session = await self._connected()
         try:
             async with asyncio.timeout(self._call_timeout):

@@ -16,6 +16,7 @@ from typing import Any, Protocol
 
 from forgeflow.agent.gitea_tools import args as a
 from forgeflow.domain.ids import ResourceKind, ResourceRef, parse_resource_key
+from forgeflow.domain.json import JsonObject, JsonValue
 from forgeflow.domain.paths import session_branch
 from forgeflow.gitea.client import GiteaClient, GiteaError
 from forgeflow.gitea.models import Comment, Issue, Label, PullRequest, Repository
@@ -82,11 +83,11 @@ def resource_of(session_key: str) -> ResourceRef:
     return parse_resource_key(session_key.split(":space-", 1)[0])
 
 
-def _json(value: Any) -> str:
+def _json(value: JsonValue) -> str:
     return json.dumps(value, ensure_ascii=False, default=str)
 
 
-def _issue(i: Issue) -> dict[str, Any]:
+def _issue(i: Issue) -> JsonObject:
     return {
         "number": i.number,
         "kind": "pull_request" if i.pull_request is not None else "issue",
@@ -99,7 +100,7 @@ def _issue(i: Issue) -> dict[str, Any]:
     }
 
 
-def _pull(p: PullRequest) -> dict[str, Any]:
+def _pull(p: PullRequest) -> JsonObject:
     return {
         "number": p.number,
         "kind": "pull_request",
@@ -118,11 +119,12 @@ def _pull(p: PullRequest) -> dict[str, Any]:
     }
 
 
-def _comment(c: Comment) -> dict[str, Any]:
+def _comment(c: Comment) -> JsonObject:
     return {
         "id": c.id,
         "author": c.user.login,
-        "created_at": c.created_at,
+        # As json.dumps(default=str) wrote it.
+        "created_at": None if c.created_at is None else str(c.created_at),
         "body": c.body,
     }
 
@@ -171,7 +173,7 @@ async def add_comment(s: Session, x: a.AddCommentArgs) -> str:
     posted: Posted = await _gitea(f"comment on #{n}", _comments(s).post(s.key, x.body))
     c = posted.comment
     # "id" first: the runtime reads the created comment's id from this text (items.py).
-    answer: dict[str, Any] = {"id": c.id, "html_url": c.html_url, "number": n}
+    answer: JsonObject = {"id": c.id, "html_url": c.html_url, "number": n}
     if posted.again:
         answer["note"] = "this text was posted already in this task; not posted again"
     return _json(answer)

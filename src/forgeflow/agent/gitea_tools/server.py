@@ -33,12 +33,14 @@ from forgeflow.agent.gitea_tools import args as a
 from forgeflow.agent.gitea_tools import handlers as h
 from forgeflow.agent.gitea_tools.external import External
 from forgeflow.agent.port import CommentTool
+from forgeflow.domain.json import JsonObject
 from forgeflow.domain.publish import PUSH_TOOL
 from forgeflow.gitea.client import GiteaClient
 
 log = structlog.get_logger("forgeflow.tools")
 
-Refused = Callable[[Grant, str, dict[str, Any], str], None]
+# Told of a refused call: the grant, the tool, its arguments (JSON) and why.
+Refused = Callable[[Grant, str, JsonObject, str], None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,8 +155,8 @@ TOOLS: tuple[Tool, ...] = (
 COMMENT_TOOL = CommentTool("add_comment", "body: the comment's Markdown text")
 
 
-def _schema(tool: Tool) -> dict[str, Any]:
-    schema = tool.args.model_json_schema()
+def _schema(tool: Tool) -> JsonObject:
+    schema: JsonObject = tool.args.model_json_schema()
     schema.pop("title", None)
     return schema
 
@@ -242,13 +244,12 @@ class GiteaTools:
             self._gitea, key, h.resource_of(key), self._bot, self._publish, self._comments
         )
 
-    def _refuse(
-        self, grant: Grant, name: str, args: dict[str, Any], why: str
-    ) -> types.CallToolResult:
+    def _refuse(self, grant: Grant, name: str, args: JsonObject, why: str) -> types.CallToolResult:
         self._on_refused(grant, name, args, why)
         return _error(f"refused: {why}")
 
-    async def _call(self, name: str, arguments: dict[str, Any]) -> types.CallToolResult:
+    # The SDK's call_tool handler: the arguments are the JSON-RPC request's.
+    async def _call(self, name: str, arguments: JsonObject) -> types.CallToolResult:
         grant = self._grant()
         tool = self._own.get(name)
         if tool is None:
