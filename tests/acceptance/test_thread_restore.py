@@ -1,0 +1,126 @@
+"""A session's Codex thread outlives its worker's disk (issue #27): the rollout kept in
+the database after each turn is restored into a jail home that lost it, and a thread that
+cannot be restored is rebuilt with the conversation in its first prompt."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from sqlalchemy import create_engine, update
+
+from forgeflow.domain.ids import RepoRef
+from forgeflow.domain.paths import agent_home
+from forgeflow.store.schema import session_threads
+from forgeflow_testkit.agents import answering_agent, read_turn
+from forgeflow_testkit.gitea_emulator import GiteaEmulator
+from forgeflow_testkit.model_server import RecordedRequest, ScriptedModel
+from tests.acceptance.test_egress import ui_page
+from tests.support.agentic import Agentic, app_server_groups, start_agentic
+from tests.support.cluster import wait_for
+
+
+@pytest.fixture
+def idle_agentic(
+    gitea: GiteaEmulator,
+    model: ScriptedModel,
+    tmp_path: Path,
+    db_url: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> Iterator[Agentic]:
+    """The real codex, its app-server stopping after 2 s idle (so a lost home is seen)."""
+    yield from start_agentic(gitea, model, tmp_path, db_url, monkeypatch, agent_idle_seconds=2)
+
+
+def turn_requests(model: ScriptedModel, marker_of: str) -> list[RecordedRequest]:
+    """The model requests of the turn whose prompt holds ``marker_of``."""
+    out = []
+    for r in model.requests:
+        ask = read_turn(r)
+        if ask is not None and marker_of in ask.prompt:
+            out.append(r)
+    return out
+
+
+def lose_home(world: Agentic) -> None:
+    """The jail home is lost while no app-server runs (a cleaned or new disk)."""
+    data = world.ff.settings.data_dir
+    wait_for(lambda: app_server_groups(data) == [], timeout=30, what="the app-server idles")
+    root = str(world.ff.settings.resolved_workspace_root)
+    shutil.rmtree(agent_home(root, RepoRef("acme", "widget")))
+
+
+def test_a_lost_jail_home_is_restored_and_the_follow_up_carries_the_history(
+    idle_agentic: Agentic,
+) -> None:
+    world = idle_agentic
+    answering_agent(world.model, answer="The flaky test is test_clock.")
+    first = world.finished(world.mention("@ccweb-bot which test is flaky? word-alpha"))
+    assert first["task"]["state"] == "succeeded"
+    thread = first["task"]["threadId"]
+    kept = [e for e in first["audit"] if e["action"] == "session.thread_not_kept"]
+    assert kept == []
+    lose_home(world)
+    follow = world.finished(world.mention("@ccweb-bot and fix it please word-beta"))
+    assert follow["task"]["state"] == "succeeded", "\n".join(
+        f"{e['action']} {e['errorCode']} {json.dumps(e['metadata'])[:300]}" for e in follow["audit"]
+    )
+    assert follow["task"]["threadId"] == thread
+    actions = [e["action"] for e in follow["audit"]]
+    assert "session.thread_restored" in actions and "session.thread_rebuilt" not in actions, (
+        "\n".join(
+            f"{e['action']} {e['errorCode']} {json.dumps(e['metadata'])[:300]}"
+            for e in follow["audit"]
+        )
+    )
+    # The model's first request of the follow-up carries the earlier turn: its prompt
+    # (input) and the agent's answer (output items).
+    (request, *_) = turn_requests(world.model, "word-beta")
+    sent = json.dumps(request.input)
+    assert "word-alpha" in sent
+    assert "The flaky test is test_clock." in sent
+    assert "could not be restored" not in sent
+    finals = [c for c in world.bot_comments() if "kind=final" in c["body"]]
+    receipts = [c for c in world.bot_comments() if "kind=receipt" in c["body"]]
+    assert len(finals) == 2 and len(receipts) == 2
+
+
+@pytest.mark.parametrize("damage", ["corrupt", "absent"])
+def test_a_thread_that_cannot_be_restored_is_rebuilt_with_the_conversation(
+    idle_agentic: Agentic, db_url: str, damage: str
+) -> None:
+    world = idle_agentic
+    answering_agent(world.model, answer="The flaky test is test_clock.")
+    first = world.finished(world.mention("@ccweb-bot which test is flaky? word-alpha"))
+    thread = first["task"]["threadId"]
+    engine = create_engine(db_url)
+    with engine.begin() as conn:
+        values = (
+            {"body": '{"type": "session_meta"\nnot json\n'}
+            if damage == "corrupt"
+            else {"status": "absent", "body": None}
+        )
+        conn.execute(update(session_threads).values(**values))
+    engine.dispose()
+    lose_home(world)
+    follow = world.finished(world.mention("@ccweb-bot and fix it please word-beta"))
+    assert follow["task"]["state"] == "succeeded", "\n".join(
+        f"{e['action']} {e['errorCode']} {json.dumps(e['metadata'])[:300]}" for e in follow["audit"]
+    )
+    assert follow["task"]["threadId"] not in (None, thread)
+    rebuilt = [e for e in follow["audit"] if e["action"] == "session.thread_rebuilt"]
+    assert len(rebuilt) == 1 and rebuilt[0]["metadata"]["previousThreadId"] == thread
+    (request, *_) = turn_requests(world.model, "word-beta")
+    prompt = read_turn(request)
+    assert prompt is not None
+    assert "could not be restored" in prompt.prompt
+    assert "The flaky test is test_clock." in prompt.prompt  # the earlier answer
+    assert "word-alpha" not in json.dumps(request.input[:-1])  # a new thread: no history
+    assert 'id="thread-rebuilt"' in ui_page(world.ff.url, f"/ui/tasks/{follow['task']['taskId']}")
+    earlier = ui_page(world.ff.url, f"/ui/tasks/{first['task']['taskId']}")
+    assert 'id="thread-rebuilt"' not in earlier
+    finals = [c for c in world.bot_comments() if "kind=final" in c["body"]]
+    assert len(finals) == 2
