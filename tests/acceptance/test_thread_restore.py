@@ -4,10 +4,14 @@ cannot be restored is rebuilt with the conversation in its first prompt."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import shutil
+import signal
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from sqlalchemy import create_engine, update
@@ -16,11 +20,12 @@ from forgeflow.domain.ids import RepoRef
 from forgeflow.domain.paths import agent_home
 from forgeflow.store.schema import session_threads
 from forgeflow_testkit.agents import answering_agent, read_turn
+from forgeflow_testkit.codex_home import write_codex_home
 from forgeflow_testkit.gitea_emulator import GiteaEmulator
 from forgeflow_testkit.model_server import RecordedRequest, ScriptedModel
 from tests.acceptance.test_egress import ui_page
-from tests.support.agentic import Agentic, app_server_groups, start_agentic
-from tests.support.cluster import wait_for
+from tests.support.agentic import CODEX, GITEA_MCP, Agentic, app_server_groups, start_agentic
+from tests.support.cluster import Cluster, hook, make_cluster, secret_hits, wait_for
 
 
 @pytest.fixture
@@ -124,3 +129,75 @@ def test_a_thread_that_cannot_be_restored_is_rebuilt_with_the_conversation(
     assert 'id="thread-rebuilt"' not in earlier
     finals = [c for c in world.bot_comments() if "kind=final" in c["body"]]
     assert len(finals) == 2
+
+
+def _codex_env(model: ScriptedModel, tmp_path: Path) -> dict[str, str]:
+    home = write_codex_home(tmp_path / "codex-home", model.url)
+    return {
+        "FORGEFLOW_AGENT_RUNTIME": "codex",
+        "FORGEFLOW_CODEX_COMMAND": f"{CODEX} app-server",
+        "FORGEFLOW_GITEA_MCP_COMMAND": str(GITEA_MCP),
+        "FORGEFLOW_MODEL": "scripted-model",
+        "FORGEFLOW_LEASE_TTL_SECONDS": "2",
+        **home.env(),
+    }
+
+
+def test_a_follow_up_on_another_worker_resumes_the_thread_after_a_sigkill(
+    gitea: GiteaEmulator, model: ScriptedModel, tmp_path: Path, pg_url: str
+) -> None:
+    """Two worker processes on PostgreSQL: the first turn on worker-a, worker-a is
+    SIGKILLed, the follow-up on worker-b resumes the thread with its history."""
+    ingress = make_cluster(gitea, tmp_path / "ingress", pg_url)
+    workers = [Cluster(gitea, tmp_path / w, pg_url, ingress.bot_token) for w in ("a", "b")]
+    for path in ("ingress", "a", "b"):
+        (tmp_path / path).mkdir()
+    env = _codex_env(model, tmp_path)
+    answering_agent(model, answer="The flaky test is test_clock.")
+    try:
+        ingress.start("--role", "ingress")
+        workers[0].start("--role", "worker", FORGEFLOW_WORKER_ID="worker-a", **env)
+        hook(ingress)
+        issue = gitea.add_issue("acme", "widget", title="Flaky", author="alice")
+        first = ingress.mention(issue, "@ccweb-bot which test is flaky? word-alpha")
+        done = _finished(ingress, first)
+        assert done["task"]["state"] == "succeeded", done["task"]
+        workers[1].start("--role", "worker", FORGEFLOW_WORKER_ID="worker-b", **env)
+        groups = app_server_groups(tmp_path / "a" / "data")
+        workers[0].kill9()
+        for group in groups:  # the dead worker's app-server (it outlives a kill -9)
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(group, signal.SIGKILL)
+        follow_id = ingress.mention(issue, "@ccweb-bot and fix it please word-beta")
+        follow = _finished(ingress, follow_id)
+        assert follow["task"]["state"] == "succeeded", follow["task"]
+        claims = [e["metadata"]["owner"] for e in follow["audit"] if e["action"] == "task.claim"]
+        assert claims and all(c.startswith("worker-b/") for c in claims)
+        assert follow["task"]["threadId"] == done["task"]["threadId"]
+        actions = [e["action"] for e in follow["audit"]]
+        assert "session.thread_restored" in actions and "session.thread_rebuilt" not in actions
+        (request, *_) = turn_requests(model, "word-beta")
+        sent = json.dumps(request.input)
+        assert "word-alpha" in sent and "The flaky test is test_clock." in sent
+        # Exactly once: one receipt and one answer per task.
+        bodies = [c["body"] for c in ingress.bot_comments(issue)]
+        for task_id in (first, follow_id):
+            mine = [b for b in bodies if f"taskId={task_id} " in b]
+            assert sorted(b.rsplit("kind=", 1)[1] for b in mine) == ["final -->", "receipt -->"]
+    finally:
+        for w in workers:
+            w.stop()
+        ingress.stop()
+    assert secret_hits(ingress) == []
+
+
+def _finished(cluster: Cluster, task_id: str) -> dict[str, Any]:
+    with cluster.admin() as admin:
+        detail: dict[str, Any] = wait_for(
+            lambda: (
+                (d := admin.get(f"/api/gitea-workflow/tasks/{task_id}").json())["terminal"] and d
+            ),
+            timeout=120,
+            what=f"task {task_id} ends",
+        )
+    return detail
