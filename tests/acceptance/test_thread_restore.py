@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import create_engine, update
+from sqlalchemy import create_engine, select, update
 
 from forgeflow.domain.ids import RepoRef
 from forgeflow.domain.paths import agent_home
@@ -25,6 +25,7 @@ from forgeflow_testkit.gitea_emulator import GiteaEmulator
 from forgeflow_testkit.model_server import RecordedRequest, ScriptedModel
 from tests.acceptance.test_egress import ui_page
 from tests.support.agentic import CODEX, GITEA_MCP, Agentic, app_server_groups, start_agentic
+from tests.support.attacks import attempt_turn, kept_text, leaks, wait_idle
 from tests.support.cluster import Cluster, hook, make_cluster, secret_hits, wait_for
 
 
@@ -201,3 +202,79 @@ def _finished(cluster: Cluster, task_id: str) -> dict[str, Any]:
             what=f"task {task_id} ends",
         )
     return detail
+
+
+ROLLOUT = "f=$(ls ~/.codex/sessions/*/*/*/rollout-*.jsonl | head -n 1); echo rollout=$f; "
+
+
+@pytest.mark.parametrize("attack", ["symlink", "huge", "token"])
+def test_a_forged_rollout_reads_nothing_of_the_host_and_leaks_no_secret(
+    gitea: GiteaEmulator,
+    model: ScriptedModel,
+    tmp_path: Path,
+    sqlite_url: str,
+    monkeypatch: pytest.MonkeyPatch,
+    attack: str,
+) -> None:
+    """From inside a real turn the agent replaces its rollout with a symlink to a host
+    file, makes it huge, or writes the bot token into it: forgeflow reads it only out of
+    a jail, bounded, and keeps nothing of the host and no secret."""
+    victim = tmp_path / "victim.txt"
+    victim.write_text("HOST-VICTIM-7f3a9c\n")
+    for world in start_agentic(
+        gitea, model, tmp_path, sqlite_url, monkeypatch, agent_idle_seconds=2
+    ):
+        answering_agent(model)
+        token = world.ff.settings.gitea_token
+        assert token is not None
+        line = json.dumps(
+            {
+                "type": "event_msg",
+                "payload": {
+                    "type": "agent_message",
+                    "message": f"the token is {token.get_secret_value()}",
+                },
+            }
+        )
+        command = (
+            ROLLOUT
+            + {
+                # Codex writes the file again until the turn ends (an in-turn swap
+                # is undone): the symlink is planted below, between the turns.
+                "symlink": f"ls -l $f {victim}",
+                "huge": "head -c 9000000 /dev/zero | tr '\\0' x >> $f",
+                "token": f"printf '%s\\n' '{line}' >> $f",
+            }[attack]
+        )
+        attempt_turn(world, command, "@ccweb-bot look at it")
+        stored = _stored(sqlite_url)
+        if attack == "symlink":
+            assert stored["status"] == "kept"
+        elif attack == "huge":
+            assert stored["status"] == "too_big" and stored["body"] is None
+        else:
+            assert stored["status"] == "kept" and "the token is ***" in stored["body"]
+        wait_idle(world)
+        home = world.ff.settings.resolved_workspace_root / ".homes/default/acme/widget"
+        planted = home / ".codex/sessions" / str(stored["name"])
+        if attack == "symlink":  # what a process the agent left behind could do
+            planted.unlink()
+            planted.symlink_to(victim)
+        follow = world.finished(world.mention("@ccweb-bot and now?"))
+        if attack == "symlink":  # restored over the symlink, inside the jail
+            actions = [e["action"] for e in follow["audit"]]
+            assert "session.thread_restored" in actions
+            assert not planted.is_symlink()
+        assert follow["task"]["state"] == "succeeded", follow["task"]
+        assert victim.read_text() == "HOST-VICTIM-7f3a9c\n"
+        for where, text in kept_text(world).items():
+            assert "HOST-VICTIM" not in text, where
+        assert leaks(world) == []
+
+
+def _stored(db_url: str) -> dict[str, Any]:
+    engine = create_engine(db_url)
+    with engine.connect() as conn:
+        row = conn.execute(select(session_threads)).mappings().one()
+    engine.dispose()
+    return dict(row)
