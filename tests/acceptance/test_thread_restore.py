@@ -51,6 +51,13 @@ def turn_requests(model: ScriptedModel, marker_of: str) -> list[RecordedRequest]
     return out
 
 
+def timeline(detail: dict[str, Any]) -> str:
+    """A task's audit, one line an event: the report of a failing assertion."""
+    return "\n".join(
+        f"{e['action']} {e['errorCode']} {json.dumps(e['metadata'])[:300]}" for e in detail["audit"]
+    )
+
+
 def lose_home(world: Agentic) -> None:
     """The jail home is lost while no app-server runs (a cleaned or new disk)."""
     data = world.ff.settings.data_dir
@@ -71,16 +78,11 @@ def test_a_lost_jail_home_is_restored_and_the_follow_up_carries_the_history(
     assert kept == []
     lose_home(world)
     follow = world.finished(world.mention("@ccweb-bot and fix it please word-beta"))
-    assert follow["task"]["state"] == "succeeded", "\n".join(
-        f"{e['action']} {e['errorCode']} {json.dumps(e['metadata'])[:300]}" for e in follow["audit"]
-    )
+    assert follow["task"]["state"] == "succeeded", timeline(follow)
     assert follow["task"]["threadId"] == thread
     actions = [e["action"] for e in follow["audit"]]
     assert "session.thread_restored" in actions and "session.thread_rebuilt" not in actions, (
-        "\n".join(
-            f"{e['action']} {e['errorCode']} {json.dumps(e['metadata'])[:300]}"
-            for e in follow["audit"]
-        )
+        timeline(follow)
     )
     # The model's first request of the follow-up carries the earlier turn: its prompt
     # (input) and the agent's answer (output items).
@@ -113,9 +115,7 @@ def test_a_thread_that_cannot_be_restored_is_rebuilt_with_the_conversation(
     engine.dispose()
     lose_home(world)
     follow = world.finished(world.mention("@ccweb-bot and fix it please word-beta"))
-    assert follow["task"]["state"] == "succeeded", "\n".join(
-        f"{e['action']} {e['errorCode']} {json.dumps(e['metadata'])[:300]}" for e in follow["audit"]
-    )
+    assert follow["task"]["state"] == "succeeded", timeline(follow)
     assert follow["task"]["threadId"] not in (None, thread)
     rebuilt = [e for e in follow["audit"] if e["action"] == "session.thread_rebuilt"]
     assert len(rebuilt) == 1 and rebuilt[0]["metadata"]["previousThreadId"] == thread
