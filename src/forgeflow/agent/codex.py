@@ -45,6 +45,7 @@ from forgeflow.agent.gitea_tools import Comments, GiteaTools, Publish
 from forgeflow.agent.gitea_tools.external import External, mcp_env
 from forgeflow.agent.items import TurnState, on_notification, on_server_request
 from forgeflow.agent.jsonrpc import Json, ProcessGone, RpcError, RpcProcess, RpcTimeout
+from forgeflow.agent.oneshot import JailRunner
 from forgeflow.agent.port import (
     AgentError,
     AgentEvent,
@@ -56,11 +57,13 @@ from forgeflow.agent.port import (
     TurnSpec,
     TurnStatus,
 )
+from forgeflow.agent.rollout import RolloutJail
 from forgeflow.agent.threads import mcp_ready, open_thread, thread_params
 from forgeflow.config import Settings
 from forgeflow.domain.ids import RepoRef
 from forgeflow.domain.json import JsonObject
 from forgeflow.domain.paths import agent_home, repo_sessions, repo_workspace
+from forgeflow.domain.rollout import NotKept, Rollout
 from forgeflow.gitea.client import GiteaClient
 from forgeflow.redaction import redact
 
@@ -105,6 +108,8 @@ class CodexRuntime:
         self._turns: dict[str, TurnState] = {}
         self._readable: tuple[Path, ...] | None = None
         self._swept = False
+        # The threads' rollouts in and out of the jails (issue #27).
+        self.rollouts = RolloutJail(JailRunner(cfg.workspace_root, jailed=cfg.jailed))
         self.egress = JailEgress(
             cfg.egress,
             self._sockets,
@@ -232,17 +237,31 @@ class CodexRuntime:
 
     async def ensure_session(self, spec: SessionSpec) -> str:
         server = await self._server(spec.owner, spec.repo, spec.read_only)
+        # Held active while its thread opens (a restore takes a while): no idle stop.
+        server.active += 1
         self._arm_idle(server)
-        if spec.thread_id and spec.thread_id in server.loaded:
-            return spec.thread_id
+        try:
+            if spec.thread_id and spec.thread_id in server.loaded:
+                return spec.thread_id
+            return await self._open(server, spec)
+        finally:
+            server.active = max(0, server.active - 1)
+            if self._servers.get(server.key) is server:
+                self._arm_idle(server)
+
+    async def _open(self, server: AppServer, spec: SessionSpec) -> str:
         params = thread_params(self.broker, server, spec)
-        thread_id = await open_thread(self._call, server, spec, params)
+        restore = partial(self.rollouts.restore, RepoRef(spec.owner, spec.repo))
+        thread_id = await open_thread(self._call, server, spec, params, restore)
         if not spec.read_only:
             await mcp_ready(server, thread_id, self.cfg.mcp_ready_timeout)
         server.loaded.add(thread_id)
         self._threads[thread_id] = server
         server.notices.append(Notice(0, "session.thread_params", audit_params(params)))
         return thread_id
+
+    async def export_thread(self, owner: str, repo: str, thread_id: str) -> Rollout | NotKept:
+        return await self.rollouts.export(RepoRef(owner, repo), thread_id)
 
     # -- turns --------------------------------------------------------------------------
 

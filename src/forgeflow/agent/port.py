@@ -5,12 +5,13 @@ The Codex app-server adapter implements it; the pipeline never sees JSON-RPC.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from forgeflow.domain.json import JsonObject
+from forgeflow.domain.rollout import NotKept, Rollout
 from forgeflow.domain.transcript import Entry
 
 
@@ -46,6 +47,9 @@ class SessionSpec:
     repo: str
     developer_instructions: str
     read_only: bool = False
+    # The thread as another worker kept it (issue #27): read only when the app-server
+    # does not know ``thread_id``, to restore it before resuming.
+    kept: Callable[[], Awaitable[Rollout | NotKept]] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,3 +151,11 @@ class AgentRuntime(Protocol):
     async def interrupt(self, handle: TurnHandle) -> None: ...
 
     async def aclose(self) -> None: ...
+
+
+@runtime_checkable
+class ThreadArchive(Protocol):
+    """A runtime whose threads can be kept outside its worker (the Codex one)."""
+
+    async def export_thread(self, owner: str, repo: str, thread_id: str) -> Rollout | NotKept:
+        """The thread's state as its app-server left it, bounded and redacted."""

@@ -41,6 +41,15 @@ def fence(text: str, label: str) -> str:
 
 
 @dataclass(frozen=True, slots=True)
+class Rebuilt:
+    """The conversation a rebuilt thread's first prompt carries (issue #27): the
+    session's earlier answers, oldest first, and its branch's commits, newest first."""
+
+    answers: list[str] = field(default_factory=list)
+    commits: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
 class TurnContext:
     repo_full_name: str
     resource_key: str
@@ -62,6 +71,7 @@ class TurnContext:
     title: str | None = None
     publishing: str = ""  # where the session's commits go (domain.publish)
     last_push: str | None = None  # the session's last push, when it was refused
+    rebuilt: Rebuilt | None = None  # the earlier thread could not be restored
 
 
 def turn_prompt(ctx: TurnContext, *, draft: bool = False) -> str:
@@ -89,6 +99,8 @@ def turn_prompt(ctx: TurnContext, *, draft: bool = False) -> str:
         lines.append(ctx.publishing)
     if ctx.last_push and not draft:
         lines.append(f"Note: {ctx.last_push}")
+    if ctx.rebuilt is not None:
+        lines.extend(_rebuilt(ctx.rebuilt))
     if ctx.discussion:
         recent = "\n\n".join(f"{who}: {body}" for who, body in ctx.discussion[-10:])
         lines.append("Recent discussion:\n" + fence(recent, "DISCUSSION"))
@@ -110,6 +122,21 @@ def turn_prompt(ctx: TurnContext, *, draft: bool = False) -> str:
         f"once, ending with this line:\n{ctx.waiting_marker}"
     )
     return "\n\n".join(lines)
+
+
+def _rebuilt(rebuilt: Rebuilt) -> list[str]:
+    lines = [
+        "Note: your earlier thread on this issue could not be restored, so this is a new "
+        "thread. The conversation so far is the discussion below, your earlier answers "
+        "and the commits on your branch."
+    ]
+    if rebuilt.answers:
+        said = "\n\n".join(f"({i}) {a}" for i, a in enumerate(rebuilt.answers, 1))
+        lines.append("Your earlier answers, oldest first:\n" + fence(said, "EARLIER ANSWERS"))
+    if rebuilt.commits:
+        log = "\n".join(rebuilt.commits)
+        lines.append("Commits on your branch since the default branch:\n" + fence(log, "COMMITS"))
+    return lines
 
 
 def reply_retry_prompt(marker: str, tool: str, tool_arguments: str) -> str:

@@ -216,6 +216,24 @@ transcript_entries = Table(
     Index("ix_transcript_task", "task_id", "seq"),
 )
 
+# What ``thread/resume`` needs on a worker that never had the session's thread: its
+# Codex rollout, bounded and redacted (domain/rollout.py), kept after each turn (#27).
+# ``body`` is NULL when the last turn's rollout could not be kept (``status`` says why).
+session_threads = Table(
+    "session_threads",
+    metadata,
+    Column("session_key", String(260), primary_key=True),
+    Column("thread_id", String(200), nullable=False),
+    Column("status", String(16), nullable=False),
+    Column("name", String(200)),
+    Column("body", Text),
+    Column("lines", Integer, nullable=False),
+    Column("bytes", Integer, nullable=False),
+    Column("turn_key", String(200)),
+    Column("detail", Text),
+    Column("updated_at", UTCDateTime(), nullable=False),
+)
+
 audit_events = Table(
     "audit_events",
     metadata,

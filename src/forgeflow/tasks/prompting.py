@@ -78,6 +78,7 @@ class Prompts:
         *,
         answer_of: str | None,
         draft: bool,
+        rebuilt: prompt.Rebuilt | None = None,
     ) -> TurnPlan:
         """The task's next turn. ``answer_of``: for a reply retry, the turn whose answer
         the agent is asked to post (its marker names that turn); None for a normal turn.
@@ -94,7 +95,9 @@ class Prompts:
                 self.workspace.worktree_status(cwd), self.discussion(task, resource)
             )
             context = Context(status, discussion)
-        text = await self._turn_prompt(task, resource, cwd, (marker, waiting), tool, context, draft)
+        text = await self._turn_prompt(
+            task, resource, cwd, (marker, waiting), tool, context, draft, rebuilt
+        )
         return TurnPlan(key, "normal", marker, text)
 
     async def _turn_prompt(
@@ -106,6 +109,7 @@ class Prompts:
         tool: CommentTool,
         context: Context,
         draft: bool,
+        rebuilt: prompt.Rebuilt | None = None,
     ) -> str:
         """The turn's prompt: the task, its workspace, its discussion and where its work
         goes."""
@@ -136,6 +140,7 @@ class Prompts:
                 title=title,
                 publishing=publishing,
                 last_push=last_push,
+                rebuilt=rebuilt,
             ),
             draft=draft,
         )

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
+from functools import partial
 
 from sqlalchemy import Connection
 
@@ -39,6 +40,7 @@ from forgeflow.tasks.follow import TurnFollower
 from forgeflow.tasks.moves import TaskMoves
 from forgeflow.tasks.prompting import Context, Prompts, TurnPlan
 from forgeflow.tasks.replies import Replies
+from forgeflow.tasks.thread_keep import ThreadKeeper
 from forgeflow.tasks.verify import EndedTurn, Verifier
 
 S = TaskState
@@ -84,6 +86,9 @@ class TurnRunner:
         self.verifier = verifier
         self.follower = follower
         self.workspace_root = workspace_root
+        self.threads = ThreadKeeper(
+            store, runtime, prompts.workspace.jail, moves, prompts.gitea, prompts.bot_login
+        )
 
     async def run(
         self, task: Task, session: Session | None, context: Context | None
@@ -108,8 +113,11 @@ class TurnRunner:
             return await self._agent_failed(task, exc), None
         bound_at = utcnow()
         answer_of = await self.verifier.answer_of(task)  # a reply retry's turn
+        rebuilt = None
+        if session.thread_id and thread_id != session.thread_id and not draft:
+            rebuilt = await self.threads.rebuilt(task, resource, cwd, session.thread_id, thread_id)
         plan = await self.prompts.plan(
-            task, resource, cwd, tool, context, answer_of=answer_of, draft=draft
+            task, resource, cwd, tool, context, answer_of=answer_of, draft=draft, rebuilt=rebuilt
         )
         await self.store.write(_begin(task, session, thread_id, plan, bound_at))
         spec = TurnSpec(
@@ -138,6 +146,8 @@ class TurnRunner:
             )
         )
         end = _End(handle, *await self.follower.follow(task, plan.key, handle))
+        if not draft:
+            await self.threads.keep(task, resource, thread_id, plan.key)
         return await self._end(task, plan, end)
 
     async def _session(
@@ -161,6 +171,9 @@ class TurnRunner:
                 if draft
                 else prompt.DEVELOPER_INSTRUCTIONS,
                 read_only=draft,
+                kept=partial(self.threads.kept, task.session_key, session.thread_id)
+                if session.thread_id
+                else None,
             )
         )
 
