@@ -43,6 +43,7 @@ from forgeflow.agent.codexconfig import (
 from forgeflow.agent.egress import JailEgress
 from forgeflow.agent.gitea_tools import Comments, GiteaTools, Publish
 from forgeflow.agent.gitea_tools.external import External, mcp_env
+from forgeflow.agent.gitea_tools.handlers import SubmitReview
 from forgeflow.agent.items import TurnState, on_notification, on_server_request
 from forgeflow.agent.jsonrpc import Json, ProcessGone, RpcError, RpcProcess, RpcTimeout
 from forgeflow.agent.port import (
@@ -68,7 +69,11 @@ log = structlog.get_logger("forgeflow.codex")
 
 class CodexRuntime:
     def __init__(
-        self, cfg: CodexConfig, publish: Publish | None = None, comments: Comments | None = None
+        self,
+        cfg: CodexConfig,
+        publish: Publish | None = None,
+        comments: Comments | None = None,
+        reviews: SubmitReview | None = None,
     ) -> None:
         self.cfg = cfg
         external = None
@@ -88,6 +93,7 @@ class CodexRuntime:
             publish=publish,
             comments=comments,
             external=external,
+            reviews=reviews,
         )
         offline = cfg.jailed and cfg.network != "on"
         # The jails' sockets live in a short private folder of this process's: a Unix
@@ -115,9 +121,13 @@ class CodexRuntime:
 
     @classmethod
     def from_settings(
-        cls, settings: Settings, publish: Publish | None = None, comments: Comments | None = None
+        cls,
+        settings: Settings,
+        publish: Publish | None = None,
+        comments: Comments | None = None,
+        reviews: SubmitReview | None = None,
     ) -> CodexRuntime:
-        return cls(config_from_settings(settings), publish, comments)
+        return cls(config_from_settings(settings), publish, comments, reviews)
 
     @property
     def servers(self) -> list[str]:
@@ -236,7 +246,7 @@ class CodexRuntime:
             return spec.thread_id
         params = thread_params(self.broker, server, spec)
         thread_id = await open_thread(self._call, server, spec, params)
-        if not spec.read_only:
+        if not spec.read_only or spec.review:
             await mcp_ready(server, thread_id, self.cfg.mcp_ready_timeout)
         server.loaded.add(thread_id)
         self._threads[thread_id] = server

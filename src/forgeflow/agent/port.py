@@ -45,6 +45,9 @@ class SessionSpec:
     repo: str
     developer_instructions: str
     read_only: bool = False
+    # A pull request review task (read_only too): its Gitea tools are the readers and
+    # submit_review, on a thread of its own.
+    review: bool = False
 
 
 @dataclass(frozen=True, slots=True)

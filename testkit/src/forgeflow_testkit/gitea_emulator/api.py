@@ -12,7 +12,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from . import api_code, api_hooks, api_issues, git_http
+from . import api_code, api_hooks, api_issues, api_reviews, git_http
 from .apibase import (
     ApiError,
     Call,
@@ -189,6 +189,7 @@ ROUTES: list[RouteSpec] = [
     ("GET", "/repos/{owner}/{repo}/labels/{id}", get_label),
     *api_hooks.ROUTES,
     *api_code.ROUTES,
+    *api_reviews.ROUTES,
     *api_issues.ROUTES,
 ]
 
