@@ -39,14 +39,13 @@ def thread_params(broker: Broker, server: AppServer, spec: SessionSpec) -> Json:
         server.key, spec.owner, spec.repo, session_key=spec.session_key, review=spec.review
     )
     capability = broker.grant(grant)
-    params["config"] = {
-        "mcp_servers": {
-            "gitea": {
-                "url": broker.mcp_url,
-                "http_headers": {"Authorization": f"Bearer {capability}"},
-            }
-        }
+    server_cfg: Json = {
+        "url": broker.mcp_url,
+        "http_headers": {"Authorization": f"Bearer {capability}"},
     }
+    if spec.review:  # a read-only sandbox asks before a writing tool; this one is the turn's
+        server_cfg["tools"] = {"submit_review": {"approval_mode": "approve"}}
+    params["config"] = {"mcp_servers": {"gitea": server_cfg}}
     return params
 
 

@@ -31,6 +31,7 @@ from starlette.responses import Response
 
 from .apibase import ApiError, Call, RouteSpec, json_response, not_found, paginate
 from .convert import JSON, Converter
+from .delivery import Delivery
 from .gitrepo import GitRepo
 from .gojson import rfc3339
 from .service import Outcome, Service
@@ -280,15 +281,19 @@ class ReviewControls:
     _service: Service
     _convert: Converter
 
-    def _deliver(self, outcome: Outcome) -> object: ...
+    def _deliver(self, outcome: Outcome) -> list[Delivery]:
+        raise NotImplementedError  # GiteaEmulator's
 
-    def request_review(self, owner: str, repo: str, index: int, *, reviewer: str, by: str) -> None:
-        """``by`` adds ``reviewer`` as a requested reviewer of pull request ``index``."""
+    def request_review(
+        self, owner: str, repo: str, index: int, *, reviewer: str, by: str
+    ) -> list[Delivery]:
+        """``by`` adds ``reviewer`` as a requested reviewer of pull request ``index``;
+        returns the webhook deliveries it made."""
         with self._state.lock:
             issue = self._state.issue_by_index(self._state.repo_by_name(owner, repo), index)
             doer, who = self._state.user_by_login(by), self._state.user_by_login(reviewer)
             _, outcome = request_review(self._service, issue, doer, who)
-        self._deliver(outcome)
+        return self._deliver(outcome)
 
     def reviews(self, owner: str, repo: str, index: int) -> list[JSON]:
         """The pull request's reviews as the API lists them, each with its comments."""

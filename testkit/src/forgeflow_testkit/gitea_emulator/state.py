@@ -163,6 +163,9 @@ class Fault:
     status: int
     remaining: int
     delay: float
+    # Handle the request, then hold its answer for `delay`: the effect happened, the
+    # client has not heard (a kill in that wait is a crash between effect and record).
+    after: bool = False
 
 
 class NotFound(LookupError):
