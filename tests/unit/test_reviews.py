@@ -122,3 +122,43 @@ def test_review_is_a_command_word_with_free_text_after_it() -> None:
     assert focus("@ccweb-bot reviewed it?") is None
     assert focus("@ccweb-bot please review") is None
     assert focus("@ccweb-bot review-bot is broken") is None
+
+
+def _request_payload(action: str, reviewer: str | None) -> dict[str, object]:
+    """The shape of notifier.go PullRequestReviewRequest's PullRequestPayload."""
+    user = {"id": 2, "login": "alice"}
+    return {
+        "action": action,
+        "number": 3,
+        "pull_request": {
+            "id": 9,
+            "number": 3,
+            "title": "t",
+            "html_url": "http://g/acme/widget/pulls/3",
+            "head": {"ref": "feature", "sha": "abc", "repo": {"full_name": "acme/widget"}},
+            "base": {"ref": "main", "sha": "def"},
+        },
+        "requested_reviewer": None if reviewer is None else {"id": 1, "login": reviewer},
+        "repository": {"owner": {"login": "acme"}, "name": "widget", "default_branch": "main"},
+        "sender": user,
+        "commit_id": "",
+        "review": None,
+    }
+
+
+def test_a_request_for_the_bots_review_is_a_review_task_of_the_sender() -> None:
+    from forgeflow.domain.ids import ResourceKind
+    from forgeflow.gitea import webhook
+
+    event = webhook.review_request("d1", _request_payload("review_requested", "CCWeb-Bot"), BOT)
+    assert event is not None
+    assert (event.resource.kind, event.resource.number) == (ResourceKind.PULL_REQUEST, 3)
+    assert event.actor_login == "alice" and event.comment_id == 0
+    assert event.refs is not None and event.refs.head_sha == "abc"
+    for action, reviewer in (("review_requested", "alice"), ("review_request_removed", BOT)):
+        assert webhook.review_request("d2", _request_payload(action, reviewer), BOT) is None
+    headers = {"x-gitea-event": "pull_request", "x-gitea-event-type": webhook.REVIEW_REQUEST}
+    assert webhook.event_type_of(headers) == webhook.REVIEW_REQUEST
+
+
+BOT = "ccweb-bot"

@@ -225,7 +225,8 @@ def bound_diff(
 
 def prompt_section(d: PromptDiff) -> str:
     """The review prompt's diff section."""
-    out = ["```diff", d.text.rstrip("\n"), "```"] if d.text else ["(no diff inlined)"]
+    fence = _fence(d.text)
+    out = [f"{fence}diff", d.text.rstrip("\n"), fence] if d.text else ["(no diff inlined)"]
     if d.listed:
         out += ["", "Not inlined (too large for the prompt; read them with get_pull_diff):"]
         out += [f"- {p} ({n} bytes of diff)" for p, n in d.listed]

@@ -81,8 +81,8 @@ class ReviewPrompts:
         if focus:
             parts.append(prompt.fence(focus, "reviewer's focus"))
         parts += [
-            "The diff (git diff of the merge base to the head):",
-            r.prompt_section(bounded),
+            "The diff (git diff of the merge base to the head; the author's text):",
+            prompt.fence(r.prompt_section(bounded), "pull request diff"),
             "The pull request's head is checked out read-only in your working directory; "
             "read any file you need. When you are done, call submit_review once: a "
             "summary and line comments, each on a line the diff shows (side new: the "
