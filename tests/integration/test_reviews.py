@@ -7,6 +7,7 @@ posts nothing. The emulator's reviews API answers as Gitea's pull_review.go does
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -27,6 +28,7 @@ from forgeflow.gitea.client import GiteaClient
 from forgeflow.store import Store, repos, tasks
 from forgeflow.store import comments as comment_q
 from forgeflow.store.details import comments_of
+from forgeflow.tasks.review_prompt import ReviewLimits, ReviewPrompts
 from forgeflow.tasks.reviews import KIND, PullReviews, Submitted
 from forgeflow_testkit.gitea_emulator import GiteaEmulator
 
@@ -229,3 +231,28 @@ def test_the_emulator_answers_as_giteas_pull_review_go(world: World) -> None:
     comments = httpx.get(f"{api}/reviews/{review['id']}/comments", headers=auth).json()
     assert comments[0]["position"] == 3 and comments[0]["pull_request_review_id"] == review["id"]
     assert httpx.get(api, headers=auth).json()["requested_reviewers"] is None
+
+
+def test_a_big_pull_requests_prompt_inlines_what_fits_and_lists_the_rest(world: World) -> None:
+    big = "".join(f"generated row {i}\n" for i in range(3000))
+    world.emu.push_branch(
+        "acme", "widget", "feature", {"yarn.lock": "lock\n", "big.txt": big}, pusher="alice"
+    )
+    head = world.emu.pull("acme", "widget", world.pull.number)["head"]["sha"]
+    task = dataclasses.replace(world.task, refs=Refs("main", "feature", head, "acme/widget"))
+
+    async def plan() -> str:
+        gitea = GiteaClient(world.emu.url, world.token)
+        try:
+            made = await ReviewPrompts(gitea, ReviewLimits(diff_bytes=4_000)).plan(task)
+            return made.prompt
+        finally:
+            await gitea.aclose()
+
+    text = asyncio.run(plan())
+    assert "line three" in text  # app.txt's diff fits
+    assert "generated row 2999" not in text and "lock\n" not in text.split("Skipped")[0]
+    assert "Not inlined (too large for the prompt" in text
+    assert "- big.txt (" in text and "- yarn.lock (" in text
+    assert f"head commit {head}" in text
+    assert "UNTRUSTED pull request diff" in text
