@@ -28,6 +28,7 @@ from forgeflow.domain.egress import (
     parse_ports,
 )
 from forgeflow.domain.permissions import Permission
+from forgeflow.domain.reviews import DEFAULT_SKIP as REVIEW_SKIP
 
 ENV_PREFIX = "FORGEFLOW_"
 # The checkout forgeflow is installed from (scripts/setup.sh installs it editable), and
@@ -99,6 +100,14 @@ class Settings(BaseSettings):
     # Per repository ("owner/repo" = [hosts]): forgeflow's own configuration only.
     egress_repos: dict[str, list[str]] = Field(default_factory=dict)
     agent_idle_seconds: float = Field(default=300.0, gt=0)
+    # Pull request reviews (docs/reviews.md): per repository ("owner/repo" = events), the
+    # events besides COMMENT the bot may give (APPROVE, REQUEST_CHANGES); the diff a
+    # review prompt inlines at most; the files it leaves out (comma-separated globs).
+    review_events: dict[str, list[Literal["APPROVE", "REQUEST_CHANGES"]]] = Field(
+        default_factory=dict
+    )
+    review_diff_bytes: int = Field(default=60_000, ge=1_000, le=4_000_000)
+    review_skip: str = ",".join(REVIEW_SKIP)
     model_base_url: str | None = None
     model_api_key: SecretStr | None = None
     codex_home: Path | None = None
@@ -155,6 +164,13 @@ class Settings(BaseSettings):
             self.price_input_per_mtok,
             self.price_output_per_mtok,
         )
+
+    def review_allowed(self) -> dict[str, frozenset[str]]:
+        """The review events each repository allows besides COMMENT, by "owner/repo"."""
+        return {k.lower(): frozenset(v) for k, v in self.review_events.items()}
+
+    def review_skipped(self) -> tuple[str, ...]:
+        return tuple(p.strip() for p in self.review_skip.split(",") if p.strip())
 
     def egress_policy(self) -> EgressPolicy:
         """The egress proxy's policy; the settings were checked at load."""

@@ -36,6 +36,7 @@ from forgeflow.workspace.manager import WorkspaceManager
 
 if TYPE_CHECKING:
     from forgeflow.tasks.publish import Publisher
+    from forgeflow.tasks.reviews import PullReviews
     from forgeflow.tasks.scheduler import Scheduler
 
 ADMIN_TOKEN_FILE = "admin_token"  # noqa: S105 - a file name, not a secret
@@ -110,6 +111,7 @@ class Services:
             return
         from forgeflow.agent.factory import RuntimeUnavailable, create_runtime
         from forgeflow.tasks.publish import Publisher
+        from forgeflow.tasks.reviews import PullReviews
         from forgeflow.tasks.tool_comments import ToolComments
 
         s = self.settings
@@ -117,18 +119,25 @@ class Services:
         workspace = self.workspace
         publisher = Publisher(self.store, workspace)
         comments = ToolComments(self.store, self.gitea, s.bot_login)
+        reviews = PullReviews(
+            self.store, self.gitea, s.bot_login, allowed_events=s.review_allowed()
+        )
         try:
-            self.runtime = create_runtime(s, publisher.for_session, comments)
+            self.runtime = create_runtime(s, publisher.for_session, comments, reviews.tool)
         except RuntimeUnavailable as exc:
             log.warning("worker.unavailable", reason=str(exc))
             return
-        scheduler = self._build_scheduler(workspace, publisher, self.runtime)
+        scheduler = self._build_scheduler(workspace, publisher, self.runtime, reviews)
         await self._register_worker()
         self.scheduler = scheduler
         await scheduler.start()
 
     def _build_scheduler(
-        self, workspace: WorkspaceManager, publisher: Publisher, runtime: AgentRuntime
+        self,
+        workspace: WorkspaceManager,
+        publisher: Publisher,
+        runtime: AgentRuntime,
+        reviews: PullReviews | None = None,
     ) -> Scheduler:
         """The objects that run tasks, each given its collaborators as it is built."""
         from forgeflow.tasks.abort_watch import AbortWatch
@@ -139,6 +148,7 @@ class Services:
         from forgeflow.tasks.prepare import Preparer
         from forgeflow.tasks.prompting import Prompts
         from forgeflow.tasks.replies import Replies
+        from forgeflow.tasks.review_prompt import ReviewLimits, ReviewPrompts
         from forgeflow.tasks.run import Execution
         from forgeflow.tasks.scheduler import Scheduler
         from forgeflow.tasks.turn import TurnRunner
@@ -158,7 +168,7 @@ class Services:
         outbox = Outbox(store, replies, dispatcher)
         moves = TaskMoves(store, self.retry, dispatcher)
         prompts = Prompts(store, workspace, gitea, moves, bot_login=s.bot_login)
-        verifier = Verifier(store, replies, moves)
+        verifier = Verifier(store, replies, moves, reviews)
         preparer = Preparer(store, workspace, gitea, outbox, moves, prompts, dispatcher)
         follower = TurnFollower(
             store,
@@ -168,8 +178,17 @@ class Services:
             budgets=s.budgets(),
         )
         root = str(s.resolved_workspace_root)
+        limits = ReviewLimits(s.review_diff_bytes, s.review_skipped())
         turns = TurnRunner(
-            store, runtime, replies, moves, prompts, verifier, follower, workspace_root=root
+            store,
+            runtime,
+            replies,
+            moves,
+            prompts,
+            verifier,
+            follower,
+            workspace_root=root,
+            review_prompts=ReviewPrompts(gitea, limits),
         )
         execution = Execution(dispatcher, preparer, turns, verifier, workspace, publisher)
         return Scheduler(

@@ -88,6 +88,8 @@ class Grant:
     repo: str
     session_key: str | None = None
     usage: Usage = field(default_factory=Usage)
+    # A review task's thread: the read-only tools and submit_review, nothing else.
+    review: bool = False
 
 
 class Broker:

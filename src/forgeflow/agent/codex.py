@@ -43,6 +43,7 @@ from forgeflow.agent.codexconfig import (
 from forgeflow.agent.egress import JailEgress
 from forgeflow.agent.gitea_tools import Comments, GiteaTools, Publish
 from forgeflow.agent.gitea_tools.external import External, mcp_env
+from forgeflow.agent.gitea_tools.handlers import SubmitReview
 from forgeflow.agent.items import TurnState, on_notification, on_server_request
 from forgeflow.agent.jsonrpc import Json, ProcessGone, RpcError, RpcProcess, RpcTimeout
 from forgeflow.agent.oneshot import JailRunner
@@ -72,7 +73,11 @@ log = structlog.get_logger("forgeflow.codex")
 
 class CodexRuntime:
     def __init__(
-        self, cfg: CodexConfig, publish: Publish | None = None, comments: Comments | None = None
+        self,
+        cfg: CodexConfig,
+        publish: Publish | None = None,
+        comments: Comments | None = None,
+        reviews: SubmitReview | None = None,
     ) -> None:
         self.cfg = cfg
         external = None
@@ -92,6 +97,7 @@ class CodexRuntime:
             publish=publish,
             comments=comments,
             external=external,
+            reviews=reviews,
         )
         offline = cfg.jailed and cfg.network != "on"
         # The jails' sockets live in a short private folder of this process's: a Unix
@@ -121,9 +127,13 @@ class CodexRuntime:
 
     @classmethod
     def from_settings(
-        cls, settings: Settings, publish: Publish | None = None, comments: Comments | None = None
+        cls,
+        settings: Settings,
+        publish: Publish | None = None,
+        comments: Comments | None = None,
+        reviews: SubmitReview | None = None,
     ) -> CodexRuntime:
-        return cls(config_from_settings(settings), publish, comments)
+        return cls(config_from_settings(settings), publish, comments, reviews)
 
     @property
     def servers(self) -> list[str]:
@@ -253,7 +263,7 @@ class CodexRuntime:
         params = thread_params(self.broker, server, spec)
         restore = partial(self.rollouts.restore, RepoRef(spec.owner, spec.repo))
         thread_id = await open_thread(self._call, server, spec, params, restore)
-        if not spec.read_only:
+        if not spec.read_only or spec.review:
             await mcp_ready(server, thread_id, self.cfg.mcp_ready_timeout)
         server.loaded.add(thread_id)
         self._threads[thread_id] = server

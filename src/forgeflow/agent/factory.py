@@ -11,6 +11,7 @@ import importlib
 from typing import Any, cast
 
 from forgeflow.agent.gitea_tools import Comments, Publish
+from forgeflow.agent.gitea_tools.handlers import SubmitReview
 from forgeflow.agent.port import AgentRuntime
 from forgeflow.agent.provider import ProviderError
 from forgeflow.config import Settings
@@ -21,10 +22,14 @@ class RuntimeUnavailable(Exception):
 
 
 def create_runtime(
-    settings: Settings, publish: Publish | None = None, comments: Comments | None = None
+    settings: Settings,
+    publish: Publish | None = None,
+    comments: Comments | None = None,
+    reviews: SubmitReview | None = None,
 ) -> AgentRuntime:
     """``publish``: the session's push, offered to the agent as its ``push_branch`` tool;
-    ``comments``: the records behind its ``add_comment`` and ``edit_comment`` tools."""
+    ``comments``: the records behind its ``add_comment`` and ``edit_comment`` tools;
+    ``reviews``: the one review behind a review task's ``submit_review``."""
     name = settings.agent_runtime
     if name == "codex":
         try:
@@ -32,7 +37,9 @@ def create_runtime(
         except ImportError as exc:
             raise RuntimeUnavailable(f"the Codex runtime cannot be loaded: {exc}") from None
         try:
-            return cast(AgentRuntime, codex.CodexRuntime.from_settings(settings, publish, comments))
+            return cast(
+                AgentRuntime, codex.CodexRuntime.from_settings(settings, publish, comments, reviews)
+            )
         except ProviderError as exc:
             raise RuntimeUnavailable(f"the model provider: {exc}") from None
     module_name, _, attr = name.partition(":")

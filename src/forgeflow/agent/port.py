@@ -50,6 +50,9 @@ class SessionSpec:
     # The thread as another worker kept it (issue #27): read only when the app-server
     # does not know ``thread_id``, to restore it before resuming.
     kept: Callable[[], Awaitable[Rollout | NotKept]] | None = None
+    # A pull request review task (read_only too): its Gitea tools are the readers and
+    # submit_review, on a thread of its own.
+    review: bool = False
 
 
 @dataclass(frozen=True, slots=True)

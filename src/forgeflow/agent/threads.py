@@ -2,7 +2,8 @@
 the wait for its Gitea tools.
 
 A thread starts with the session's worktree as ``cwd`` and ``approvalPolicy: never``. A
-draft thread (review or plan mode) is read-only and gets no Gitea tools at all; every
+draft thread (review or plan mode) is read-only and gets no Gitea tools at all; a pull
+request review's thread is read-only with the reading tools and submit_review; every
 other thread reaches them only through the broker's ``/mcp``, with a capability of its
 session (broker.py). MCP servers are set per thread, since ``turn/start`` cannot remove
 one.
@@ -35,18 +36,19 @@ def thread_params(broker: Broker, server: AppServer, spec: SessionSpec) -> Json:
         "sandbox": "read-only" if spec.read_only else "danger-full-access",
         "developerInstructions": spec.developer_instructions,
     }
-    if spec.read_only:
+    if spec.read_only and not spec.review:
         return params
-    grant = Grant(server.key, spec.owner, spec.repo, session_key=spec.session_key)
+    grant = Grant(
+        server.key, spec.owner, spec.repo, session_key=spec.session_key, review=spec.review
+    )
     capability = broker.grant(grant)
-    params["config"] = {
-        "mcp_servers": {
-            "gitea": {
-                "url": broker.mcp_url,
-                "http_headers": {"Authorization": f"Bearer {capability}"},
-            }
-        }
+    server_cfg: Json = {
+        "url": broker.mcp_url,
+        "http_headers": {"Authorization": f"Bearer {capability}"},
     }
+    if spec.review:  # a read-only sandbox asks before a writing tool; this one is the turn's
+        server_cfg["tools"] = {"submit_review": {"approval_mode": "approve"}}
+    params["config"] = {"mcp_servers": {"gitea": server_cfg}}
     return params
 
 

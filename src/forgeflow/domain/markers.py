@@ -21,6 +21,7 @@ class MarkerKind(StrEnum):
     FINAL = "final"
     FALLBACK = "fallback"
     RESULT = "result"
+    REVIEW = "review"  # a pull request review's body
 
 
 _VALUE = r"[^\s>]+"
@@ -29,7 +30,7 @@ _MARKER_RE = re.compile(
     rf"\s+taskId=(?P<task_id>{_VALUE})"
     rf"\s+turnKey=(?P<turn_key>{_VALUE})"
     rf"\s+resourceKey=(?P<resource_key>{_VALUE})"
-    r"\s+kind=(?P<kind>receipt|final|fallback|result)"
+    r"\s+kind=(?P<kind>receipt|final|fallback|result|review)"
     r"(?:\s+state=(?P<state>[a-z_]+))?"
     r"\s*-->"
 )

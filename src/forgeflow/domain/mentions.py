@@ -28,10 +28,16 @@ class Command(StrEnum):
     NEW_SESSION = "new session"
 
 
+# ``@bot review [focus...]``: a pull request review, the rest of the line its focus.
+REVIEW_WORD = "review"
+
+
 @dataclass(frozen=True, slots=True)
 class Mention:
     instruction: str
     command: Command | None = None
+    # Set when the instruction asks for a review: the reviewer's focus ("" for none).
+    review_focus: str | None = None
 
 
 def _mask(text: str) -> str:
@@ -78,7 +84,11 @@ def find_mention(text: str, bot_login: str) -> Mention | None:
         return None
     instruction = text[match.end() :].strip()
     instruction = instruction.lstrip(",:;.!?)").strip()
-    return Mention(instruction=instruction, command=_command(instruction))
+    return Mention(
+        instruction=instruction,
+        command=_command(instruction),
+        review_focus=review_focus(instruction),
+    )
 
 
 def _command(instruction: str) -> Command | None:
@@ -87,3 +97,13 @@ def _command(instruction: str) -> Command | None:
         if words == command.value:
             return command
     return None
+
+
+def review_focus(instruction: str) -> str | None:
+    """The focus of a ``review`` instruction (its first word, any case, then free text),
+    or None when the instruction is not a review request. ``review:`` and ``review,``
+    count; ``reviewed`` or ``reviews`` do not."""
+    m = re.match(r"review(?![A-Za-z0-9_\-])[\s,:;.!?]*", instruction, re.IGNORECASE)
+    if m is None:
+        return None
+    return instruction[m.end() :].strip()

@@ -13,6 +13,10 @@ CHAT = "chat"
 PLAN = "plan"
 REVIEW = "review"
 MODES = (CHAT, PLAN, REVIEW)
+# A pull request review task (``@bot review``, a review request): not a space's mode
+# but a task's. Read-only like a draft, yet its Gitea tools are the readers and
+# submit_review, and forgeflow posts the one review it submits (tasks/reviews.py).
+PR_REVIEW = "pr_review"
 DEFAULT_SPACE_MODE = REVIEW
 DRAFT_MODES = frozenset({PLAN, REVIEW})
 
@@ -23,6 +27,11 @@ _RANK = {REVIEW: 0, PLAN: 0, CHAT: 1}
 def is_draft(mode: str | None) -> bool:
     """A task in this mode posts nothing on Gitea (NULL is a mention: it posts)."""
     return mode in DRAFT_MODES
+
+
+def is_read_only(mode: str | None) -> bool:
+    """A task in this mode runs in the read-only jail (a draft or a review)."""
+    return mode in DRAFT_MODES or mode == PR_REVIEW
 
 
 def step_mode_error(space_mode: str, step_mode: str | None) -> tuple[str, str] | None:

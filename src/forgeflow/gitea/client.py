@@ -1,7 +1,8 @@
 """forgeflow's async client for the Gitea REST API (/api/v1), as the bot.
 
 Its parts: the HTTP side and the errors (gitea/transport.py), issues, comments and
-labels (gitea/issues.py), the repository's code and pull requests (gitea/code.py); here
+labels (gitea/issues.py), the repository's code and pull requests (gitea/code.py),
+pull request reviews (gitea/reviews.py); here
 the bot's account, the server, webhooks and the commenter's permission, and the cache
 of permission answers. Every answer is a model of gitea/models.py. The token travels
 only in the ``Authorization`` header; errors never include it.
@@ -18,6 +19,7 @@ from forgeflow.domain.permissions import Permission
 from forgeflow.gitea.code import CodeApi
 from forgeflow.gitea.issues import IssuesApi
 from forgeflow.gitea.models import Hook, HookOption, RepoPermission, ServerVersion, User
+from forgeflow.gitea.reviews import ReviewsApi
 from forgeflow.gitea.transport import GiteaError, GiteaPermissionDenied, GiteaUnavailable
 
 __all__ = [
@@ -38,7 +40,7 @@ _PERMISSIONS = {
 }
 
 
-class GiteaClient(IssuesApi, CodeApi):
+class GiteaClient(IssuesApi, CodeApi, ReviewsApi):
     async def current_user(self) -> User:
         return await self._one(User, "GET", "/user", (200,))
 

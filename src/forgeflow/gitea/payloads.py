@@ -162,6 +162,14 @@ class PullRequestPayload(HookPayload):
     pull_request: HookPull
 
 
+class ReviewRequestPayload(PullRequestPayload):
+    """``PullRequestPayload`` of ``pull_request_review_request`` (notifier.go
+    PullRequestReviewRequest): action ``review_requested`` or
+    ``review_request_removed``, the reviewer asked, the sender who asked."""
+
+    requested_reviewer: Maybe[HookUser] = None
+
+
 class IssueCommentPayload(HookPayload):
     """``IssueCommentPayload``. Gitea's has no ``pull_request``; a sender that adds one
     (GitHub's shape) gives the task its pull request's refs up front."""

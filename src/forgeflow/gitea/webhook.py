@@ -26,9 +26,13 @@ from forgeflow.gitea.payloads import (
     CommentShape,
     HookPull,
     IssueCommentPayload,
+    ReviewRequestPayload,
 )
 
 COMMENT_EVENTS = frozenset({"issue_comment", "pull_request_comment"})
+# The bot added as a pull request's reviewer (X-Gitea-Event-Type; X-Gitea-Event says
+# pull_request): a review task, like ``@bot review`` (docs/reviews.md).
+REVIEW_REQUEST = "pull_request_review_request"
 # A review submitted as "Comment" (Gitea's own name for the hook event since 1.19.1).
 REVIEW_COMMENT = "pull_request_review_comment"
 
@@ -170,6 +174,43 @@ def comment_event(delivery_id: str, event_type: str, hook: IssueCommentPayload) 
         comment_created_at=comment.created_at,
         actor_login=comment.user.login,
         refs=None if pull is None else _refs(pull),
+    )
+
+
+def review_request(
+    delivery_id: str, payload: Mapping[str, Any], bot_login: str
+) -> CommentEvent | None:
+    """A request for the bot's review as the event a review task is accepted from
+    (``comment_id`` 0: no comment started it; the sender is who asked), or None when
+    the delivery asks someone else or removes a request. Raises on a payload without
+    what the task needs."""
+    try:
+        hook = ReviewRequestPayload.model_validate(payload)
+    except ValidationError as exc:
+        raise _invalid(exc, ReviewRequestPayload) from None
+    reviewer = hook.requested_reviewer
+    if hook.action != "review_requested" or reviewer is None or hook.sender is None:
+        return None
+    if reviewer.login.lower() != bot_login.lower():
+        return None
+    try:
+        repo = RepoRef(hook.repository.owner.login, hook.repository.name)
+    except InvalidName as exc:
+        raise InvalidPayload(str(exc)) from None
+    pull = hook.pull_request
+    return CommentEvent(
+        delivery_id=delivery_id,
+        event_type=REVIEW_REQUEST,
+        action=hook.action,
+        resource=ResourceRef(repo, ResourceKind.PULL_REQUEST, pull.number),
+        clone_url=hook.repository.clone_url or "",
+        default_branch=hook.repository.default_branch or "main",
+        html_url=pull.html_url or "",
+        comment_id=0,
+        comment_body="",
+        comment_created_at=None,
+        actor_login=hook.sender.login,
+        refs=_refs(pull),
     )
 
 

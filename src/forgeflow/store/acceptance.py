@@ -34,13 +34,14 @@ class Accept:
     clone_url: str
     default_branch: str
     workspace_path: str
-    comment_id: int
+    comment_id: int | None  # None: a review request (no comment started it)
     author: str
     instruction: str
     refs: Refs | None
     permitted: bool
     permission: str
     budgets: Budgets = field(default_factory=Budgets)
+    mode: str | None = None  # domain/modes.PR_REVIEW for a pull request review task
 
 
 # Gitea's replay: the same comment under a new delivery id.
@@ -120,6 +121,8 @@ def _replayed(conn: Connection, a: Accept) -> DeliveryRecord | None:
     """Gitea's replay of a comment accepted before under another delivery id: answered
     with the earlier delivery's task, or None when the comment is new."""
     repo_key = a.resource.repo.key
+    if a.comment_id is None:
+        return None  # a review request: its delivery id alone identifies it
     earlier = sql.first(
         conn, _EARLIER, {"repo_key": repo_key, "comment_id": a.comment_id, "key": a.delivery_key}
     )
@@ -178,6 +181,7 @@ def accept(conn: Connection, a: Accept) -> DeliveryRecord:
             "author": a.author,
             "instruction": a.instruction,
             "refs": None if a.refs is None else a.refs.json(),
+            "mode": a.mode,
         },
     )
     admission = admit(

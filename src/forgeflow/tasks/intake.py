@@ -19,8 +19,9 @@ import structlog
 from sqlalchemy import Connection
 
 from forgeflow.config import Settings
+from forgeflow.domain import modes
 from forgeflow.domain.events import DomainEvent
-from forgeflow.domain.ids import delivery_key, sha256_ref
+from forgeflow.domain.ids import ResourceKind, delivery_key, sha256_ref
 from forgeflow.domain.intake import (
     BadSignature,
     DeliveryRecord,
@@ -30,7 +31,7 @@ from forgeflow.domain.intake import (
     Refused,
 )
 from forgeflow.domain.markers import parse_marker
-from forgeflow.domain.mentions import Mention, find_mention
+from forgeflow.domain.mentions import REVIEW_WORD, Mention, find_mention
 from forgeflow.domain.paths import repo_workspace
 from forgeflow.domain.permissions import Permission
 from forgeflow.gitea import events as gitea_events
@@ -108,6 +109,16 @@ class WebhookIngress:
             why = "no X-Gitea-Delivery header and no comment id in the payload"
             return _invalid(why, body, None, event_type)
         key = delivery_key(delivery_id)
+        if event_type == webhook.REVIEW_REQUEST:
+            try:
+                request = webhook.review_request(delivery_id, payload, self._bot)
+            except webhook.InvalidPayload as exc:
+                return _invalid(str(exc), body, delivery_id, event_type)
+            if request is not None:
+                found = gitea_events.domain_events(
+                    event_type, payload, delivery_id=delivery_id, body=body, bot_login=self._bot
+                )
+                return await self._review_request(key, request, body, found)
         if event_type in webhook.COMMENT_EVENTS:
             try:
                 event = webhook.normalise_comment(delivery_id, event_type, payload)
@@ -176,6 +187,41 @@ class WebhookIngress:
         )
         return Recorded(record)
 
+    async def _review_request(
+        self,
+        key: str,
+        event: webhook.CommentEvent,
+        body: bytes,
+        found: Sequence[DomainEvent],
+    ) -> Outcome:
+        """The bot asked for its review: a review task, with a mention's permission
+        rule for the one who asked."""
+        permission = await self._permission_for(key, event)
+        if isinstance(permission, _Unknown):
+            return Refused(
+                permission.kind,
+                permission.code,
+                permission.message,
+                event.delivery_id,
+                event.event_type,
+                sha256_ref(body),
+                event.repo.key,
+            )
+        if isinstance(permission, DeliveryRecord):
+            return Recorded(permission)
+        mention = Mention(REVIEW_WORD, review_focus="")
+        record = await self._accept(key, event, body, mention, permission, found)
+        if record.status == "accepted" and not record.duplicate and self.on_accept is not None:
+            self.on_accept()
+        log.info(
+            "webhook.review_request",
+            delivery_id=event.delivery_id,
+            status=record.status,
+            task_id=record.task_id,
+            repo_key=event.repo.key,
+        )
+        return Recorded(record)
+
     def _not_a_mention(self, event: webhook.CommentEvent) -> str | None:
         """Why a comment cannot start a task (an edit, the bot's own), else None."""
         if event.action != "created":
@@ -211,14 +257,24 @@ class WebhookIngress:
         body: bytes,
         mention: Mention,
         permission: Permission,
+        found: Sequence[DomainEvent] | None = None,
     ) -> DeliveryRecord:
-        """One transaction: the delivery, and its task or command (or its rejection)."""
+        """One transaction: the delivery, and its task or command (or its rejection).
+        ``found``: the delivery's domain events (a comment's by default)."""
         permitted = permission.allows(self._settings.trigger_permission)
         command = mention.command if permitted else None
         unit: _Unit = (
             acceptance.accept if command is None else partial(commands.run, command=command)
         )
-        unit = _with_events(unit, [gitea_events.comment_created(event, mentions_bot=True)])
+        if found is None:
+            found = [gitea_events.comment_created(event, mentions_bot=True)]
+        unit = _with_events(unit, found)
+        # ``@bot review [focus]`` on a pull request, or a review request: a review task.
+        review = (
+            mention.review_focus is not None
+            and command is None
+            and event.resource.kind is ResourceKind.PULL_REQUEST
+        )
         accept = acceptance.Accept(
             delivery_key=key,
             delivery_id=event.delivery_id,
@@ -229,13 +285,14 @@ class WebhookIngress:
             clone_url=event.clone_url,
             default_branch=event.default_branch,
             workspace_path=repo_workspace(self._root, event.repo),
-            comment_id=event.comment_id,
+            comment_id=event.comment_id or None,  # 0: a review request's
             author=event.actor_login,
             instruction=mention.instruction,
             refs=event.refs,
             permitted=permitted,
             permission=permission.value,
             budgets=self._budgets,
+            mode=modes.PR_REVIEW if review else None,
         )
         return await self._store.write(lambda c: unit(c, accept))
 

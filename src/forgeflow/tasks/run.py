@@ -21,7 +21,7 @@ from __future__ import annotations
 from forgeflow.domain.records import Repository, Task
 from forgeflow.domain.states import ACTIVE_STATES, TaskState
 from forgeflow.store.scheduling import Claim
-from forgeflow.tasks import drafts
+from forgeflow.tasks import drafts, reviews
 from forgeflow.tasks.dispatch import Dispatcher
 from forgeflow.tasks.prepare import Preparer
 from forgeflow.tasks.prompting import Context
@@ -97,6 +97,6 @@ class Execution:
     async def _publish(self, task: Task) -> Outcome | None:
         """Push what the agent committed in this turn (recorded; a refusal fails no
         task, the next turn's prompt says so). Drafts publish nothing."""
-        if self.publisher is None or drafts.is_draft(task):
+        if self.publisher is None or drafts.is_draft(task) or reviews.is_review(task):
             return None
         return await self.publisher.publish(task)

@@ -35,11 +35,12 @@ from forgeflow.store import Store, sessions
 from forgeflow.store import tasks as task_q
 from forgeflow.store import turns as turn_q
 from forgeflow.store.types import utcnow
-from forgeflow.tasks import drafts
+from forgeflow.tasks import drafts, reviews
 from forgeflow.tasks.follow import TurnFollower
 from forgeflow.tasks.moves import TaskMoves
 from forgeflow.tasks.prompting import Context, Prompts, TurnPlan
 from forgeflow.tasks.replies import Replies
+from forgeflow.tasks.review_prompt import ReviewPrompts, review_session
 from forgeflow.tasks.thread_keep import ThreadKeeper
 from forgeflow.tasks.verify import EndedTurn, Verifier
 
@@ -77,7 +78,9 @@ class TurnRunner:
         follower: TurnFollower,
         *,
         workspace_root: str,
+        review_prompts: ReviewPrompts | None = None,
     ) -> None:
+        self.review_prompts = review_prompts  # a pull request review task's prompt
         self.store = store
         self.runtime = runtime
         self.replies = replies
@@ -103,33 +106,49 @@ class TurnRunner:
         assert session is not None
         cwd = session_worktree(self.workspace_root, resource)
         draft = drafts.is_draft(task)  # review/plan space: read-only, posts nothing
+        review = reviews.is_review(task)  # a pull request review: read-only, one review
         answered = await self.verifier.answered_before(task)
         if answered is not None:
             return answered, None
         try:
-            tool = drafts.NO_TOOL if draft else await self.runtime.comment_tool()
+            tool = drafts.NO_TOOL if draft or review else await self.runtime.comment_tool()
             thread_id = await self._session(task, session, resource, cwd, draft=draft)
         except AgentError as exc:
             return await self._agent_failed(task, exc), None
         bound_at = utcnow()
-        answer_of = await self.verifier.answer_of(task)  # a reply retry's turn
-        rebuilt = None
-        if session.thread_id and thread_id != session.thread_id and not draft:
-            rebuilt = await self.threads.rebuilt(task, resource, cwd, session.thread_id, thread_id)
-        plan = await self.prompts.plan(
-            task, resource, cwd, tool, context, answer_of=answer_of, draft=draft, rebuilt=rebuilt
-        )
-        await self.store.write(_begin(task, session, thread_id, plan, bound_at))
+        if review and self.review_prompts is not None:
+            try:
+                plan = await self.review_prompts.plan(task)
+            except GiteaError as exc:
+                return await self.moves.retry_or_fail(task, "gitea_unavailable", str(exc)), None
+        else:
+            answer_of = await self.verifier.answer_of(task)  # a reply retry's turn
+            rebuilt = None
+            if session.thread_id and thread_id != session.thread_id and not draft:
+                rebuilt = await self.threads.rebuilt(
+                    task, resource, cwd, session.thread_id, thread_id
+                )
+            plan = await self.prompts.plan(
+                task,
+                resource,
+                cwd,
+                tool,
+                context,
+                answer_of=answer_of,
+                draft=draft,
+                rebuilt=rebuilt,
+            )
+        await self.store.write(_begin(task, session, thread_id, plan, bound_at, bind=not review))
         spec = TurnSpec(
             task_id=task.task_id,
             turn_key=plan.key,
             prompt=plan.prompt,
             kind=plan.kind,
-            marker="" if draft else plan.marker,
+            marker="" if draft or review else plan.marker,
             owner=resource.repo.owner,
             repo=resource.repo.name,
             number=resource.number,
-            read_only=draft,
+            read_only=draft or review,
         )
         try:
             handle = await self.runtime.start_turn(thread_id, spec)
@@ -159,7 +178,10 @@ class TurnRunner:
         *,
         draft: bool,
     ) -> str:
-        """The agent's thread of the session, resumed or started; returns its id."""
+        """The agent's thread of the session, resumed or started; returns its id. A
+        review gets a read-only thread of its own (the session's stays as it is)."""
+        if reviews.is_review(task):
+            return await self.runtime.ensure_session(review_session(task, resource, cwd))
         return await self.runtime.ensure_session(
             SessionSpec(
                 session_key=task.session_key,
@@ -280,18 +302,22 @@ def _begin(
     thread_id: str,
     plan: TurnPlan,
     bound_at: datetime,
+    *,
+    bind: bool = True,
 ) -> Callable[[Connection], None]:
-    """The thread binding and the turn's intent, one commit before ``turn/start``."""
+    """The thread binding (``bind``: not for a review's own thread) and the turn's
+    intent, one commit before ``turn/start``."""
 
     def begin(c: Connection) -> None:
-        turn_q.bind_thread(
-            c,
-            task.session_key,
-            thread_id,
-            task_id=task.task_id,
-            resumed=session.thread_id == thread_id,
-            at=bound_at,
-        )
+        if bind:
+            turn_q.bind_thread(
+                c,
+                task.session_key,
+                thread_id,
+                task_id=task.task_id,
+                resumed=session.thread_id == thread_id,
+                at=bound_at,
+            )
         turn_q.begin(
             c, turn_key=plan.key, task_id=task.task_id, thread_id=thread_id, kind=plan.kind
         )

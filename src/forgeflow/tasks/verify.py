@@ -30,6 +30,7 @@ from forgeflow.tasks import drafts, egress, lost
 from forgeflow.tasks.moves import TaskMoves
 from forgeflow.tasks.publish import Outcome
 from forgeflow.tasks.replies import Replies
+from forgeflow.tasks.reviews import PullReviews, is_review
 
 S = TaskState
 _ANSWERS = frozenset({MarkerKind.FINAL, MarkerKind.FALLBACK})
@@ -86,7 +87,10 @@ def is_reply_retry(task: Task) -> bool:
 
 
 class Verifier:
-    def __init__(self, store: Store, replies: Replies, moves: TaskMoves) -> None:
+    def __init__(
+        self, store: Store, replies: Replies, moves: TaskMoves, reviews: PullReviews | None = None
+    ) -> None:
+        self.reviews = reviews  # a pull request review task's one review (tasks/reviews.py)
         self.store = store
         self.replies = replies
         self.moves = moves
@@ -99,6 +103,9 @@ class Verifier:
         is read); ``published``: what publishing did after it, for the answer's note."""
         if drafts.is_draft(task):
             return await self._draft(task)
+        if self.reviews is not None and is_review(task):
+            last = await self._last_normal(task)
+            return await self.reviews.verify(task, self.moves, last.last_message if last else None)
         turn: Turn | EndedTurn | None = ended or await self._last_normal(task)
         if turn is None:
             return await self._fail(task, "no_turn", "no turn")
@@ -156,6 +163,8 @@ class Verifier:
         no second turn); None: run the turn."""
         if drafts.is_draft(task) or is_reply_retry(task) or int(task.turn_count) == 0:
             return None
+        if is_review(task):
+            return await self._reviewed_before(task)
         last = await self._last_normal(task)
         if last is None:
             return None
@@ -174,6 +183,20 @@ class Verifier:
             action="task.verify",
             fields={"turn_id": last.turn_id, "retry_step": None},
         )
+
+    async def _reviewed_before(self, task: Task) -> Task | None:
+        """A review task's earlier turn submitted its review (it may have reached Gitea
+        just before a crash): that is the answer, no second turn."""
+        if self.reviews is None:
+            return None
+        try:
+            review_id = await self.reviews.posted(task)
+        except GiteaError:
+            return None  # the turn runs; its submit_review settles the intent again
+        if review_id is None:
+            return None
+        await self.moves.audit(task, "turn.skipped_answer_exists", metadata={"reviewId": review_id})
+        return await self.moves.move(task, S.VERIFYING_REPLY, action="task.verify")
 
     async def _fail(self, task: Task, code: str, why: str | None) -> Task:
         """The answer cannot be verified: ``failed_reply`` with its code and reason."""

@@ -18,10 +18,13 @@ from forgeflow.agent.gitea_tools import args as a
 from forgeflow.domain.ids import ResourceKind, ResourceRef, parse_resource_key
 from forgeflow.domain.json import JsonObject, JsonValue
 from forgeflow.domain.paths import session_branch
+from forgeflow.domain.reviews import ReviewDraft
 from forgeflow.gitea.client import GiteaClient, GiteaError
 from forgeflow.gitea.models import Comment, Issue, Label, PullRequest, Repository
 
 Publish = Callable[[str], Awaitable[tuple[bool, str]]]  # session key -> (ok, what happened)
+# The review port (tasks/reviews.py): session key, the agent's draft -> what was posted.
+SubmitReview = Callable[[str, ReviewDraft], Awaitable[str]]
 
 
 class ToolRefused(Exception):
@@ -60,6 +63,7 @@ class Session:
     bot_login: str
     publish: Publish | None
     comments: Comments | None  # without it add_comment and edit_comment are not offered
+    reviews: SubmitReview | None = None  # without it submit_review is not offered
 
     @property
     def owner(self) -> str:
@@ -136,6 +140,9 @@ async def _gitea(what: str, call: Awaitable[Any]) -> Any:
         if exc.status == 404:
             raise ToolFailed(f"{what}: not found in this repository") from None
         raise ToolFailed(f"{what}: Gitea answered {exc.status or 'nothing'}") from None
+
+
+gitea_call = _gitea  # for the tools of other modules (review.py)
 
 
 async def get_issue(s: Session, x: a.IssueRef) -> str:

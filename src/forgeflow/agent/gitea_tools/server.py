@@ -31,6 +31,7 @@ import forgeflow
 from forgeflow.agent.broker import GRANT_KEY, Grant
 from forgeflow.agent.gitea_tools import args as a
 from forgeflow.agent.gitea_tools import handlers as h
+from forgeflow.agent.gitea_tools import review
 from forgeflow.agent.gitea_tools.external import External
 from forgeflow.agent.port import CommentTool
 from forgeflow.domain.json import JsonObject
@@ -151,6 +152,7 @@ TOOLS: tuple[Tool, ...] = (
         a.NoArgs,
         h.get_commit_status,
     ),
+    Tool(review.NAME, review.DESCRIPTION, review.SubmitReviewArgs, review.submit_review, False),
 )
 COMMENT_TOOL = CommentTool("add_comment", "body: the comment's Markdown text")
 
@@ -174,15 +176,20 @@ class GiteaTools:
         publish: h.Publish | None = None,
         comments: h.Comments | None = None,
         external: External | None = None,
+        reviews: h.SubmitReview | None = None,
     ) -> None:
-        """``publish`` and ``comments``: the ports behind push_branch and the comment
-        tools (built in services.py); a tool whose port is missing is not offered."""
+        """``publish``, ``comments`` and ``reviews``: the ports behind push_branch, the
+        comment tools and submit_review (built in services.py); a tool whose port is
+        missing is not offered."""
         self._gitea, self._bot, self._publish = gitea, bot_login, publish
         self._comments = comments
+        self._reviews = reviews
         self._on_refused = on_refused
         self._external = external
-        withheld = ({PUSH_TOOL} if publish is None else set()) | (
-            {"add_comment", "edit_comment"} if comments is None else set()
+        withheld = (
+            ({PUSH_TOOL} if publish is None else set())
+            | ({"add_comment", "edit_comment"} if comments is None else set())
+            | ({review.NAME} if reviews is None else set())
         )
         self._own = {t.name: t for t in TOOLS if t.name not in withheld}
         server: Server[Any, Any] = Server(
@@ -216,7 +223,15 @@ class GiteaTools:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         await self._manager.handle_request(scope, receive, send)
 
+    def _offered(self, grant: Grant) -> dict[str, Tool]:
+        """A review task's thread gets the readers and submit_review; every other
+        thread all tools but submit_review (its grant says which it is)."""
+        if grant.review:
+            return {n: t for n, t in self._own.items() if t.read_only or n == review.NAME}
+        return {n: t for n, t in self._own.items() if n != review.NAME}
+
     async def _list(self) -> list[types.Tool]:
+        grant = self._grant()
         own = [
             types.Tool(
                 name=t.name,
@@ -224,9 +239,9 @@ class GiteaTools:
                 inputSchema=_schema(t),
                 annotations=types.ToolAnnotations(readOnlyHint=t.read_only),
             )
-            for t in self._own.values()
+            for t in self._offered(grant).values()
         ]
-        if self._external is None:
+        if self._external is None or grant.review:
             return own
         return [*own, *await self._external.tools(exclude=set(self._own))]
 
@@ -241,7 +256,13 @@ class GiteaTools:
         # Built per call: what a session's tools remember lives in the store, not here.
         key = grant.session_key or ""
         return h.Session(
-            self._gitea, key, h.resource_of(key), self._bot, self._publish, self._comments
+            self._gitea,
+            key,
+            h.resource_of(key),
+            self._bot,
+            self._publish,
+            self._comments,
+            self._reviews if grant.review else None,
         )
 
     def _refuse(self, grant: Grant, name: str, args: JsonObject, why: str) -> types.CallToolResult:
@@ -251,8 +272,10 @@ class GiteaTools:
     # The SDK's call_tool handler: the arguments are the JSON-RPC request's.
     async def _call(self, name: str, arguments: JsonObject) -> types.CallToolResult:
         grant = self._grant()
-        tool = self._own.get(name)
+        tool = self._offered(grant).get(name)
         if tool is None:
+            if grant.review:  # a review's thread reaches nothing else
+                return self._refuse(grant, name, arguments, f"the tool {name!r} is not offered")
             if self._external is not None and await self._external.offers(name):
                 why = self._external.refusal(grant, name, arguments)
                 if why is not None:

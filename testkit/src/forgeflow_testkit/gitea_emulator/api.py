@@ -12,7 +12,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from . import api_code, api_hooks, api_issues, git_http
+from . import api_code, api_hooks, api_issues, api_reviews, git_http
 from .apibase import (
     ApiError,
     Call,
@@ -189,6 +189,7 @@ ROUTES: list[RouteSpec] = [
     ("GET", "/repos/{owner}/{repo}/labels/{id}", get_label),
     *api_hooks.ROUTES,
     *api_code.ROUTES,
+    *api_reviews.ROUTES,
     *api_issues.ROUTES,
 ]
 
@@ -241,8 +242,18 @@ class Instrumentation:
 
         fault = self._take_fault(method, path)
         try:
+            if fault is not None and fault[2]:  # handled, then its answer held
+                held = fault[1]
+
+                async def late(message: Message) -> None:
+                    if message["type"] == "http.response.start":
+                        await asyncio.sleep(held)
+                    await record(message)
+
+                await self.app(scope, receive, late)
+                return
             if fault is not None:
-                status, delay = fault
+                status, delay, _ = fault
                 if delay > 0:
                     await asyncio.sleep(delay)
                 if status:
@@ -254,7 +265,7 @@ class Instrumentation:
             with self.core.state.lock:
                 self.core.state.requests.append((method, path, status_seen))
 
-    def _take_fault(self, method: str, path: str) -> tuple[int, float] | None:
+    def _take_fault(self, method: str, path: str) -> tuple[int, float, bool] | None:
         with self.core.state.lock:
             for fault in self.core.state.faults:
                 if fault.method not in ("*", method.upper()) or not fault.pattern.search(path):
@@ -262,7 +273,7 @@ class Instrumentation:
                 fault.remaining -= 1
                 if fault.remaining <= 0:
                     self.core.state.faults.remove(fault)
-                return fault.status, fault.delay
+                return fault.status, fault.delay, fault.after
         return None
 
 

@@ -137,13 +137,15 @@ class EmulatorControls:
         status: int = 500,
         count: int = 1,
         delay: float = 0.0,
+        after: bool = False,
     ) -> None:
         """The next `count` requests whose method matches (or "*") and whose path matches
         `path_regex` (re.search) wait `delay` seconds, then get `status` instead of their
-        answer; status=0 only delays them."""
+        answer; status=0 only delays them. ``after``: each is handled first and its
+        answer (whatever the status) held for `delay`."""
         with self._state.lock:
             self._state.faults.append(
-                Fault(method.upper(), re.compile(path_regex), status, count, delay)
+                Fault(method.upper(), re.compile(path_regex), status, count, delay, after)
             )
 
     @property

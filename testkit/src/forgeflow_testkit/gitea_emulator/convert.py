@@ -234,7 +234,11 @@ class Converter:
             "milestone": None,
             "assignee": data["assignee"],
             "assignees": data["assignees"],
-            "requested_reviewers": None,
+            # ToAPIPullRequest: the users asked for a review (nil when none).
+            "requested_reviewers": [
+                self.user_for(self.state.users[uid], doer) for uid in pr.requested_reviewer_ids
+            ]
+            or None,
             "requested_reviewers_teams": None,
             "state": issue.state,
             "draft": False,

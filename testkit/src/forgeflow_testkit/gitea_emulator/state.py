@@ -78,6 +78,7 @@ class Pull:
     merged_at: datetime | None = None
     merge_commit_sha: str | None = None
     merged_by_id: int | None = None
+    requested_reviewer_ids: list[int] = field(default_factory=list)
 
 
 @dataclass
@@ -162,6 +163,9 @@ class Fault:
     status: int
     remaining: int
     delay: float
+    # Handle the request, then hold its answer for `delay`: the effect happened, the
+    # client has not heard (a kill in that wait is a crash between effect and record).
+    after: bool = False
 
 
 class NotFound(LookupError):
@@ -183,6 +187,8 @@ class State:
         self.releases: dict[int, Release] = {}
         self.hooks: dict[int, Hook] = {}
         self.commit_statuses: list[Any] = []  # api_code.Status, in creation order
+        self.reviews: dict[int, Any] = {}  # api_reviews.Review by id
+        self.review_comments: dict[int, Any] = {}  # api_reviews.CodeComment by id
         self.faults: list[Fault] = []
         self.requests: list[tuple[str, str, int]] = []
         self.clock_offset = timedelta()

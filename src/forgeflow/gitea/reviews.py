@@ -1,0 +1,140 @@
+"""Pull request reviews as the Gitea client asks for them (Gitea's
+``routers/api/v1/repo/pull_review.go``; shapes of ``modules/structs/pull_review.go``):
+create one review with its line comments, list a pull request's reviews, read one
+review's comments.
+
+``CreatePullReviewOptions``: ``event`` (``APPROVE``, ``REQUEST_CHANGES``, ``COMMENT``),
+``body``, ``commit_id``, ``comments[]`` of ``CreatePullReviewComment`` (``path``,
+``body``, ``old_position``, ``new_position``: a line number of the old or the new file,
+the other 0). Gitea answers 200 with the ``PullReview``.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from datetime import datetime
+
+from pydantic import Field
+
+from forgeflow.gitea.models import User, _Shape
+from forgeflow.gitea.transport import Transport
+
+_PAGE = 50
+_MAX_PAGES = 20  # a pull request with more than 1000 reviews is read no further
+
+
+class PullReview(_Shape):
+    """``PullReview``."""
+
+    id: int
+    user: User | None = None
+    state: str = ""
+    body: str = ""
+    commit_id: str = ""
+    stale: bool = False
+    official: bool = False
+    dismissed: bool = False
+    comments_count: int = 0
+    submitted_at: datetime | None = None
+    html_url: str = ""
+
+
+class PullReviewComment(_Shape):
+    """``PullReviewComment``: ``position`` is the new file's line, ``original_position``
+    the old file's (0 when the comment is on the other side)."""
+
+    id: int
+    body: str = ""
+    user: User = Field(default_factory=User)
+    pull_request_review_id: int = 0
+    path: str = ""
+    commit_id: str = ""
+    diff_hunk: str = ""
+    position: int = 0
+    original_position: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class ReviewLine:
+    """One ``CreatePullReviewComment``."""
+
+    path: str
+    body: str
+    new_position: int = 0
+    old_position: int = 0
+
+    def json(self) -> dict[str, str | int]:
+        return {
+            "path": self.path,
+            "body": self.body,
+            "new_position": self.new_position,
+            "old_position": self.old_position,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class ReviewRequest:
+    """One ``CreatePullReviewOptions``, as it is kept in the intent's record."""
+
+    body: str
+    commit_id: str
+    event: str
+    comments: tuple[ReviewLine, ...] = ()
+
+    def json(self) -> dict[str, object]:
+        return {
+            "event": self.event,
+            "body": self.body,
+            "commit_id": self.commit_id,
+            "comments": [c.json() for c in self.comments],
+        }
+
+    @classmethod
+    def parse(cls, text: str) -> ReviewRequest:
+        """The request kept by :meth:`json` (forgeflow's own record, not Gitea's)."""
+        data = json.loads(text)
+        lines = tuple(
+            ReviewLine(
+                str(c["path"]),
+                str(c["body"]),
+                int(c["new_position"]),
+                int(c["old_position"]),
+            )
+            for c in data["comments"]
+        )
+        return cls(str(data["body"]), str(data["commit_id"]), str(data["event"]), lines)
+
+
+class ReviewsApi(Transport):
+    def _reviews_path(self, owner: str, repo: str, index: int) -> str:
+        return f"{self._repo_path(owner, repo)}/pulls/{int(index)}/reviews"
+
+    async def create_review(
+        self,
+        owner: str,
+        repo: str,
+        index: int,
+        request: ReviewRequest,
+    ) -> PullReview:
+        path = self._reviews_path(owner, repo, index)
+        return await self._one(PullReview, "POST", path, (200,), json=request.json())
+
+    async def list_reviews(self, owner: str, repo: str, index: int) -> list[PullReview]:
+        """Every review of the pull request, oldest first (at most 20 pages)."""
+        found: list[PullReview] = []
+        for page in range(1, _MAX_PAGES + 1):
+            params = {"page": str(page), "limit": str(_PAGE)}
+            batch = await self._many(
+                PullReview, "GET", self._reviews_path(owner, repo, index), (200,), params=params
+            )
+            found += batch
+            if len(batch) < _PAGE:
+                break
+        return found
+
+    async def review_comments(
+        self, owner: str, repo: str, index: int, review_id: int
+    ) -> list[PullReviewComment]:
+        path = f"{self._reviews_path(owner, repo, index)}/{int(review_id)}/comments"
+        return await self._many(PullReviewComment, "GET", path, (200,))

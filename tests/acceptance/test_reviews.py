@@ -1,0 +1,196 @@
+"""Pull request reviews with the real codex binary (jailed, read-only) and the Gitea
+emulator: a review request makes exactly one review, its line comments at their
+positions and one outside the diff in its summary; ``@bot review`` does the same; a
+forgeflow killed after Gitea made the review but before it heard back makes no second
+one; a reader asking for a review is refused like a mention."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from forgeflow_testkit.agents import answering_agent
+from forgeflow_testkit.codex_home import write_codex_home
+from forgeflow_testkit.gitea_emulator import GiteaEmulator
+from forgeflow_testkit.model_server import RecordedRequest, ScriptedModel, last_input_is_tool_output
+from forgeflow_testkit.model_steps import Step, gitea_tool, message, new_id
+from tests.support.agentic import CODEX, Agentic
+from tests.support.cluster import hook, make_cluster, wait_for
+from tests.support.world import BOT, World
+
+BASE = "".join(f"line {i}\n" for i in range(1, 41))
+HEAD = BASE.replace("line 3\n", "line three\n").replace("line 30\n", "line 30\nline 30b\n")
+COMMENTS = [
+    {"path": "app.txt", "side": "new", "line": 3, "body": "A digit?", "suggestion": "line 3"},
+    {"path": "app.txt", "side": "old", "line": 3, "body": "This was fine."},
+    {"path": "app.txt", "side": "new", "line": 31, "body": "Why a b?"},
+    {"path": "app.txt", "side": "new", "line": 15, "body": "Far from any hunk."},
+]
+
+
+def _is_review_turn(request: RecordedRequest) -> bool:
+    last = request.last_input
+    if last is None or last.get("type") != "message" or last.get("role") != "user":
+        return False
+    texts = request.texts("user")
+    return bool(texts) and "call submit_review once" in texts[-1]
+
+
+def reviewing_agent(model: ScriptedModel, seen: list[RecordedRequest]) -> str:
+    """Every review turn: submit_review with COMMENTS, then a one-line message. Returns
+    the call id of the submission (its output is what forgeflow answered)."""
+    call_id = new_id("call")
+
+    def submit(request: RecordedRequest) -> Step:
+        seen.append(request)
+        args = {"summary": "Two small things.", "comments": COMMENTS}
+        return gitea_tool("submit_review", args, call_id=call_id)
+
+    model.respond(last_input_is_tool_output(call_id), lambda _r: message("Reviewed."))
+    model.respond(_is_review_turn, submit)
+    return call_id
+
+
+def _pull(gitea: GiteaEmulator) -> int:
+    gitea.push_branch("acme", "widget", "main", {"app.txt": BASE})
+    gitea.push_branch("acme", "widget", "feature", {"app.txt": HEAD}, base="main", pusher="alice")
+    return gitea.add_pull("acme", "widget", title="Rename", head="feature", author="alice")
+
+
+def _bot_reviews(gitea: GiteaEmulator, pull: int) -> list[dict[str, Any]]:
+    """The reviews the bot submitted (not the request for its review)."""
+    return [
+        r
+        for r in gitea.reviews("acme", "widget", pull)
+        if r["user"]["login"] == BOT and r["state"] != "REQUEST_REVIEW"
+    ]
+
+
+def _check_review(review: dict[str, Any], task_id: str) -> None:
+    assert review["state"] == "COMMENT"
+    positions = [(c["path"], c["position"], c["original_position"]) for c in review["comments"]]
+    assert positions == [("app.txt", 3, 0), ("app.txt", 0, 3), ("app.txt", 31, 0)]
+    assert review["comments"][0]["body"] == "A digit?\n\n```suggestion\nline 3\n```"
+    assert "- `app.txt:15 (new)`: Far from any hunk." in review["body"]
+    assert f"taskId={task_id} " in review["body"].splitlines()[-1]
+    assert "kind=review" in review["body"].splitlines()[-1]
+
+
+def _task_of(deliveries: list[Any]) -> str:
+    (d,) = [d for d in deliveries if d.event_type == "pull_request_review_request"]
+    assert d.status_code == 202, d.response
+    task_id: str = json.loads(d.response)["taskId"]
+    return task_id
+
+
+def test_a_review_request_makes_exactly_one_review(agentic: Agentic) -> None:
+    gitea, model = agentic.gitea, agentic.model
+    pull = _pull(gitea)
+    seen: list[RecordedRequest] = []
+    reviewing_agent(model, seen)
+    task = _task_of(gitea.request_review("acme", "widget", pull, reviewer=BOT, by="alice"))
+    detail = agentic.finished(task)
+    assert detail["task"]["state"] == "succeeded", detail["task"]
+    (review,) = _bot_reviews(gitea, pull)
+    _check_review(review, task)
+    assert review["commit_id"] == gitea.pull("acme", "widget", pull)["head"]["sha"]
+    # The review turn ran read-only with the readers and submit_review only.
+    (turn,) = seen
+    offered = {t.name for t in turn.tools if t.namespace == "mcp__gitea"}
+    assert "submit_review" in offered and "get_pull_diff" in offered
+    assert not offered & {"add_comment", "edit_comment", "push_branch", "create_pull"}
+    assert "line three" in turn.texts("user")[-1]  # the diff is in the prompt
+    # Its thread is read-only and its own; the turn ran in the read-only jail.
+    params = [e["metadata"] for e in detail["audit"] if e["action"] == "session.thread_params"]
+    assert params and params[0]["sandbox"] == "read-only" and "gitea" in params[0]["mcpServers"]
+    sandbox = [e["metadata"] for e in detail["audit"] if e["action"] == "turn.sandbox"]
+    assert sandbox == [
+        {
+            "sandboxPolicy": {"type": "externalSandbox", "networkAccess": "restricted"},
+            "kind": "normal",
+        }
+    ]
+    assert any(e["action"] == "review.confirm" for e in detail["audit"])
+    # A mention on the pull request afterwards runs in full access on a thread of the
+    # session's, not on the review's.
+    answering_agent(model)
+    mention = agentic.finished(agentic.mention("@ccweb-bot thanks, fix it", index=pull))
+    assert mention["task"]["state"] == "succeeded", mention["task"]
+    assert mention["task"]["threadId"] != detail["task"]["threadId"]
+    assert len(_bot_reviews(gitea, pull)) == 1
+
+
+def test_review_command_with_a_focus_makes_one_review(agentic: Agentic) -> None:
+    gitea, model = agentic.gitea, agentic.model
+    pull = _pull(gitea)
+    seen: list[RecordedRequest] = []
+    reviewing_agent(model, seen)
+    task = agentic.mention("@ccweb-bot review the renames, please", index=pull)
+    detail = agentic.finished(task)
+    assert detail["task"]["state"] == "succeeded", detail["task"]
+    (review,) = _bot_reviews(gitea, pull)
+    _check_review(review, task)
+    assert "the renames, please" in seen[0].texts("user")[-1]
+
+
+def test_a_reader_asking_for_a_review_is_refused_like_a_mention(world: World) -> None:
+    gitea = world.gitea
+    comment = gitea.post_comment(
+        "acme", "widget", world.pull, author="mallory", body="@ccweb-bot review"
+    )
+    answer = json.loads(gitea.delivery_of_comment(comment["id"]).response)
+    assert (answer["status"], answer["reason"]) == ("rejected", "insufficient_permission")
+    (d,) = gitea.request_review("acme", "widget", world.pull, reviewer=BOT, by="mallory")
+    asked = json.loads(d.response)
+    assert (asked["status"], asked["reason"]) == ("rejected", "insufficient_permission")
+    # A request for someone else's review is no task.
+    (other,) = gitea.request_review("acme", "widget", world.pull, reviewer="alice", by="alice")
+    assert json.loads(other.response).get("taskId") is None
+    assert gitea.reviews("acme", "widget", world.pull)[-1]["state"] == "REQUEST_REVIEW"
+
+
+def test_a_crash_after_gitea_made_the_review_makes_no_second_one(
+    gitea: GiteaEmulator, model: ScriptedModel, tmp_path: Path, pg_url: str
+) -> None:
+    cluster = make_cluster(gitea, tmp_path, pg_url)
+    home = write_codex_home(tmp_path / "codex-home", model.url)
+    seen: list[RecordedRequest] = []
+    reviewing_agent(model, seen)
+    pull = _pull(gitea)
+    # Gitea makes the review, then holds its answer: forgeflow is killed in that wait.
+    gitea.fail_next("POST", r"/pulls/\d+/reviews$", status=0, delay=30, after=True)
+    env = {
+        "FORGEFLOW_AGENT_RUNTIME": "codex",
+        "FORGEFLOW_CODEX_COMMAND": f"{CODEX} app-server",
+        "FORGEFLOW_MODEL": "scripted-model",
+        **home.env(),
+    }
+    try:
+        cluster.start(**env)
+        hook(cluster)
+        task = _task_of(gitea.request_review("acme", "widget", pull, reviewer=BOT, by="alice"))
+        wait_for(lambda: _bot_reviews(gitea, pull), timeout=90, what="Gitea made the review")
+        cluster.kill9()
+        cluster.start()
+        detail = _finished(cluster, task)
+        assert detail["task"]["state"] == "succeeded", detail["task"]
+        (review,) = _bot_reviews(gitea, pull)
+        _check_review(review, task)
+        assert any(e["action"] == "turn.skipped_answer_exists" for e in detail["audit"])
+        assert len(seen) == 1  # no second review turn
+    finally:
+        cluster.stop()
+
+
+def _finished(cluster: Any, task: str) -> dict[str, Any]:
+    done: Callable[[], Any]
+    with cluster.admin() as admin:
+
+        def done() -> Any:
+            d = admin.get(f"/api/gitea-workflow/tasks/{task}").json()
+            return d["terminal"] and d
+
+        detail: dict[str, Any] = wait_for(done, timeout=90, what="the task ends")
+        return detail
