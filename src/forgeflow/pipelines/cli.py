@@ -14,10 +14,13 @@ from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 import typer
 
 from forgeflow.cli_ops import ConfigOption, settings_or_exit
+from forgeflow.domain.jsontypes import JsonObject
 from forgeflow.domain.pipeline_records import PipelineTemplate
 
 if TYPE_CHECKING:
     from sqlalchemy import Connection
+
+    from forgeflow.pipelines.runs import Started
 
 # The store, the models and their dependencies are imported inside the commands: every
 # ``forgeflow`` invocation builds this sub-app, and most of them never use it.
@@ -144,7 +147,7 @@ def run(
     """Start a run by hand; values are parsed by the declared input types."""
     from forgeflow.pipelines import templates
 
-    values: dict[str, Any] = {}
+    values: JsonObject = {}
     for item in input or []:
         name, sep, value = item.partition("=")
         if not sep or not name:
@@ -152,10 +155,10 @@ def run(
             raise typer.Exit(2)
         values[name] = value
 
-    def _start(conn: Connection) -> Any:
+    def _start(conn: Connection) -> Started:
         return templates.start_manual(
             conn, key, inputs=values, dedupe_key=None, actor="cli", coerce_text=True
         )
 
     started = _write(config, _start)
-    typer.echo(started.run["run_id"])
+    typer.echo(started.run.run_id)

@@ -91,7 +91,7 @@ def fire(conn: Connection, call: Call, payload: dict[str, Any]) -> tuple[Started
     replayed = None if known is not None else _replayed_body(conn, call)
     if replayed is not None:
         delivery_id = record(
-            conn, call, "duplicate", 200, reason="replayed_body", run_id=replayed.run["run_id"]
+            conn, call, "duplicate", 200, reason="replayed_body", run_id=replayed.run.run_id
         )
         return replayed, delivery_id
     started = firing.fire_webhook(conn, trigger_id, payload, call.call_key)
@@ -102,7 +102,7 @@ def fire(conn: Connection, call: Call, payload: dict[str, Any]) -> tuple[Started
         status,
         202 if started.created else 200,
         reason=None if started.created else "duplicate_delivery",
-        run_id=started.run["run_id"],
+        run_id=started.run.run_id,
         body=payload,
     )
     return started, delivery_id
@@ -191,7 +191,7 @@ def replay(
                     "templateKey": key,
                     "triggerId": trigger_id,
                     "deliveryId": delivery_id,
-                    "runId": started.run["run_id"],
+                    "runId": started.run.run_id,
                 },
             ),
         )

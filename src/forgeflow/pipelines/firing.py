@@ -119,7 +119,7 @@ def start(
         fired.skipped += 1
         return None
     if started.created:
-        fired.runs.append(str(started.run["run_id"]))
+        fired.runs.append(str(started.run.run_id))
     return started
 
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from forgeflow.domain.ids import RepoRef, ResourceRef
+from forgeflow.domain.jsontypes import JsonObject
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,7 +117,7 @@ class WorkspacePort(Protocol):
 class ChildRun:
     run_id: str
     status: str
-    state: dict[str, Any]
+    state: JsonObject
     error: str | None = None
 
 
@@ -130,7 +131,7 @@ class RunsPort(Protocol):
         parent_run_id: str,
         parent_step_id: str,
         parent_item_index: int,
-        inputs: dict[str, Any],
+        inputs: JsonObject,
         dedupe_key: str,
     ) -> str: ...
 

@@ -11,6 +11,7 @@ from typing import Any
 
 from sqlalchemy import Connection
 
+from forgeflow.domain.jsontypes import JsonObject
 from forgeflow.domain.pipeline_records import PipelineTemplate
 from forgeflow.pipelines.definition import Loaded, PipelineDefinition
 from forgeflow.pipelines.inputs import InputError, validate_inputs
@@ -115,8 +116,8 @@ def start(
     *,
     trigger_type: str,
     event_type: str | None = None,
-    inputs: dict[str, Any] | None = None,
-    event: dict[str, Any] | None = None,
+    inputs: JsonObject | None = None,
+    event: JsonObject | None = None,
     dedupe_key: str | None = None,
     actor: str = "system",
     coerce_text: bool = False,
@@ -162,7 +163,7 @@ def start_manual(
     conn: Connection,
     key: str,
     *,
-    inputs: dict[str, Any],
+    inputs: JsonObject,
     dedupe_key: str | None,
     actor: str,
     coerce_text: bool = False,

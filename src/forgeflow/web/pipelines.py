@@ -14,6 +14,7 @@ from fastapi import APIRouter, Depends, Request
 from fastapi.responses import Response
 from sqlalchemy import Connection
 
+from forgeflow.domain.jsontypes import JsonObject
 from forgeflow.pipelines import retry, runs, steps, templates, views
 from forgeflow.pipelines.definition import DefinitionError, load_definition
 from forgeflow.pipelines.kinds import NODE_ROW, SETTLED_STEP_STATUSES, RunStatus
@@ -41,8 +42,8 @@ def run_marker(conn: Connection, run_id: str) -> str:
     """The audit marker plus the run's and its steps' versions: steps move unaudited."""
     run = q.get_run(conn, run_id)
     rows = q.steps_of(conn, run_id) if run is not None else []
-    versions = sum(int(r["version"]) for r in rows)
-    return f"{audit.change_marker(conn)}:{run['version'] if run else 0}.{versions}.{len(rows)}"
+    versions = sum(int(r.version) for r in rows)
+    return f"{audit.change_marker(conn)}:{run.version if run else 0}.{versions}.{len(rows)}"
 
 
 def _bodies(request: Request) -> frozenset[str] | None:
@@ -165,7 +166,7 @@ async def run_page(request: Request, session: Session, run_id: str) -> Response:
         return {
             "stamp": stamp,
             "run": views.run_json(row, rows),
-            "definition": redact(row["definition"]),
+            "definition": redact(row.definition),
             "children": children,
             "interrupted": retry.interrupted(row, rows),
         }
@@ -233,7 +234,7 @@ async def disable_template(request: Request, posted: Post, key: str) -> Response
 @router.post("/templates/{key}/runs")
 async def start_run(request: Request, posted: Post, key: str) -> Response:
     """Manual start from the form of declared inputs (text, parsed by declared type)."""
-    inputs = {
+    inputs: JsonObject = {
         name.removeprefix("in."): value
         for name, value in posted.form.items()
         if name.startswith("in.") and value.strip() != ""
