@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, NotRequired, TypedDict
+from typing import NotRequired, TypedDict
 
 from forgeflow.domain.jsontypes import JsonObject, JsonValue
 from forgeflow.domain.records import Record
@@ -25,7 +25,7 @@ class PipelineTrigger(Record):
     template_key: str
     trigger_type: str  # event, schedule, webhook or manual
     event_type: str  # '' when the trigger has none (the unique key needs a value)
-    match: dict[str, Any] | None  # an event trigger's filter on the payload
+    match: JsonObject | None  # an event trigger's filter on the payload
     schedule: str | None
     webhook_token: str | None
     is_enabled: bool
@@ -51,7 +51,7 @@ class PipelineTemplate(Record):
     key: str
     name: str
     version: int
-    definition: dict[str, Any]  # the definition document (``pipelines/definition.py``)
+    definition: JsonObject  # the definition document (``pipelines/definition.py``)
     is_enabled: bool
     built_in: bool
     created_at: datetime
@@ -81,7 +81,7 @@ class HookDelivery(HookCall):
     """The whole row of a call (``pipeline_hook_deliveries``): with its kept body."""
 
     body_digest: str | None  # SHA-256 of an accepted call's signed content
-    body: dict[str, Any] | None  # kept (redacted) for a replay; None when refused or large
+    body: JsonObject | None  # kept (redacted) for a replay; None when refused or large
 
 
 @dataclass(frozen=True, slots=True)
@@ -221,3 +221,33 @@ class StepChange(TypedDict, total=False):
     started_at: datetime | None
     suspended_at: datetime | None
     finished_at: datetime | None
+
+
+@dataclass(frozen=True, slots=True)
+class WantedTrigger:
+    """A trigger as a template's definition declares it (what its rows are made to match)."""
+
+    trigger_type: str
+    event_type: str  # '' when the trigger has none
+    match: JsonObject | None
+    schedule: str | None
+    enabled: bool
+
+
+class TriggerChange(TypedDict, total=False):
+    """The columns of a trigger an update may change."""
+
+    match: JsonObject | None
+    schedule: str | None
+    is_enabled: bool
+    next_fire_at: datetime | None
+    updated_at: datetime
+
+
+class TemplateChange(TypedDict, total=False):
+    """The columns of a template a compare-and-swap on its revision may change."""
+
+    name: str
+    version: int
+    definition: JsonObject
+    is_enabled: bool

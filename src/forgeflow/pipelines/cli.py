@@ -15,7 +15,7 @@ import typer
 
 from forgeflow.cli_ops import ConfigOption, settings_or_exit
 from forgeflow.domain.jsontypes import JsonObject
-from forgeflow.domain.pipeline_records import PipelineTemplate
+from forgeflow.domain.pipeline_records import PipelineTemplate, PipelineTrigger
 
 if TYPE_CHECKING:
     from sqlalchemy import Connection
@@ -52,19 +52,16 @@ def _echo(value: Any) -> None:
 @app.command("list")
 def list_templates(config: ConfigOption = None) -> None:
     """Templates with their switch and triggers."""
-    from forgeflow.pipelines import views
+    from forgeflow.redaction import redact_text
     from forgeflow.store import pipeline_templates as tpl
 
-    def _read(conn: Connection) -> list[dict[str, Any]]:
-        return [
-            views.template_json(r, tpl.list_triggers(conn, r.key), full=False)
-            for r in tpl.list_definitions(conn)
-        ]
+    def _read(conn: Connection) -> list[tuple[PipelineTemplate, list[PipelineTrigger]]]:
+        return [(r, tpl.list_triggers(conn, r.key)) for r in tpl.list_definitions(conn)]
 
-    for t in _write(config, _read):
-        kinds = ",".join(x["type"] for x in t["triggers"]) or "-"
-        state = "enabled" if t["enabled"] else "disabled"
-        typer.echo(f"{t['key']}\tv{t['version']}\t{state}\t{kinds}\t{t['name']}")
+    for t, triggers in _write(config, _read):
+        kinds = ",".join(x.trigger_type for x in triggers) or "-"
+        state = "enabled" if t.is_enabled else "disabled"
+        typer.echo(f"{t.key}\tv{t.version}\t{state}\t{kinds}\t{redact_text(t.name)}")
 
 
 @app.command()
@@ -74,7 +71,7 @@ def show(key: str, config: ConfigOption = None) -> None:
     from forgeflow.store import pipeline_templates as tpl
     from forgeflow.store import pipelines as q
 
-    def _read(conn: Connection) -> dict[str, Any]:
+    def _read(conn: Connection) -> JsonObject:
         row = templates.require(conn, key)
         recent, _ = q.list_runs(conn, template_key=key, limit=10)
         return {

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
 
 from forgeflow.domain.ids import RepoRef, ResourceRef
 from forgeflow.domain.jsontypes import JsonObject
@@ -104,7 +104,7 @@ class WorkspacePort(Protocol):
         space or repository does not fit."""
         ...
 
-    async def cleanup(self, resource: ResourceRef) -> dict[str, Any]:
+    async def cleanup(self, resource: ResourceRef) -> JsonObject:
         """Remove the clean session worktree of a closed issue or merged pull request."""
         ...
 

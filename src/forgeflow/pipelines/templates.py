@@ -12,7 +12,7 @@ from typing import Any
 from sqlalchemy import Connection
 
 from forgeflow.domain.jsontypes import JsonObject
-from forgeflow.domain.pipeline_records import PipelineTemplate
+from forgeflow.domain.pipeline_records import PipelineTemplate, WantedTrigger
 from forgeflow.pipelines.definition import Loaded, PipelineDefinition
 from forgeflow.pipelines.inputs import InputError, validate_inputs
 from forgeflow.pipelines.runs import Parent, PipelineError, Started, create_run
@@ -27,8 +27,10 @@ def _audit(conn: Connection, action: str, key: str, actor: str, **meta: Any) -> 
     )
 
 
-def _triggers(d: PipelineDefinition) -> list[dict[str, Any]]:
-    return [t.model_dump(exclude_none=True) for t in d.triggers]
+def _triggers(d: PipelineDefinition) -> list[WantedTrigger]:
+    return [
+        WantedTrigger(t.type, t.eventType or "", t.match, t.schedule, t.enabled) for t in d.triggers
+    ]
 
 
 def require(conn: Connection, key: str) -> PipelineTemplate:

@@ -5,9 +5,7 @@ Everything shown passes through :func:`forgeflow.redaction.redact`.
 
 from __future__ import annotations
 
-from typing import Any
-
-from forgeflow.domain.jsontypes import JsonObject
+from forgeflow.domain.jsontypes import JsonObject, JsonValue
 from forgeflow.domain.pipeline_records import (
     PipelineRun,
     PipelineStep,
@@ -19,7 +17,15 @@ from forgeflow.redaction import redact
 from forgeflow.store.types import iso
 
 
-def trigger_json(t: PipelineTrigger) -> dict[str, Any]:
+def answer_field(body: JsonObject, *path: str) -> JsonValue:
+    """A value inside a control's answer (``run``, ``runId``), None where it has none."""
+    value: JsonValue = body
+    for key in path:
+        value = value.get(key) if isinstance(value, dict) else None
+    return value
+
+
+def trigger_json(t: PipelineTrigger) -> JsonObject:
     return {
         "triggerId": t.trigger_id,
         "type": t.trigger_type,
@@ -35,8 +41,8 @@ def trigger_json(t: PipelineTrigger) -> dict[str, Any]:
 
 def template_json(
     row: PipelineTemplate, triggers: list[PipelineTrigger] | None = None, *, full: bool = True
-) -> dict[str, Any]:
-    out: dict[str, Any] = {
+) -> JsonObject:
+    out: JsonObject = {
         "key": row.key,
         "name": row.name,
         "version": row.version,

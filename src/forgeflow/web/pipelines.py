@@ -213,7 +213,7 @@ def _switch(key: str, enabled: bool) -> Fn:
     return _guarded(_apply)
 
 
-def _switched(body: dict[str, Any]) -> str:
+def _switched(body: JsonObject) -> str:
     return f"Template {body.get('key')} is {'enabled' if body.get('enabled') else 'disabled'}."
 
 
@@ -252,12 +252,12 @@ async def start_run(request: Request, posted: Post, key: str) -> Response:
         )
         return 201, {"run": views.run_json(started.run), "created": started.created}
 
-    def _run_page(body: dict[str, Any]) -> str | None:
-        run_id = (body.get("run") or {}).get("runId")
+    def _run_page(body: JsonObject) -> str | None:
+        run_id = views.answer_field(body, "run", "runId")
         return f"/ui/pipelines/runs/{run_id}" if run_id else None
 
-    def _started(body: dict[str, Any]) -> str:
-        return f"Run {(body.get('run') or {}).get('runId')} started."
+    def _started(body: JsonObject) -> str:
+        return f"Run {views.answer_field(body, 'run', 'runId')} started."
 
     return await run_control(
         request,
@@ -276,8 +276,8 @@ async def cancel_run(request: Request, posted: Post, run_id: str) -> Response:
         row = runs.cancel_run(conn, run_id, actor=req.actor, reason=req.reason)
         return 200, {"run": views.run_json(row, state=False)}
 
-    def _said(body: dict[str, Any]) -> str:
-        return f"Run {run_id} is {(body.get('run') or {}).get('status')}."
+    def _said(body: JsonObject) -> str:
+        return f"Run {run_id} is {views.answer_field(body, 'run', 'status')}."
 
     fn = _guarded(_cancel)
     return await run_control(request, posted, "pipeline.run.cancel", run_id, fn, describe=_said)
@@ -291,8 +291,10 @@ async def retry_run(request: Request, posted: Post, run_id: str) -> Response:
     def _retry(conn: Connection, req: controls.ControlRequest) -> controls.Outcome:
         return retry.answer(conn, run_id, actor=req.actor, confirm=confirm)
 
-    def _said(body: dict[str, Any]) -> str:
-        return f"Run {run_id} runs again: {', '.join(body.get('steps') or [])}."
+    def _said(body: JsonObject) -> str:
+        taken = body.get("steps")
+        names = [str(s) for s in taken] if isinstance(taken, list) else []
+        return f"Run {run_id} runs again: {', '.join(names)}."
 
     fn = _guarded(_retry)
     return await run_control(request, posted, "pipeline.run.retry", run_id, fn, describe=_said)
@@ -310,7 +312,7 @@ async def _decide(
             conn, run_id, step_id, index, approve=approve, actor=req.actor, reason=req.reason
         )
 
-    def _said(body: dict[str, Any]) -> str:
+    def _said(body: JsonObject) -> str:
         return f"Step {step_id} {body.get('decision')}; the run is {body.get('runStatus')}."
 
     action = f"pipeline.step.{'approve' if approve else 'reject'}"
