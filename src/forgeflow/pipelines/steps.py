@@ -60,9 +60,10 @@ def claim(conn: Connection, seen: PipelineStep, *, owner: str, ttl: timedelta) -
     if not (fresh and due) and not (row.status == S.SUSPENDED and row.next_attempt_at and due):
         return None
     d = snapshots.definition_of(run)
-    if not has_slot(d.config.maxConcurrentSteps, q.executing_count(conn, run.run_id)):
+    executing, executed = q.run_counts(conn, run.run_id)
+    if not has_slot(d.config.maxConcurrentSteps, executing):
         return None
-    if fresh and over_budget(d.config.maxSteps, q.executed_count(conn, run.run_id)):
+    if fresh and over_budget(d.config.maxSteps, executed):
         runs.finish_run(
             conn,
             run,

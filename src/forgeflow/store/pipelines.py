@@ -337,19 +337,6 @@ def next_due(conn: Connection) -> datetime | None:
     return value
 
 
-def executing_count(conn: Connection, run_id: str) -> int:
-    """Steps of the run whose body is executing now (claimed rows)."""
-    return int(
-        conn.execute(
-            select(func.count())
-            .select_from(steps)
-            .where(steps.c.run_id == run_id)
-            .where(steps.c.status == "running")
-            .where(steps.c.claimed_by.is_not(None))
-        ).scalar_one()
-    )
-
-
 _RUN_COUNTS = select(
     func.count().filter(and_(steps.c.status == "running", steps.c.claimed_by.is_not(None))),
     func.coalesce(func.sum(steps.c.attempt), 0),
@@ -357,17 +344,10 @@ _RUN_COUNTS = select(
 
 
 def run_counts(conn: Connection, run_id: str) -> tuple[int, int]:
-    """:func:`executing_count` and :func:`executed_count` in one statement."""
+    """(steps of the run whose body is executing now — claimed rows —, executions
+    started so far in the run: every attempt of every step and item), in one statement."""
     row = conn.execute(_RUN_COUNTS, {"k_run_id": run_id}).one()
     return int(row[0]), int(row[1])
-
-
-def executed_count(conn: Connection, run_id: str) -> int:
-    """Executions started so far in the run (every attempt of every step and item)."""
-    value = conn.execute(
-        select(func.coalesce(func.sum(steps.c.attempt), 0)).where(steps.c.run_id == run_id)
-    ).scalar_one()
-    return int(value)
 
 
 def claimed_steps(conn: Connection) -> list[PipelineStep]:
