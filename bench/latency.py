@@ -597,7 +597,7 @@ async def forgeflow_times(n: int, repeat: int, folder: Path) -> list[float]:
             t0 = time.perf_counter()
             started = await engine.start("chain")
             t1 = await asyncio.wait_for(ended.get(), timeout=600)
-            await check_run(store, started.run["run_id"], n)
+            await check_run(store, started.run.run_id, n)
             if i:  # the first run warms caches and thread pools
                 times.append(t1 - t0)
     finally:
@@ -611,10 +611,10 @@ async def check_run(store: Store, run_id: str, n: int) -> None:
     """The run that ended succeeded, every one of its n steps once."""
     run = await store.read(lambda c: pipeline_store.get_run(c, run_id))
     rows = await store.read(lambda c: pipeline_store.steps_of(c, run_id))
-    ran = [r for r in rows if r["kind"] == "listen"]
-    if run is None or run["status"] != RunStatus.SUCCEEDED:
-        raise RuntimeError(f"run {run_id} ended {run and run['status']}, not succeeded")
-    if len(ran) != n or any(r["status"] != "succeeded" or r["attempt"] != 1 for r in ran):
+    ran = [r for r in rows if r.kind == "listen"]
+    if run is None or run.status != RunStatus.SUCCEEDED:
+        raise RuntimeError(f"run {run_id} ended {run and run.status}, not succeeded")
+    if len(ran) != n or any(r.status != "succeeded" or r.attempt != 1 for r in ran):
         raise RuntimeError(f"run {run_id}: not every one of its {n} steps ran once")
 
 

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+from datetime import UTC, datetime
 from typing import Any
 
+from forgeflow.domain.pipeline_records import PipelineStep
 from forgeflow.pipelines.definition import PipelineDefinition, load_definition
 
 _DEFAULT_BODY = {"listen": "test.echo", "router": "pipeline.condition", "forEach": "test.echo"}
@@ -78,3 +81,37 @@ def fails_once() -> list[dict[str, Any]]:
             "extras": {"script": "if [ -f seen ]; then echo fine; else touch seen; exit 3; fi"},
         },
     ]
+
+
+_EPOCH = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+def step_row(step_id: str, **fields: Any) -> PipelineStep:
+    """A node's step row as the store reads it, pending unless ``fields`` say otherwise."""
+    values: dict[str, Any] = {
+        "run_id": "r",
+        "step_id": step_id,
+        "item_index": -1,
+        "kind": "listen",
+        "body_key": None,
+        "status": "pending",
+        "attempt": 0,
+        "retry_base": 0,
+        "next_attempt_at": None,
+        "item": None,
+        "input": None,
+        "output": None,
+        "routes": None,
+        "suspend": None,
+        "error_code": None,
+        "error": None,
+        "claimed_by": None,
+        "lease_expires_at": None,
+        "created_at": _EPOCH,
+        "started_at": None,
+        "suspended_at": None,
+        "finished_at": None,
+        "updated_at": _EPOCH,
+        "version": 1,
+    }
+    return replace(PipelineStep(**values), **fields)

@@ -10,7 +10,13 @@ import pytest
 
 from forgeflow.api import schemas
 from forgeflow.domain import bookkeeping
-from forgeflow.domain.pipeline_records import HookDelivery, PipelineTemplate, PipelineTrigger
+from forgeflow.domain.pipeline_records import (
+    HookDelivery,
+    PipelineRun,
+    PipelineStep,
+    PipelineTemplate,
+    PipelineTrigger,
+)
 from forgeflow.domain.records import (
     Delivery,
     Record,
@@ -23,6 +29,8 @@ from forgeflow.domain.records import (
 from forgeflow.store.pipeline_schema import (
     pipeline_definitions,
     pipeline_hook_deliveries,
+    pipeline_runs,
+    pipeline_steps,
     pipeline_triggers,
 )
 from forgeflow.store.schema import (
@@ -62,6 +70,8 @@ TABLES = [
     (PipelineTrigger, pipeline_triggers),
     (PipelineTemplate, pipeline_definitions),
     (HookDelivery, pipeline_hook_deliveries),
+    (PipelineRun, pipeline_runs),
+    (PipelineStep, pipeline_steps),
 ]
 
 
@@ -70,6 +80,15 @@ def test_fields_are_the_columns(record: type[Record], table: object) -> None:
     columns = [c.name for c in table.c]  # type: ignore[attr-defined]
     fields = [f.name for f in dataclasses.fields(record)]  # type: ignore[arg-type]
     assert sorted(fields) == sorted(columns)
+
+
+@pytest.mark.parametrize(
+    ("record", "table"), [(PipelineRun, pipeline_runs), (PipelineStep, pipeline_steps)]
+)
+def test_runs_and_steps_are_in_column_order(record: type[Record], table: object) -> None:
+    # The store builds them from a row's values positionally (store/rows.py).
+    columns = [c.name for c in table.c]  # type: ignore[attr-defined]
+    assert [f.name for f in dataclasses.fields(record)] == columns  # type: ignore[arg-type]
 
 
 # The JSON keys the API answers (docs/api.md and the acceptance tests pin them).

@@ -215,12 +215,10 @@ async def _fire(
     if started.created and services.pipelines is not None:
         services.pipelines.wake()
     run = started.run
-    log.info(
-        "pipeline.webhook", trigger_id=trigger_id, run_id=run["run_id"], created=started.created
-    )
+    log.info("pipeline.webhook", trigger_id=trigger_id, run_id=run.run_id, created=started.created)
     answer = WebhookRun(
-        runId=run["run_id"],
-        templateKey=run["template_key"],
+        runId=run.run_id,
+        templateKey=run.template_key,
         status="started" if started.created else "duplicate",
         deliveryId=delivery_id,
     )

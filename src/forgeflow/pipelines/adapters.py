@@ -6,7 +6,6 @@ import hashlib
 from collections.abc import Callable
 from dataclasses import KW_ONLY, dataclass
 from pathlib import Path
-from typing import Any
 
 from sqlalchemy import Connection
 
@@ -14,6 +13,7 @@ from forgeflow.agent.jail import JailRefused
 from forgeflow.agent.oneshot import JailResult, JailRunner
 from forgeflow.domain import modes
 from forgeflow.domain.ids import INSTANCE_ID, InvalidName, RepoRef, ResourceKind, ResourceRef
+from forgeflow.domain.jsontypes import JsonObject
 from forgeflow.domain.paths import SESSIONS_DIR, repo_workspace
 from forgeflow.domain.records import Task
 from forgeflow.domain.states import SUCCEEDED_STATES, TERMINAL_STATES, TaskState
@@ -368,7 +368,7 @@ class LocalWorkspace:
                 continue
         return found
 
-    async def cleanup(self, resource: ResourceRef) -> dict[str, Any]:
+    async def cleanup(self, resource: ResourceRef) -> JsonObject:
         if self.manager is None:
             raise StepFailed("not_configured", "no workspace manager here", retryable=False)
         try:

@@ -15,6 +15,7 @@ from typing import Any
 
 from forgeflow.domain import modes
 from forgeflow.domain.ids import InvalidName, RepoRef, ResourceKind, ResourceRef, parse_resource_key
+from forgeflow.domain.jsontypes import JsonObject, JsonValue
 from forgeflow.pipelines import state as bag
 from forgeflow.pipelines.ports import AgentRequest
 from forgeflow.pipelines.registry import (
@@ -154,7 +155,7 @@ def _port(ctx: StepContext, name: str) -> Any:
 _FENCED = re.compile(r"```(?:json)?\s*(\{.*\})\s*```", re.S)
 
 
-def reply_data(text: str | None) -> dict[str, Any]:
+def reply_data(text: str | None) -> JsonObject:
     """A JSON object the agent answered with (bare or in a ```json fence), else {}."""
     if not text:
         return {}
@@ -207,7 +208,7 @@ async def prompt_agent(ctx: StepContext) -> Any:
     return Done(output, input_tokens=status.input_tokens, output_tokens=status.output_tokens)
 
 
-async def create_space(ctx: StepContext) -> dict[str, Any]:
+async def create_space(ctx: StepContext) -> JsonObject:
     """``messaging.createSpace``: the resource's conversation; ``extras.mode`` (chat,
     plan or review; default review) is read here only and recorded with the space:
     every agent step on it runs in that mode (``domain.modes``)."""
@@ -221,7 +222,7 @@ async def create_space(ctx: StepContext) -> dict[str, Any]:
     return {"spaceId": space_id, "mode": mode, "resourceKey": resource.key}
 
 
-async def gitea_comment(ctx: StepContext) -> dict[str, Any]:
+async def gitea_comment(ctx: StepContext) -> JsonObject:
     """``gitea.comment``: post ``inputs.body`` (or the rendered ``extras.body``) once."""
     resource = resource_of(ctx.inputs)
     body = ctx.inputs.get("body")
@@ -237,7 +238,7 @@ async def gitea_comment(ctx: StepContext) -> dict[str, Any]:
     return {"commentId": comment_id}
 
 
-async def gitea_label(ctx: StepContext) -> dict[str, Any]:
+async def gitea_label(ctx: StepContext) -> JsonObject:
     """``gitea.label``: add ``inputs.labels`` (or ``extras.labels``) by name; with
     ``createMissing: true`` the ones the repository lacks are created first."""
     resource = resource_of(ctx.inputs)
@@ -255,23 +256,23 @@ async def gitea_label(ctx: StepContext) -> dict[str, Any]:
     return {"labels": result}
 
 
-async def repos_cleanup(ctx: StepContext) -> dict[str, Any]:
+async def repos_cleanup(ctx: StepContext) -> JsonObject:
     """``repos.cleanup``: remove the clean session worktree of a closed resource; with
     ``inputs.sweep: true``, of every resource that is closed on Gitea."""
     if ctx.inputs.get("sweep") is True:
         return await _sweep(ctx)
     resource = resource_of(ctx.inputs)
-    result: dict[str, Any] = await ctx.ports.workspace.cleanup(resource)
+    result = await ctx.ports.workspace.cleanup(resource)
     return result
 
 
-async def _sweep(ctx: StepContext) -> dict[str, Any]:
+async def _sweep(ctx: StepContext) -> JsonObject:
     # Garbage collection of what the merge/close events missed (forgeflow was down, a
     # hook was lost). Open resources keep their worktrees; a dirty one is reported,
     # never touched, and does not fail the sweep.
     gitea = _port(ctx, "gitea")
-    removed: list[str] = []
-    kept: list[dict[str, Any]] = []
+    removed: list[JsonValue] = []
+    kept: list[JsonValue] = []
     for resource in ctx.ports.workspace.session_resources():
         if not await gitea.is_closed(resource.repo, resource.number):
             continue

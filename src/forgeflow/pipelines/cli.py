@@ -14,10 +14,13 @@ from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 import typer
 
 from forgeflow.cli_ops import ConfigOption, settings_or_exit
-from forgeflow.domain.pipeline_records import PipelineTemplate
+from forgeflow.domain.jsontypes import JsonObject
+from forgeflow.domain.pipeline_records import PipelineTemplate, PipelineTrigger
 
 if TYPE_CHECKING:
     from sqlalchemy import Connection
+
+    from forgeflow.pipelines.runs import Started
 
 # The store, the models and their dependencies are imported inside the commands: every
 # ``forgeflow`` invocation builds this sub-app, and most of them never use it.
@@ -49,19 +52,16 @@ def _echo(value: Any) -> None:
 @app.command("list")
 def list_templates(config: ConfigOption = None) -> None:
     """Templates with their switch and triggers."""
-    from forgeflow.pipelines import views
+    from forgeflow.redaction import redact_text
     from forgeflow.store import pipeline_templates as tpl
 
-    def _read(conn: Connection) -> list[dict[str, Any]]:
-        return [
-            views.template_json(r, tpl.list_triggers(conn, r.key), full=False)
-            for r in tpl.list_definitions(conn)
-        ]
+    def _read(conn: Connection) -> list[tuple[PipelineTemplate, list[PipelineTrigger]]]:
+        return [(r, tpl.list_triggers(conn, r.key)) for r in tpl.list_definitions(conn)]
 
-    for t in _write(config, _read):
-        kinds = ",".join(x["type"] for x in t["triggers"]) or "-"
-        state = "enabled" if t["enabled"] else "disabled"
-        typer.echo(f"{t['key']}\tv{t['version']}\t{state}\t{kinds}\t{t['name']}")
+    for t, triggers in _write(config, _read):
+        kinds = ",".join(x.trigger_type for x in triggers) or "-"
+        state = "enabled" if t.is_enabled else "disabled"
+        typer.echo(f"{t.key}\tv{t.version}\t{state}\t{kinds}\t{redact_text(t.name)}")
 
 
 @app.command()
@@ -71,7 +71,7 @@ def show(key: str, config: ConfigOption = None) -> None:
     from forgeflow.store import pipeline_templates as tpl
     from forgeflow.store import pipelines as q
 
-    def _read(conn: Connection) -> dict[str, Any]:
+    def _read(conn: Connection) -> JsonObject:
         row = templates.require(conn, key)
         recent, _ = q.list_runs(conn, template_key=key, limit=10)
         return {
@@ -144,7 +144,7 @@ def run(
     """Start a run by hand; values are parsed by the declared input types."""
     from forgeflow.pipelines import templates
 
-    values: dict[str, Any] = {}
+    values: JsonObject = {}
     for item in input or []:
         name, sep, value = item.partition("=")
         if not sep or not name:
@@ -152,10 +152,10 @@ def run(
             raise typer.Exit(2)
         values[name] = value
 
-    def _start(conn: Connection) -> Any:
+    def _start(conn: Connection) -> Started:
         return templates.start_manual(
             conn, key, inputs=values, dedupe_key=None, actor="cli", coerce_text=True
         )
 
     started = _write(config, _start)
-    typer.echo(started.run["run_id"])
+    typer.echo(started.run.run_id)

@@ -18,6 +18,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from forgeflow.domain.jsontypes import JsonObject
 from forgeflow.pipelines import graph
 from forgeflow.pipelines.kinds import DEFAULT_BODIES, StepKind
 from forgeflow.pipelines.state import StateReducer
@@ -140,7 +141,7 @@ class EdgeSpec(_Model):
 class TriggerSpec(_Model):
     type: Literal["event", "schedule", "manual", "webhook"]
     eventType: str | None = Field(default=None, min_length=1, max_length=100)
-    match: dict[str, Any] | None = None
+    match: JsonObject | None = None
     schedule: str | None = None
     enabled: bool = True
 
@@ -179,9 +180,9 @@ class PipelineDefinition(_Model):
     def reducer(self, key: str) -> StateReducer:
         return self.reducers.get(key, StateReducer.OVERRIDE)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         """The canonical JSON form (what is stored and snapshotted into runs)."""
-        data: dict[str, Any] = self.model_dump(mode="json", by_alias=True, exclude_none=True)
+        data: JsonObject = self.model_dump(mode="json", by_alias=True, exclude_none=True)
         return data
 
 

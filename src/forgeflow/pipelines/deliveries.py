@@ -15,10 +15,11 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any, Literal
+from typing import Literal
 
 from sqlalchemy import Connection
 
+from forgeflow.domain.jsontypes import JsonObject
 from forgeflow.domain.pipeline_records import ArmedTrigger, HookCall, HookDelivery
 from forgeflow.pipelines import firing, templates, views
 from forgeflow.pipelines.runs import PipelineError, Started
@@ -55,7 +56,7 @@ def record(
     *,
     reason: str | None = None,
     run_id: str | None = None,
-    body: dict[str, Any] | None = None,
+    body: JsonObject | None = None,
 ) -> str:
     """Log one call (pruning expired rows first); returns the delivery id."""
     now = utcnow()
@@ -79,7 +80,7 @@ def record(
     )
 
 
-def fire(conn: Connection, call: Call, payload: dict[str, Any]) -> tuple[Started, str]:
+def fire(conn: Connection, call: Call, payload: JsonObject) -> tuple[Started, str]:
     """Start the run of a verified call and log it in the same transaction; raises
     :class:`PipelineError` as :func:`firing.fire_webhook` does (the caller logs the
     refusal in a transaction of its own, since this one rolls back)."""
@@ -91,7 +92,7 @@ def fire(conn: Connection, call: Call, payload: dict[str, Any]) -> tuple[Started
     replayed = None if known is not None else _replayed_body(conn, call)
     if replayed is not None:
         delivery_id = record(
-            conn, call, "duplicate", 200, reason="replayed_body", run_id=replayed.run["run_id"]
+            conn, call, "duplicate", 200, reason="replayed_body", run_id=replayed.run.run_id
         )
         return replayed, delivery_id
     started = firing.fire_webhook(conn, trigger_id, payload, call.call_key)
@@ -102,7 +103,7 @@ def fire(conn: Connection, call: Call, payload: dict[str, Any]) -> tuple[Started
         status,
         202 if started.created else 200,
         reason=None if started.created else "duplicate_delivery",
-        run_id=started.run["run_id"],
+        run_id=started.run.run_id,
         body=payload,
     )
     return started, delivery_id
@@ -191,16 +192,16 @@ def replay(
                     "templateKey": key,
                     "triggerId": trigger_id,
                     "deliveryId": delivery_id,
-                    "runId": started.run["run_id"],
+                    "runId": started.run.run_id,
                 },
             ),
         )
     return started
 
 
-def delivery_json(row: HookCall) -> dict[str, Any]:
+def delivery_json(row: HookCall) -> JsonObject:
     """A call as the log answers it; a whole delivery's also carries its kept body."""
-    out: dict[str, Any] = {
+    out: JsonObject = {
         "deliveryId": row.delivery_id,
         "triggerId": row.trigger_id,
         "templateKey": row.template_key,
@@ -219,7 +220,7 @@ def delivery_json(row: HookCall) -> dict[str, Any]:
     return redact(out)  # type: ignore[no-any-return]
 
 
-def _trigger_summary(trigger: ArmedTrigger) -> dict[str, Any]:
+def _trigger_summary(trigger: ArmedTrigger) -> JsonObject:
     """The trigger a log belongs to, without its URL: the token is its secret."""
     out = {**views.trigger_json(trigger), "templateKey": trigger.template_key}
     out.pop("webhookPath", None)
@@ -228,7 +229,7 @@ def _trigger_summary(trigger: ArmedTrigger) -> dict[str, Any]:
 
 def page_json(
     conn: Connection, trigger_id: str, status: str | None, limit: int, offset: int
-) -> dict[str, Any]:
+) -> JsonObject:
     """A page of a webhook trigger's deliveries, newest first, with the trigger."""
     trigger = webhook_trigger(conn, trigger_id)
     rows, total = dq.page(conn, trigger_id, status, limit, offset)

@@ -15,13 +15,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from collections.abc import Mapping
 from datetime import timedelta
 from functools import partial
-from typing import Any
 
 import structlog
 from sqlalchemy import Connection
 
+from forgeflow.domain.jsontypes import JsonObject
+from forgeflow.domain.pipeline_records import PipelineRun, PipelineStep
 from forgeflow.pipelines import execution, recovery, runs, snapshots, steps, templates
 from forgeflow.pipelines.definition import NodeSpec
 from forgeflow.pipelines.kinds import NODE_ROW, TERMINAL_RUN_STATUSES, RunStatus
@@ -36,7 +38,7 @@ from forgeflow.pipelines.runs import Parent, PipelineError, Started
 from forgeflow.redaction import redact_text
 from forgeflow.store import Store
 from forgeflow.store import pipelines as q
-from forgeflow.store.pipelines import Row, StepKey
+from forgeflow.store.pipelines import StepKey
 from forgeflow.store.types import utcnow
 
 log = structlog.get_logger("forgeflow.pipelines")
@@ -82,8 +84,8 @@ class PipelineEngine:
         *,
         trigger_type: str = "manual",
         event_type: str | None = None,
-        inputs: dict[str, Any] | None = None,
-        event: dict[str, Any] | None = None,
+        inputs: JsonObject | None = None,
+        event: JsonObject | None = None,
         dedupe_key: str | None = None,
         actor: str = "system",
     ) -> Started:
@@ -103,7 +105,9 @@ class PipelineEngine:
         self.wake()
         return started
 
-    async def cancel(self, run_id: str, *, actor: str = "system", reason: str | None = None) -> Row:
+    async def cancel(
+        self, run_id: str, *, actor: str = "system", reason: str | None = None
+    ) -> PipelineRun:
         run = await self.store.write(
             partial(runs.cancel_run, run_id=run_id, actor=actor, reason=reason)
         )
@@ -119,7 +123,7 @@ class PipelineEngine:
         actor: str = "system",
         reason: str | None = None,
         item_index: int = NODE_ROW,
-    ) -> tuple[int, dict[str, Any]]:
+    ) -> tuple[int, JsonObject]:
         result = await self.store.write(
             partial(
                 steps.decide,
@@ -144,15 +148,15 @@ class PipelineEngine:
         parent_run_id: str,
         parent_step_id: str,
         parent_item_index: int,
-        inputs: dict[str, Any],
+        inputs: JsonObject,
         dedupe_key: str,
     ) -> str:
         def _start(conn: Connection) -> str:
             chain: list[str] = []
             run = q.get_run(conn, parent_run_id)
             while run is not None:
-                chain.append(run["template_key"])
-                run = q.get_run(conn, run["parent_run_id"]) if run["parent_run_id"] else None
+                chain.append(run.template_key)
+                run = q.get_run(conn, run.parent_run_id) if run.parent_run_id else None
             if template_key in chain or len(chain) >= MAX_DEPTH:
                 raise PipelineError(
                     "recursive_pipeline",
@@ -167,7 +171,7 @@ class PipelineEngine:
                 actor=f"pipeline:{parent_run_id}",
                 parent=Parent(parent_run_id, parent_step_id, parent_item_index),
             )
-            return str(started.run["run_id"])
+            return str(started.run.run_id)
 
         run_id = await self.store.write(_start)
         self.wake()
@@ -177,7 +181,7 @@ class PipelineEngine:
         row = await self.store.read(lambda c: q.get_run(c, run_id))
         if row is None:
             raise StepFailed("child_run_missing", f"child run {run_id} does not exist")
-        return ChildRun(row["run_id"], row["status"], row["state"], row["error"])
+        return ChildRun(row.run_id, row.status, row.state, row.error)
 
     # -- the loop -----------------------------------------------------------------------
 
@@ -256,7 +260,7 @@ class PipelineEngine:
                 continue
             run = await self.store.write(partial(recovery.recover, seen=seen))
             if run is not None:
-                log.info("pipeline.recover", run_id=run["run_id"], step_id=seen["step_id"])
+                log.info("pipeline.recover", run_id=run.run_id, step_id=seen.step_id)
             await self._after(run)
 
     async def _claim_round(self) -> None:
@@ -278,7 +282,7 @@ class PipelineEngine:
             self._run(claimed.step, claimed.run), name=f"step {key.run_id}/{key.step_id}"
         )
 
-    async def _run(self, step: Row, run: Row) -> None:
+    async def _run(self, step: PipelineStep, run: PipelineRun) -> None:
         key = StepKey.of(step)
         wake = False
         try:
@@ -300,8 +304,8 @@ class PipelineEngine:
 
     # -- one execution ------------------------------------------------------------------
 
-    async def _execute(self, step: Row, run: Row) -> None:
-        node = snapshots.definition_of(run).node(step["step_id"])
+    async def _execute(self, step: PipelineStep, run: PipelineRun) -> None:
+        node = snapshots.definition_of(run).node(step.step_id)
         prepared = execution.prepare(run, node, step, self.registry, self.ports)
         if isinstance(prepared, execution.Failed):
             await self._fail(step, node, prepared)
@@ -318,7 +322,7 @@ class PipelineEngine:
         else:
             await self._succeed(step, outcome, inputs)
 
-    async def _succeed(self, step: Row, done: Done, inputs: Any) -> None:
+    async def _succeed(self, step: PipelineStep, done: Done, inputs: Mapping[str, object]) -> None:
         # What this success made runnable is claimed in the same transaction and
         # started here; the loop is only woken when something is left for its round.
         limit = 0 if self._stopping else self.max_parallel - len(self._tasks)
@@ -338,19 +342,24 @@ class PipelineEngine:
         await self._after(after, wake=left or not claimed)
 
     async def _fail(
-        self, step: Row, node: NodeSpec, failed: execution.Failed, *, inputs: Any = None
+        self,
+        step: PipelineStep,
+        node: NodeSpec,
+        failed: execution.Failed,
+        *,
+        inputs: Mapping[str, object] | None = None,
     ) -> None:
         retry_at = None
         # Counted from the run's last retry (pipelines.retry), which keeps attempt numbers.
-        tried = step["attempt"] - step["retry_base"]
+        tried = step.attempt - step.retry_base
         if failed.retryable and node.retry is not None and tried < node.attempts:
             retry_at = utcnow() + timedelta(seconds=node.retry.delay(tried))
         log.info(
             "pipeline.step_failed",
-            run_id=step["run_id"],
-            step_id=step["step_id"],
+            run_id=step.run_id,
+            step_id=step.step_id,
             code=failed.code,
-            attempt=step["attempt"],
+            attempt=step.attempt,
             retry=retry_at is not None,
         )
         after = await self.store.write(
@@ -365,13 +374,9 @@ class PipelineEngine:
         )
         await self._after(after)
 
-    async def _after(self, run: Row | None, *, wake: bool = True) -> None:
+    async def _after(self, run: PipelineRun | None, *, wake: bool = True) -> None:
         """Wake the loop; a finished child run wakes the step waiting for it."""
-        if (
-            run is not None
-            and run["parent_run_id"]
-            and RunStatus(run["status"]) in TERMINAL_RUN_STATUSES
-        ):
+        if run is not None and run.parent_run_id and RunStatus(run.status) in TERMINAL_RUN_STATUSES:
             await self.store.write(lambda c: runs.wake_parent(c, run))
             wake = True
         if wake:

@@ -10,6 +10,8 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
+from forgeflow.domain.jsontypes import JsonObject
+from forgeflow.domain.pipeline_records import PipelineRun, PipelineStep
 from forgeflow.pipelines.definition import NodeSpec
 from forgeflow.pipelines.kinds import NODE_ROW, Code, StepKind
 from forgeflow.pipelines.ports import Ports
@@ -24,7 +26,6 @@ from forgeflow.pipelines.registry import (
 )
 from forgeflow.pipelines.render import RenderError, TemplateRenderer
 from forgeflow.pipelines.runs import PipelineError
-from forgeflow.store.pipelines import Row
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,25 +55,29 @@ def routes_of(value: Any) -> tuple[str, ...]:
     return ()
 
 
-def _context(run: Row, node: NodeSpec, step: Row) -> dict[str, Any]:
+def _context(run: PipelineRun, node: NodeSpec, step: PipelineStep) -> JsonObject:
     """What the node's input templates may refer to: the state bag, the run, and for a
     forEach item the item itself (under ``extras.itemKey``, ``item`` by default)."""
-    context = dict(run["state"])
+    context = dict(run.state)
     context["run"] = {
-        "id": run["run_id"],
-        "templateKey": run["template_key"],
-        "triggerType": run["trigger_type"],
-        "eventType": run["event_type"],
-        "parentRunId": run["parent_run_id"],
+        "id": run.run_id,
+        "templateKey": run.template_key,
+        "triggerType": run.trigger_type,
+        "eventType": run.event_type,
+        "parentRunId": run.parent_run_id,
     }
-    if step["item_index"] != NODE_ROW:
-        context[str(node.extras.get("itemKey") or "item")] = step["item"]
-        context["itemIndex"] = step["item_index"]
+    if step.item_index != NODE_ROW:
+        context[str(node.extras.get("itemKey") or "item")] = step.item
+        context["itemIndex"] = step.item_index
     return context
 
 
 def prepare(
-    run: Row, node: NodeSpec, step: Row, registry: PipelineBodyRegistry, ports: Ports
+    run: PipelineRun,
+    node: NodeSpec,
+    step: PipelineStep,
+    registry: PipelineBodyRegistry,
+    ports: Ports,
 ) -> Call | Failed:
     """The body to call and its context; a failure (not retried) when the inputs do not
     render or no body is registered under the step's key."""
@@ -84,30 +89,31 @@ def prepare(
         inputs = renderer.render(node.inputs, context)
     except RenderError as exc:
         return Failed(exc.code, str(exc), retryable=False)
-    body = registry.get(step["body_key"] or "")
+    body = registry.get(step.body_key or "")
     if body is None:
-        message = f"no body is registered under {step['body_key']!r}"
+        message = f"no body is registered under {step.body_key!r}"
         return Failed(Code.UNREGISTERED_BODY, message, retryable=False)
-    suspend = step["suspend"] if step["suspended_at"] is not None else None
+    # What the body asked to be given back when it suspended (``Suspend.data``).
+    resume = (step.suspend or {}).get("data") if step.suspended_at is not None else None
     run_info = RunInfo(
-        run["run_id"],
-        run["template_key"],
-        run["trigger_type"],
-        run["event_type"],
-        run["parent_run_id"],
+        run.run_id,
+        run.template_key,
+        run.trigger_type,
+        run.event_type,
+        run.parent_run_id,
     )
     ctx = StepContext(
         run=run_info,
-        step_id=step["step_id"],
+        step_id=step.step_id,
         kind=node.kind,
-        item_index=None if step["item_index"] == NODE_ROW else step["item_index"],
-        attempt=step["attempt"],
+        item_index=None if step.item_index == NODE_ROW else step.item_index,
+        attempt=step.attempt,
         inputs=inputs,
         extras=dict(node.extras),
-        state=run["state"],
+        state=run.state,
         ports=ports,
-        item=step["item"],
-        resume=(suspend or {}).get("data"),
+        item=step.item,
+        resume=resume if isinstance(resume, dict) else None,
         renderer=renderer,
         context=context,
     )

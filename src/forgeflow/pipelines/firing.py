@@ -23,6 +23,7 @@ from sqlalchemy import Connection
 
 from forgeflow.domain.bookkeeping import StoredEvent
 from forgeflow.domain.events import matches
+from forgeflow.domain.jsontypes import JsonObject
 from forgeflow.domain.pipeline_records import ArmedTrigger
 from forgeflow.pipelines import templates
 from forgeflow.pipelines.runs import PipelineError, Started
@@ -34,8 +35,6 @@ from forgeflow.store import triggers as tq
 from forgeflow.store.types import iso
 
 log = structlog.get_logger("forgeflow.pipelines.triggers")
-
-Row = dict[str, Any]
 
 
 def _digest(value: str) -> str:
@@ -71,7 +70,7 @@ def _audit(
     )
 
 
-def inputs_from(conn: Connection, template_key: str, source: dict[str, Any]) -> dict[str, Any]:
+def inputs_from(conn: Connection, template_key: str, source: JsonObject) -> JsonObject:
     """A triggered run's inputs: an ``inputs`` object in the event/body when it has one,
     else the top-level values named like the template's declared inputs."""
     given = source.get("inputs")
@@ -89,7 +88,7 @@ def start(
     trigger: ArmedTrigger,
     *,
     dedupe_key: str,
-    event: dict[str, Any],
+    event: JsonObject,
     event_type: str | None = None,
     fired: Fired,
     at: datetime | None = None,
@@ -119,14 +118,14 @@ def start(
         fired.skipped += 1
         return None
     if started.created:
-        fired.runs.append(str(started.run["run_id"]))
+        fired.runs.append(str(started.run.run_id))
     return started
 
 
 # -- domain events ------------------------------------------------------------------------
 
 
-def event_of(row: StoredEvent) -> dict[str, Any]:
+def event_of(row: StoredEvent) -> JsonObject:
     """What a run sees as ``event``: the payload, with ``repoKey`` from the event row
     when the payload has none, and the event's type and sequence number."""
     payload = dict(row.payload or {})
@@ -244,7 +243,7 @@ def webhook_dedupe_key(trigger_id: str, delivery: str) -> str:
     return f"webhook:{trigger_id}:{_digest(delivery)}"
 
 
-def fire_webhook(conn: Connection, trigger_id: str, body: dict[str, Any], delivery: str) -> Started:
+def fire_webhook(conn: Connection, trigger_id: str, body: JsonObject, delivery: str) -> Started:
     """Start the run of a verified webhook call; a repeated ``delivery`` returns the
     first run. Raises :class:`PipelineError` (``trigger_disabled``,
     ``template_disabled``, ``invalid_inputs``, …) — the caller answers with it."""

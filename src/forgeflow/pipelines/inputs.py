@@ -10,6 +10,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from forgeflow.domain.jsontypes import JsonObject
 from forgeflow.pipelines.definition import InputSpec
 
 
@@ -57,10 +58,10 @@ def _check(spec: InputSpec, value: Any) -> Any:
 
 def validate_inputs(
     declared: list[InputSpec], values: Mapping[str, Any], *, coerce_text: bool = False
-) -> dict[str, Any]:
+) -> JsonObject:
     """The inputs of a run with defaults filled in, or :class:`InputError`."""
     errors: list[str] = []
-    out: dict[str, Any] = {}
+    out: JsonObject = {}
     specs = {s.name: s for s in declared}
     for name in values:
         if name not in specs:

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
 
 from forgeflow.domain.ids import RepoRef, ResourceRef
+from forgeflow.domain.jsontypes import JsonObject
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,7 +104,7 @@ class WorkspacePort(Protocol):
         space or repository does not fit."""
         ...
 
-    async def cleanup(self, resource: ResourceRef) -> dict[str, Any]:
+    async def cleanup(self, resource: ResourceRef) -> JsonObject:
         """Remove the clean session worktree of a closed issue or merged pull request."""
         ...
 
@@ -116,7 +117,7 @@ class WorkspacePort(Protocol):
 class ChildRun:
     run_id: str
     status: str
-    state: dict[str, Any]
+    state: JsonObject
     error: str | None = None
 
 
@@ -130,7 +131,7 @@ class RunsPort(Protocol):
         parent_run_id: str,
         parent_step_id: str,
         parent_item_index: int,
-        inputs: dict[str, Any],
+        inputs: JsonObject,
         dedupe_key: str,
     ) -> str: ...
 

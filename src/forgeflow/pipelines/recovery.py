@@ -9,26 +9,29 @@ from datetime import datetime, timedelta
 
 from sqlalchemy import Connection
 
+from forgeflow.domain.pipeline_records import PipelineRun, PipelineStep
 from forgeflow.pipelines import nodes, runs, snapshots
 from forgeflow.pipelines.kinds import Code, RunStatus, StepStatus
 from forgeflow.pipelines.steps import current_rows, node_of
 from forgeflow.store import pipelines as q
-from forgeflow.store.pipelines import Row, StepKey
+from forgeflow.store.pipelines import StepKey
 from forgeflow.store.types import utcnow
 
 S = StepStatus
 
 
-def _safety_fail(conn: Connection, run: Row, row: Row, code: str, error: str) -> Row:
+def _safety_fail(
+    conn: Connection, run: PipelineRun, row: PipelineStep, code: str, error: str
+) -> PipelineRun:
     """The safety catches fail the whole run, whatever ``continueOnFail`` says."""
     row = nodes.finish_step(conn, row, S.FAILED, error_code=code, error=error)
     return runs.finish_run(
-        conn, run, RunStatus.FAILED, error_code=code, error=f"step {row['step_id']}: {error}"
+        conn, run, RunStatus.FAILED, error_code=code, error=f"step {row.step_id}: {error}"
     )
 
 
 def abandoned(
-    row: Row,
+    row: PipelineStep,
     *,
     owner: str,
     node_prefix: str,
@@ -38,14 +41,14 @@ def abandoned(
 ) -> bool:
     """Whether a claimed step's executor is gone: its lease expired (and this engine is
     not executing it), or — at start-up — a dead incarnation of this node held it. Pure."""
-    holder = row["claimed_by"] or ""
+    holder = row.claimed_by or ""
     if not holder or StepKey.of(row) in executing:
         return False
-    expired = row["lease_expires_at"] is not None and row["lease_expires_at"] <= now
+    expired = row.lease_expires_at is not None and row.lease_expires_at <= now
     return expired or (startup and holder.startswith(node_prefix) and holder != owner)
 
 
-def recover(conn: Connection, seen: Row) -> Row | None:
+def recover(conn: Connection, seen: PipelineStep) -> PipelineRun | None:
     """Take back a step whose executor died (see :func:`abandoned`); one step per
     transaction, so only its own run is locked.
 
@@ -54,7 +57,7 @@ def recover(conn: Connection, seen: Row) -> Row | None:
     Returns the run when the step was taken back.
     """
     current = current_rows(conn, seen)
-    if current is None or current[1]["status"] != S.RUNNING:
+    if current is None or current[1].status != S.RUNNING:
         return None
     run, row = current
     if not node_of(run, row).idempotent:
@@ -66,7 +69,7 @@ def recover(conn: Connection, seen: Row) -> Row | None:
             "interrupted while running and declared idempotent: false; "
             "not run again (retry the run with confirmInterrupted to run it deliberately)",
         )
-    polled = row["suspended_at"] is not None and row["suspend"] is not None
+    polled = row.suspended_at is not None and row.suspend is not None
     q.update_step(
         conn,
         row,
@@ -79,32 +82,33 @@ def recover(conn: Connection, seen: Row) -> Row | None:
     return run
 
 
-def overdue(conn: Connection, now: datetime) -> list[Row]:
+def overdue(conn: Connection, now: datetime) -> list[PipelineStep]:
     """Suspended steps past their run's ``suspendedStepTimeout`` (read-only), except
     those with ``extras.awaitApproval: true``."""
     out = []
     for row in q.suspended_since(conn, now):
-        d = snapshots.definition_for(conn, row["run_id"])
-        if d is None or d.node(row["step_id"]).awaits_approval:
+        d = snapshots.definition_for(conn, row.run_id)
+        if d is None or d.node(row.step_id).awaits_approval:
             continue
-        if row["suspended_at"] + timedelta(seconds=d.config.suspendedStepTimeout) <= now:
+        since = row.suspended_at
+        if since is not None and since + timedelta(seconds=d.config.suspendedStepTimeout) <= now:
             out.append(row)
     return out
 
 
-def expire(conn: Connection, seen: Row) -> Row | None:
+def expire(conn: Connection, seen: PipelineStep) -> PipelineRun | None:
     """Fail a step suspended longer than its run's ``suspendedStepTimeout`` — except
     ``extras.awaitApproval: true`` (``human.gate`` is not exempt). The safety catch
     fails the whole run; returns it then."""
     now = utcnow()
     current = current_rows(conn, seen)
-    if current is None or current[1]["status"] != S.SUSPENDED:
+    if current is None or current[1].status != S.SUSPENDED:
         return None
     run, row = current
     if node_of(run, row).awaits_approval:
         return None
     limit = timedelta(seconds=snapshots.definition_of(run).config.suspendedStepTimeout)
-    if row["suspended_at"] + limit > now:
+    if row.suspended_at is None or row.suspended_at + limit > now:
         return None
     return _safety_fail(
         conn,

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from forgeflow.domain.jsontypes import JsonObject
 from forgeflow.pipelines.kinds import StepKind
 from forgeflow.pipelines.render import TemplateRenderer
 
@@ -46,7 +47,7 @@ class Done:
 class Suspend:
     reason: str
     until: datetime | None = None
-    data: dict[str, Any] | None = None
+    data: JsonObject | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,6 +14,8 @@ from typing import Any
 
 from sqlalchemy import Connection
 
+from forgeflow.domain.jsontypes import JsonObject
+from forgeflow.domain.pipeline_records import NewRun, PipelineRun, PlannedStep
 from forgeflow.pipelines import nodes, snapshots
 from forgeflow.pipelines.definition import PipelineDefinition
 from forgeflow.pipelines.kinds import (
@@ -28,7 +30,7 @@ from forgeflow.pipelines.planner import NodeState, plan, start_node
 from forgeflow.redaction import redact
 from forgeflow.store import audit
 from forgeflow.store import pipelines as q
-from forgeflow.store.pipelines import Row, StepKey
+from forgeflow.store.pipelines import StepKey
 from forgeflow.store.types import utcnow
 
 S = StepStatus
@@ -47,7 +49,7 @@ class PipelineError(Exception):
 
 @dataclass(frozen=True, slots=True)
 class Started:
-    run: Row
+    run: PipelineRun
     created: bool
 
 
@@ -58,15 +60,17 @@ class Parent:
     item_index: int
 
 
-def audit_run(conn: Connection, action: str, run: Row, actor: str = "system", **meta: Any) -> None:
+def audit_run(
+    conn: Connection, action: str, run: PipelineRun, actor: str = "system", **meta: Any
+) -> None:
     audit.append(
         conn,
         audit.AuditEvent(
             action=action,
             actor=actor,
-            to_state=run["status"],
-            error_code=run.get("error_code"),
-            metadata={"runId": run["run_id"], "templateKey": run["template_key"], **meta},
+            to_state=run.status,
+            error_code=run.error_code,
+            metadata={"runId": run.run_id, "templateKey": run.template_key, **meta},
         ),
     )
 
@@ -77,8 +81,8 @@ def create_run(
     *,
     trigger_type: str,
     event_type: str | None = None,
-    inputs: dict[str, Any] | None = None,
-    event: dict[str, Any] | None = None,
+    inputs: JsonObject | None = None,
+    event: JsonObject | None = None,
     dedupe_key: str | None = None,
     actor: str = "system",
     parent: Parent | None = None,
@@ -132,12 +136,12 @@ def _run_row(
     *,
     trigger_type: str,
     event_type: str | None,
-    inputs: dict[str, Any],
-    event: dict[str, Any],
+    inputs: JsonObject,
+    event: JsonObject,
     dedupe_key: str | None,
     actor: str,
     parent: Parent | None,
-) -> Row:
+) -> NewRun:
     """A new run's row: the definition's snapshot, and a state bag holding the inputs
     and the event that started it (secrets redacted before they are stored)."""
     return {
@@ -164,43 +168,45 @@ def _run_row(
 _PLAIN = {status.value: NodeState(status) for status in StepStatus}
 
 
-def _node_states(d: PipelineDefinition, rows: list[Row]) -> dict[str, NodeState]:
+def _node_states(d: PipelineDefinition, rows: list[PlannedStep]) -> dict[str, NodeState]:
     items: dict[str, list[StepStatus]] = {}
     for r in rows:
-        if r["item_index"] != NODE_ROW:
-            items.setdefault(r["step_id"], []).append(StepStatus(r["status"]))
+        if r.item_index != NODE_ROW:
+            items.setdefault(r.step_id, []).append(StepStatus(r.status))
     states = {}
     for r in rows:
-        if r["item_index"] != NODE_ROW:
+        if r.item_index != NODE_ROW:
             continue
-        sid = r["step_id"]
-        expanded = r["status"] == S.RUNNING and d.by_id[sid].kind is StepKind.FOREACH
-        if not r["routes"] and not expanded:
-            states[sid] = _PLAIN[r["status"]]
+        sid = r.step_id
+        expanded = r.status == S.RUNNING and d.by_id[sid].kind is StepKind.FOREACH
+        if not r.routes and not expanded:
+            states[sid] = _PLAIN[r.status]
             continue
         states[sid] = NodeState(
-            StepStatus(r["status"]),
-            frozenset(r["routes"] or ()),
+            StepStatus(r.status),
+            frozenset(r.routes or ()),
             tuple(items.get(sid, ())) if expanded else None,
         )
     return states
 
 
-def advance(conn: Connection, run_id: str, *, locked: Row | None = None) -> Row | None:
+def advance(
+    conn: Connection, run_id: str, *, locked: PipelineRun | None = None
+) -> PipelineRun | None:
     """Apply the planner until it has nothing more to say; returns the run row.
 
     ``locked``: the run row as this transaction holds it (locked and current), so it
     is not read again.
     """
     run = locked if locked is not None else snapshots.lock(conn, run_id)
-    if run is None or run["status"] != RunStatus.RUNNING:
+    if run is None or run.status != RunStatus.RUNNING:
         return run
     d = snapshots.definition_of(run)
     for _ in range(4 * len(d.nodes) + 8):
         rows = q.plan_rows(conn, run_id)
         # Each node's own row (not its forEach items), by step id.
-        own = {r["step_id"]: r for r in rows if r["item_index"] == NODE_ROW}
-        p = plan(d, run["start_step_id"], _node_states(d, rows))
+        own = {r.step_id: r for r in rows if r.item_index == NODE_ROW}
+        p = plan(d, run.start_step_id, _node_states(d, rows))
         now = utcnow()
         for sid in p.skip:
             q.update_step(conn, own[sid], status=S.SKIPPED.value, finished_at=now)
@@ -221,7 +227,7 @@ def advance(conn: Connection, run_id: str, *, locked: Row | None = None) -> Row 
                 again = True
             else:
                 q.update_step(conn, own[sid], status=S.RUNNABLE.value, next_attempt_at=None)
-        by_key = {(r["step_id"], r["item_index"]): r for r in rows}
+        by_key = {(r.step_id, r.item_index): r for r in rows}
         for sid, index in p.items_ready:
             q.update_step(conn, by_key[(sid, index)], status=S.RUNNABLE.value)
         for sid, ok in p.foreach_done:
@@ -234,21 +240,21 @@ def advance(conn: Connection, run_id: str, *, locked: Row | None = None) -> Row 
 
 def finish_run(
     conn: Connection,
-    run: Row,
+    run: PipelineRun,
     outcome: RunStatus,
     *,
     failed: tuple[str, ...] = (),
     error_code: str | None = None,
     error: str | None = None,
     actor: str = "system",
-) -> Row:
+) -> PipelineRun:
     """End a run: open steps are skipped or cancelled, a waiting parent is woken."""
     now = utcnow()
-    rows = q.steps_of(conn, run["run_id"])
+    rows = q.steps_of(conn, run.run_id)
     if failed and error_code is None:
-        first = next(r for r in rows if r["step_id"] == failed[0] and r["item_index"] == NODE_ROW)
-        error_code = first["error_code"] or Code.UPSTREAM_FAILED
-        error = f"step {failed[0]} failed: {first['error']}"
+        first = next(r for r in rows if r.step_id == failed[0] and r.item_index == NODE_ROW)
+        error_code = first.error_code or Code.UPSTREAM_FAILED
+        error = f"step {failed[0]} failed: {first.error}"
     nodes.close_open(conn, rows, now)
     run = q.update_run(
         conn,
@@ -263,35 +269,36 @@ def finish_run(
     return run
 
 
-def wake_parent(conn: Connection, child: Row) -> None:
+def wake_parent(conn: Connection, child: PipelineRun) -> None:
     """Call a ``flow.callPipeline`` step waiting for ``child`` again now.
 
     Its own transaction, after the child's: locks go parent run first, then its steps,
     as everywhere else.
     """
-    if not child["parent_run_id"]:
+    step_id, index = child.parent_step_id, child.parent_item_index
+    if not child.parent_run_id or step_id is None or index is None:
         return
-    parent_run = q.lock_run(conn, child["parent_run_id"])
-    if parent_run is None or parent_run["status"] != RunStatus.RUNNING:
+    parent_run = q.lock_run(conn, child.parent_run_id)
+    if parent_run is None or parent_run.status != RunStatus.RUNNING:
         return
-    key = StepKey(child["parent_run_id"], child["parent_step_id"], child["parent_item_index"])
+    key = StepKey(child.parent_run_id, step_id, index)
     parent = q.get_step(conn, key)
-    if parent is not None and parent["status"] in (S.SUSPENDED, S.RUNNING):
+    if parent is not None and parent.status in (S.SUSPENDED, S.RUNNING):
         # Still running: the child ended before the body that started it suspended;
         # the suspension then takes this earlier time (see steps.suspend).
         q.wake_at(conn, key, utcnow())
 
 
-def cancel_run(conn: Connection, run_id: str, *, actor: str, reason: str | None) -> Row:
+def cancel_run(conn: Connection, run_id: str, *, actor: str, reason: str | None) -> PipelineRun:
     """Cancel a run and its child runs; pending steps are skipped, the rest cancelled."""
     run = q.lock_run(conn, run_id)
     if run is None:
         raise PipelineError("run_not_found", f"no run {run_id}", status=404)
-    if RunStatus(run["status"]) in TERMINAL_RUN_STATUSES:
+    if RunStatus(run.status) in TERMINAL_RUN_STATUSES:
         return run
     for child in q.child_runs(conn, run_id):
-        if child["status"] == RunStatus.RUNNING:
-            cancel_run(conn, child["run_id"], actor=actor, reason="parent run cancelled")
+        if child.status == RunStatus.RUNNING:
+            cancel_run(conn, child.run_id, actor=actor, reason="parent run cancelled")
     return finish_run(
         conn,
         run,

@@ -19,6 +19,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from forgeflow.domain.ids import InvalidName, RepoRef
+from forgeflow.domain.jsontypes import JsonObject
 from forgeflow.pipelines.ports import ScriptRequest
 from forgeflow.pipelines.registry import StepContext, StepFailed
 from forgeflow.redaction import redact_text
@@ -68,7 +69,7 @@ def _tail(data: bytes) -> str:
     return redact_text(data[-MAX_OUTPUT:].decode("utf-8", "replace"))
 
 
-async def bash_script(ctx: StepContext) -> dict[str, Any]:
+async def bash_script(ctx: StepContext) -> JsonObject:
     script = ctx.extras.get("script")
     if not isinstance(script, str) or not script.strip():
         raise StepFailed("invalid_script", "extras.script is required", retryable=False)

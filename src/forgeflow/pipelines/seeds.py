@@ -29,13 +29,13 @@ from __future__ import annotations
 from collections.abc import Collection
 from functools import partial
 from importlib import resources
-from typing import Any
 
 import structlog
 from pydantic import ValidationError
 from sqlalchemy import Connection
 
-from forgeflow.domain.pipeline_records import PipelineTemplate
+from forgeflow.domain.jsontypes import JsonObject
+from forgeflow.domain.pipeline_records import PipelineTemplate, TriggerChange
 from forgeflow.pipelines.definition import (
     Loaded,
     PipelineDefinition,
@@ -102,7 +102,7 @@ def _ident(t: TriggerSpec) -> Ident:
     return (t.type, t.eventType or "")
 
 
-def _content(d: PipelineDefinition) -> dict[str, Any]:
+def _content(d: PipelineDefinition) -> JsonObject:
     """What a reseed compares: the definition without its version and switch."""
     return d.model_copy(update={"version": 1, "enabled": False}).to_json()
 
@@ -143,15 +143,15 @@ def _reconcile_triggers(
                 enabled=_seed_enabled(key, t),
             )
             continue
-        values: dict[str, Any] = {}
+        values: TriggerChange = {}
         if row.match != t.match:
             values["match"] = t.match
         if row.schedule != t.schedule:
-            values.update(schedule=t.schedule, next_fire_at=None)
+            values["schedule"], values["next_fire_at"] = t.schedule, None
         if forced and not row.is_enabled:
             # As switching it on by hand: counted again from now (the clock plans a
             # schedule whose next fire time is unset).
-            values.update(is_enabled=True, next_fire_at=None)
+            values["is_enabled"], values["next_fire_at"] = True, None
         if values:
             tpl.update_trigger(conn, row.trigger_id, **values)
     for ident in (before or set()) - wanted.keys():

@@ -13,52 +13,47 @@ from collections import OrderedDict
 
 from sqlalchemy import Connection
 
+from forgeflow.domain.jsontypes import JsonObject
+from forgeflow.domain.pipeline_records import PipelineRun
 from forgeflow.pipelines.definition import PipelineDefinition
 from forgeflow.store import pipelines as q
-from forgeflow.store.pipelines import Row
 
-# Units of work run on several database threads, hence the lock.
-_DEFINITIONS: OrderedDict[str, PipelineDefinition] = OrderedDict()
+# Units of work run on several database threads, hence the lock. Each run's snapshot
+# is kept as stored (to lock the row without reading it again) and parsed.
+_DEFINITIONS: OrderedDict[str, tuple[JsonObject, PipelineDefinition]] = OrderedDict()
 _DEFINITIONS_LOCK = threading.Lock()
 
 
-# Where :func:`lock` puts the parsed snapshot on a run row read without its definition.
-_SNAPSHOT = "_definition"
+def _cached(run_id: str) -> tuple[JsonObject, PipelineDefinition] | None:
+    with _DEFINITIONS_LOCK:
+        return _DEFINITIONS.get(run_id)
 
 
-def lock(conn: Connection, run_id: str) -> Row | None:
+def lock(conn: Connection, run_id: str) -> PipelineRun | None:
     """:func:`store.pipelines.lock_run`, without fetching and decoding the definition
     snapshot again when it is parsed already (it is the largest column of the row and
     it never changes)."""
-    with _DEFINITIONS_LOCK:
-        cached = _DEFINITIONS.get(run_id)
-    run = q.lock_run(conn, run_id, definition=cached is None)
-    if run is not None and cached is not None:
-        run[_SNAPSHOT] = cached
-    return run
+    cached = _cached(run_id)
+    return q.lock_run(conn, run_id, definition=None if cached is None else cached[0])
 
 
-def definition_of(run: Row) -> PipelineDefinition:
+def definition_of(run: PipelineRun) -> PipelineDefinition:
     """The run's own snapshot of its definition."""
-    snapshot = run.get(_SNAPSHOT)
-    if isinstance(snapshot, PipelineDefinition):
-        return snapshot
+    cached = _cached(run.run_id)
+    if cached is not None:
+        return cached[1]
+    parsed = PipelineDefinition.model_validate(run.definition)
     with _DEFINITIONS_LOCK:
-        cached = _DEFINITIONS.get(run["run_id"])
-    if cached is None:
-        cached = PipelineDefinition.model_validate(run["definition"])
-        with _DEFINITIONS_LOCK:
-            _DEFINITIONS[run["run_id"]] = cached
-            if len(_DEFINITIONS) > 1024:
-                _DEFINITIONS.popitem(last=False)
-    return cached
+        _DEFINITIONS[run.run_id] = (run.definition, parsed)
+        if len(_DEFINITIONS) > 1024:
+            _DEFINITIONS.popitem(last=False)
+    return parsed
 
 
 def definition_for(conn: Connection, run_id: str) -> PipelineDefinition | None:
     """A run's definition, reading the run row only when it is not cached yet."""
-    with _DEFINITIONS_LOCK:
-        cached = _DEFINITIONS.get(run_id)
+    cached = _cached(run_id)
     if cached is not None:
-        return cached
+        return cached[1]
     run = q.get_run(conn, run_id)
     return None if run is None else definition_of(run)

@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from enum import StrEnum
 from typing import Any
 
+from forgeflow.domain.jsontypes import JsonObject
 from forgeflow.pipelines.kinds import STEP_ERRORS_KEY
 
 
@@ -75,14 +76,14 @@ def reduce(reducer: StateReducer, existing: Any, incoming: Any) -> Any:
     return existing + incoming
 
 
-def write(state: Mapping[str, Any], key: str, value: Any, reducer: StateReducer) -> dict[str, Any]:
+def write(state: Mapping[str, Any], key: str, value: Any, reducer: StateReducer) -> JsonObject:
     """A new bag with ``value`` reduced into ``key`` (the input is not modified)."""
     out = dict(state)
     out[key] = reduce(reducer, out.get(key, MISSING), copy.deepcopy(value))
     return out
 
 
-def record_error(state: Mapping[str, Any], step_id: str, error: str) -> dict[str, Any]:
+def record_error(state: Mapping[str, Any], step_id: str, error: str) -> JsonObject:
     """Keep a continued-on-fail step's error under ``_stepErrors.<step>``."""
     out = dict(state)
     errors = dict(out.get(STEP_ERRORS_KEY) or {})

@@ -8,12 +8,14 @@ A step's completion, its state-bag write and the planning that follows commit to
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
 
 from sqlalchemy import Connection
 
+from forgeflow.domain.jsontypes import JsonObject
+from forgeflow.domain.pipeline_records import PipelineRun, PipelineStep, RunChange, StepChange
 from forgeflow.pipelines import nodes, runs, snapshots
 from forgeflow.pipelines import state as bag
 from forgeflow.pipelines.definition import NodeSpec
@@ -22,7 +24,7 @@ from forgeflow.pipelines.planner import has_slot, over_budget
 from forgeflow.pipelines.registry import Done, Suspend
 from forgeflow.redaction import redact
 from forgeflow.store import pipelines as q
-from forgeflow.store.pipelines import Row, StepKey
+from forgeflow.store.pipelines import StepKey
 from forgeflow.store.types import utcnow
 
 S = StepStatus
@@ -31,38 +33,37 @@ APPROVAL = "awaiting_approval"
 
 @dataclass(frozen=True, slots=True)
 class Claimed:
-    step: Row
-    run: Row
+    step: PipelineStep
+    run: PipelineRun
 
 
-def current_rows(conn: Connection, seen: Row) -> tuple[Row, Row] | None:
+def current_rows(conn: Connection, seen: PipelineStep) -> tuple[PipelineRun, PipelineStep] | None:
     """The run (locked) and the step row, if the step is still as the caller saw it."""
-    run = snapshots.lock(conn, seen["run_id"])
-    if run is None or run["status"] != RunStatus.RUNNING:
+    run = snapshots.lock(conn, seen.run_id)
+    if run is None or run.status != RunStatus.RUNNING:
         return None
     row = q.get_step(conn, StepKey.of(seen))
-    if row is None or row["version"] != seen["version"]:
+    if row is None or row.version != seen.version:
         return None
     return run, row
 
 
-def claim(conn: Connection, seen: Row, *, owner: str, ttl: timedelta) -> Claimed | None:
+def claim(conn: Connection, seen: PipelineStep, *, owner: str, ttl: timedelta) -> Claimed | None:
     """Start a due step (compare-and-swap), within the run's limits."""
     current = current_rows(conn, seen)
     if current is None:
         return None
     run, row = current
     now = utcnow()
-    fresh = row["status"] == S.RUNNABLE
-    due = row["next_attempt_at"] is None or row["next_attempt_at"] <= now
-    if not (fresh and due) and not (
-        row["status"] == S.SUSPENDED and row["next_attempt_at"] and due
-    ):
+    fresh = row.status == S.RUNNABLE
+    due = row.next_attempt_at is None or row.next_attempt_at <= now
+    if not (fresh and due) and not (row.status == S.SUSPENDED and row.next_attempt_at and due):
         return None
     d = snapshots.definition_of(run)
-    if not has_slot(d.config.maxConcurrentSteps, q.executing_count(conn, run["run_id"])):
+    executing, executed = q.run_counts(conn, run.run_id)
+    if not has_slot(d.config.maxConcurrentSteps, executing):
         return None
-    if fresh and over_budget(d.config.maxSteps, q.executed_count(conn, run["run_id"])):
+    if fresh and over_budget(d.config.maxSteps, executed):
         runs.finish_run(
             conn,
             run,
@@ -74,22 +75,24 @@ def claim(conn: Connection, seen: Row, *, owner: str, ttl: timedelta) -> Claimed
     return Claimed(_take(conn, row, owner=owner, ttl=ttl, now=now), run)
 
 
-def _take(conn: Connection, row: Row, *, owner: str, ttl: timedelta, now: datetime) -> Row:
-    fresh = row["status"] == S.RUNNABLE
+def _take(
+    conn: Connection, row: PipelineStep, *, owner: str, ttl: timedelta, now: datetime
+) -> PipelineStep:
+    fresh = row.status == S.RUNNABLE
     return q.update_step(
         conn,
         row,
         status=S.RUNNING.value,
         claimed_by=owner,
         lease_expires_at=now + ttl,
-        attempt=row["attempt"] + 1 if fresh else row["attempt"],
-        started_at=row["started_at"] or now,
+        attempt=row.attempt + 1 if fresh else row.attempt,
+        started_at=row.started_at or now,
         next_attempt_at=None,
     )
 
 
 def claim_ready(
-    conn: Connection, run: Row, *, owner: str, ttl: timedelta, limit: int
+    conn: Connection, run: PipelineRun, *, owner: str, ttl: timedelta, limit: int
 ) -> tuple[list[Claimed], bool]:
     """Claim, in the caller's transaction (the run row held), the run's runnable steps
     that are due now — those the step that just finished made runnable — so they start
@@ -98,14 +101,14 @@ def claim_ready(
     Returns the claims and whether due steps were left for the claim round (a limit
     was reached; the round also fails a run over its ``maxSteps``).
     """
-    if run["status"] != RunStatus.RUNNING:
+    if run.status != RunStatus.RUNNING:
         return [], False
     now = utcnow()
-    ready = q.runnable_steps(conn, run["run_id"], now)
+    ready = q.runnable_steps(conn, run.run_id, now)
     if not ready:
         return [], False
     d = snapshots.definition_of(run)
-    executing, executed = q.run_counts(conn, run["run_id"])
+    executing, executed = q.run_counts(conn, run.run_id)
     out: list[Claimed] = []
     for row in ready:
         if (
@@ -120,16 +123,22 @@ def claim_ready(
     return out, False
 
 
-def node_of(run: Row, row: Row) -> NodeSpec:
+def node_of(run: PipelineRun, row: PipelineStep) -> NodeSpec:
     """The node of the run's definition a step row belongs to."""
-    return snapshots.definition_of(run).node(row["step_id"])
+    return snapshots.definition_of(run).node(row.step_id)
 
 
-def succeed(conn: Connection, seen: Row, done: Done, *, input_snapshot: Any = None) -> Row | None:
+def succeed(
+    conn: Connection,
+    seen: PipelineStep,
+    done: Done,
+    *,
+    input_snapshot: Mapping[str, object] | None = None,
+) -> PipelineRun | None:
     """Record a step's output, merge it into the state bag, plan what follows; None
     (and nothing written) when the step moved on while its body ran."""
-    run = snapshots.lock(conn, seen["run_id"])
-    if run is None or run["status"] != RunStatus.RUNNING:
+    run = snapshots.lock(conn, seen.run_id)
+    if run is None or run.status != RunStatus.RUNNING:
         return None
     # The step row is not read again: the compare-and-swap on the version the engine
     # claimed, and on its status, is what tells that it did not move on meanwhile.
@@ -138,14 +147,14 @@ def succeed(conn: Connection, seen: Row, done: Done, *, input_snapshot: Any = No
 
 def succeed_and_claim(
     conn: Connection,
-    seen: Row,
+    seen: PipelineStep,
     done: Done,
     *,
-    input_snapshot: Any = None,
+    input_snapshot: Mapping[str, object] | None = None,
     owner: str,
     ttl: timedelta,
     limit: int,
-) -> tuple[Row | None, list[Claimed], bool]:
+) -> tuple[PipelineRun | None, list[Claimed], bool]:
     """Record a step's success, plan what follows and claim (up to ``limit``) what
     became runnable, in one transaction: (run, claims, steps left for the claim round).
     The run is None when the step moved on while its body ran (the result is dropped)."""
@@ -158,111 +167,114 @@ def succeed_and_claim(
 
 def _succeed(
     conn: Connection,
-    run: Row,
-    row: Row,
+    run: PipelineRun,
+    row: PipelineStep,
     done: Done,
     *,
-    input_snapshot: Any,
+    input_snapshot: Mapping[str, object] | None,
     was: StepStatus | None = None,
-) -> Row | None:
+) -> PipelineRun | None:
     """``row`` succeeded with ``done``; None when it is no longer ``was`` at its version."""
     node = node_of(run, row)
     output = redact(done.output)
-    new_state = run["state"]
-    if row["item_index"] == NODE_ROW:
+    new_state = run.state
+    if row.item_index == NODE_ROW:
         try:
             new_state = nodes.write_output(run, node, output)
         except bag.ReducerError as exc:
             if was is not None and not _unmoved(conn, row, was):
                 return None
             nodes.fail_node(conn, run, node, row, Code.REDUCER_ERROR, str(exc))
-            return runs.advance(conn, run["run_id"])
+            return runs.advance(conn, run.run_id)
     routes = list(done.routes) if done.routes is not None and node.kind is StepKind.ROUTER else None
-    extra = {} if input_snapshot is None else {"input": redact(input_snapshot)}
-    ended = nodes.finished(
-        S.SUCCEEDED, output=output, routes=routes, error_code=None, error=None, **extra
-    )
+    ended = nodes.finished(S.SUCCEEDED, output=output, routes=routes, error_code=None, error=None)
+    if input_snapshot is not None:
+        ended["input"] = redact(input_snapshot)
     if q.update_step_if(conn, row, ended, was=was) is None:
         return None
     # The run row is written only when the step changed it (no-op steps leave it be).
-    changes: dict[str, Any] = {}
-    if new_state is not run["state"]:
+    changes: RunChange = {}
+    if new_state is not run.state:
         changes["state"] = new_state
     if done.input_tokens or done.output_tokens or done.cost:
-        changes["input_tokens"] = run["input_tokens"] + done.input_tokens
-        changes["output_tokens"] = run["output_tokens"] + done.output_tokens
-        changes["cost"] = run["cost"] + done.cost
+        changes["input_tokens"] = run.input_tokens + done.input_tokens
+        changes["output_tokens"] = run.output_tokens + done.output_tokens
+        changes["cost"] = run.cost + done.cost
     if changes:
         run = q.update_run(conn, run, **changes)
-    return runs.advance(conn, run["run_id"], locked=run)
+    return runs.advance(conn, run.run_id, locked=run)
 
 
-def _unmoved(conn: Connection, seen: Row, was: StepStatus) -> bool:
+def _unmoved(conn: Connection, seen: PipelineStep, was: StepStatus) -> bool:
     row = q.get_step(conn, StepKey.of(seen))
-    return row is not None and row["version"] == seen["version"] and row["status"] == was
+    return row is not None and row.version == seen.version and row.status == was
 
 
-def suspend(conn: Connection, seen: Row, s: Suspend, *, input_snapshot: Any = None) -> bool:
+def suspend(
+    conn: Connection,
+    seen: PipelineStep,
+    s: Suspend,
+    *,
+    input_snapshot: Mapping[str, object] | None = None,
+) -> bool:
     """Park a step until ``s.until`` (or until an approval / a cancel)."""
     current = current_rows(conn, seen)
-    if current is None or current[1]["status"] != S.RUNNING:
+    if current is None or current[1].status != S.RUNNING:
         return False
     _, row = current
     now = utcnow()
-    extra = {} if input_snapshot is None else {"input": redact(input_snapshot)}
+    extra: StepChange = {} if input_snapshot is None else {"input": redact(input_snapshot)}
     until = s.until
-    woken = row["next_attempt_at"]  # set while running: woken before it could suspend
+    woken = row.next_attempt_at  # set while running: woken before it could suspend
     if woken is not None and (until is None or woken < until):
         until = woken
-    q.update_step(
-        conn,
-        row,
-        status=S.SUSPENDED.value,
-        suspended_at=row["suspended_at"] or now,
-        next_attempt_at=until,
-        suspend=redact({"reason": s.reason, "data": s.data or {}}),
-        claimed_by=None,
-        lease_expires_at=None,
-        **extra,
-    )
+    changes: StepChange = {
+        "status": S.SUSPENDED.value,
+        "suspended_at": row.suspended_at or now,
+        "next_attempt_at": until,
+        "suspend": redact({"reason": s.reason, "data": s.data or {}}),
+        "claimed_by": None,
+        "lease_expires_at": None,
+    }
+    changes.update(extra)
+    q.update_step(conn, row, **changes)
     return True
 
 
 def fail(
     conn: Connection,
-    seen: Row,
+    seen: PipelineStep,
     code: str,
     error: str,
     *,
     retry_at: datetime | None = None,
-    input_snapshot: Any = None,
-) -> Row | None:
+    input_snapshot: Mapping[str, object] | None = None,
+) -> PipelineRun | None:
     """A failed execution: try again at ``retry_at``, else the step fails (and with it
     the run, unless the node continues on failure)."""
     current = current_rows(conn, seen)
-    if current is None or current[1]["status"] != S.RUNNING:
+    if current is None or current[1].status != S.RUNNING:
         return None
     run, row = current
-    extra = {} if input_snapshot is None else {"input": redact(input_snapshot)}
+    extra: StepChange = {} if input_snapshot is None else {"input": redact(input_snapshot)}
     if retry_at is not None:
-        q.update_step(
-            conn,
-            row,
-            status=S.RUNNABLE.value,
-            next_attempt_at=retry_at,
-            error_code=code,
-            error=redact(error),
-            claimed_by=None,
-            lease_expires_at=None,
-            suspend=None,
-            suspended_at=None,
-            **extra,
-        )
+        changes: StepChange = {
+            "status": S.RUNNABLE.value,
+            "next_attempt_at": retry_at,
+            "error_code": code,
+            "error": redact(error),
+            "claimed_by": None,
+            "lease_expires_at": None,
+            "suspend": None,
+            "suspended_at": None,
+        }
+        changes.update(extra)
+        q.update_step(conn, row, **changes)
         return run
     if extra:
         row = q.update_step(conn, row, **extra)
     nodes.fail_node(conn, run, node_of(run, row), row, code, error)
-    return runs.advance(conn, run["run_id"])
+    return runs.advance(conn, run.run_id)
 
 
 def decide(
@@ -274,7 +286,7 @@ def decide(
     approve: bool,
     actor: str,
     reason: str | None,
-) -> tuple[int, dict[str, Any]]:
+) -> tuple[int, JsonObject]:
     """Approve or reject a suspended gate step; (HTTP status, answer)."""
     run = q.lock_run(conn, run_id)
     if run is None:
@@ -282,17 +294,17 @@ def decide(
     row = q.get_step(conn, StepKey(run_id, step_id, item_index))
     if row is None:
         return 404, {"error": "step_not_found", "message": f"no step {step_id} in run {run_id}"}
-    answer = {"runId": run_id, "stepId": step_id, "itemIndex": item_index}
-    suspended = (row["suspend"] or {}).get("reason") == APPROVAL
-    if run["status"] != RunStatus.RUNNING or row["status"] != S.SUSPENDED or not suspended:
+    answer: JsonObject = {"runId": run_id, "stepId": step_id, "itemIndex": item_index}
+    suspended = (row.suspend or {}).get("reason") == APPROVAL
+    if run.status != RunStatus.RUNNING or row.status != S.SUSPENDED or not suspended:
         return 409, {
             "error": "step_not_awaiting_approval",
-            "message": f"step {step_id} is {row['status']}, not waiting for an approval",
-            "status": row["status"],
+            "message": f"step {step_id} is {row.status}, not waiting for an approval",
+            "status": row.status,
             **answer,
         }
     decision = "approved" if approve else "rejected"
-    output = {"decision": decision, "by": actor, "reason": reason}
+    output: JsonObject = {"decision": decision, "by": actor, "reason": reason}
     runs.audit_run(
         conn,
         f"pipeline.step.{'approve' if approve else 'reject'}",
@@ -310,4 +322,4 @@ def decide(
             conn, run, node_of(run, row), row, Code.GATE_REJECTED, f"rejected by {actor}: {reason}"
         )
         run_after = runs.advance(conn, run_id)
-    return 200, {**answer, "decision": decision, "runStatus": (run_after or run)["status"]}
+    return 200, {**answer, "decision": decision, "runStatus": (run_after or run).status}

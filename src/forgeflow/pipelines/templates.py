@@ -11,7 +11,8 @@ from typing import Any
 
 from sqlalchemy import Connection
 
-from forgeflow.domain.pipeline_records import PipelineTemplate
+from forgeflow.domain.jsontypes import JsonObject
+from forgeflow.domain.pipeline_records import PipelineTemplate, WantedTrigger
 from forgeflow.pipelines.definition import Loaded, PipelineDefinition
 from forgeflow.pipelines.inputs import InputError, validate_inputs
 from forgeflow.pipelines.runs import Parent, PipelineError, Started, create_run
@@ -26,8 +27,10 @@ def _audit(conn: Connection, action: str, key: str, actor: str, **meta: Any) -> 
     )
 
 
-def _triggers(d: PipelineDefinition) -> list[dict[str, Any]]:
-    return [t.model_dump(exclude_none=True) for t in d.triggers]
+def _triggers(d: PipelineDefinition) -> list[WantedTrigger]:
+    return [
+        WantedTrigger(t.type, t.eventType or "", t.match, t.schedule, t.enabled) for t in d.triggers
+    ]
 
 
 def require(conn: Connection, key: str) -> PipelineTemplate:
@@ -115,8 +118,8 @@ def start(
     *,
     trigger_type: str,
     event_type: str | None = None,
-    inputs: dict[str, Any] | None = None,
-    event: dict[str, Any] | None = None,
+    inputs: JsonObject | None = None,
+    event: JsonObject | None = None,
     dedupe_key: str | None = None,
     actor: str = "system",
     coerce_text: bool = False,
@@ -162,7 +165,7 @@ def start_manual(
     conn: Connection,
     key: str,
     *,
-    inputs: dict[str, Any],
+    inputs: JsonObject,
     dedupe_key: str | None,
     actor: str,
     coerce_text: bool = False,

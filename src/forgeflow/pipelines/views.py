@@ -5,16 +5,27 @@ Everything shown passes through :func:`forgeflow.redaction.redact`.
 
 from __future__ import annotations
 
-from typing import Any
-
-from forgeflow.domain.pipeline_records import PipelineTemplate, PipelineTrigger
+from forgeflow.domain.jsontypes import JsonObject, JsonValue
+from forgeflow.domain.pipeline_records import (
+    PipelineRun,
+    PipelineStep,
+    PipelineTemplate,
+    PipelineTrigger,
+)
 from forgeflow.pipelines.kinds import NODE_ROW
 from forgeflow.redaction import redact
-from forgeflow.store.pipelines import Row
 from forgeflow.store.types import iso
 
 
-def trigger_json(t: PipelineTrigger) -> dict[str, Any]:
+def answer_field(body: JsonObject, *path: str) -> JsonValue:
+    """A value inside a control's answer (``run``, ``runId``), None where it has none."""
+    value: JsonValue = body
+    for key in path:
+        value = value.get(key) if isinstance(value, dict) else None
+    return value
+
+
+def trigger_json(t: PipelineTrigger) -> JsonObject:
     return {
         "triggerId": t.trigger_id,
         "type": t.trigger_type,
@@ -30,8 +41,8 @@ def trigger_json(t: PipelineTrigger) -> dict[str, Any]:
 
 def template_json(
     row: PipelineTemplate, triggers: list[PipelineTrigger] | None = None, *, full: bool = True
-) -> dict[str, Any]:
-    out: dict[str, Any] = {
+) -> JsonObject:
+    out: JsonObject = {
         "key": row.key,
         "name": row.name,
         "version": row.version,
@@ -101,21 +112,27 @@ def _camel(column: str) -> str:
     return head + "".join(word.title() for word in rest)
 
 
-def _columns(row: Row, columns: tuple[str, ...]) -> dict[str, Any]:
-    return {_camel(c): iso(row[c]) if c.endswith("_at") else row[c] for c in columns}
+def _columns(row: PipelineStep | PipelineRun, columns: tuple[str, ...]) -> JsonObject:
+    out: JsonObject = {}
+    for c in columns:
+        value = getattr(row, c)
+        out[_camel(c)] = iso(value) if c.endswith("_at") else value
+    return out
 
 
-def step_json(row: Row) -> dict[str, Any]:
+def step_json(row: PipelineStep) -> JsonObject:
     out = _columns(row, _STEP_COLUMNS)
-    if row["item_index"] == NODE_ROW:
+    if row.item_index == NODE_ROW:
         out["itemIndex"] = None  # a node's own row, not one of its forEach items
     return redact(out)  # type: ignore[no-any-return]
 
 
-def run_json(row: Row, steps: list[Row] | None = None, *, state: bool = True) -> dict[str, Any]:
+def run_json(
+    row: PipelineRun, steps: list[PipelineStep] | None = None, *, state: bool = True
+) -> JsonObject:
     out = _columns(row, _RUN_COLUMNS)
     if state:
-        out["state"] = row["state"]
+        out["state"] = row.state
     if steps is not None:
         out["steps"] = [step_json(s) for s in steps]
     return redact(out)  # type: ignore[no-any-return]

@@ -9,11 +9,18 @@ from __future__ import annotations
 
 import secrets
 import uuid
-from typing import Any
+from typing import Unpack
 
 from sqlalchemy import Connection, insert, select, update
 
-from forgeflow.domain.pipeline_records import PipelineTemplate, PipelineTrigger
+from forgeflow.domain.jsontypes import JsonObject
+from forgeflow.domain.pipeline_records import (
+    PipelineTemplate,
+    PipelineTrigger,
+    TemplateChange,
+    TriggerChange,
+    WantedTrigger,
+)
 from forgeflow.store import rows
 from forgeflow.store.pipeline_schema import pipeline_definitions as defs
 from forgeflow.store.pipeline_schema import pipeline_triggers as triggers
@@ -35,7 +42,7 @@ def insert_definition(
     key: str,
     name: str,
     version: int,
-    definition: dict[str, Any],
+    definition: JsonObject,
     is_enabled: bool,
     built_in: bool = False,
 ) -> bool:
@@ -58,7 +65,9 @@ def insert_definition(
     )
 
 
-def update_definition(conn: Connection, key: str, expected_revision: int, **values: Any) -> bool:
+def update_definition(
+    conn: Connection, key: str, expected_revision: int, **values: Unpack[TemplateChange]
+) -> bool:
     result = conn.execute(
         update(defs)
         .where(defs.c.key == key)
@@ -84,7 +93,7 @@ def list_triggers(conn: Connection, template_key: str | None = None) -> list[Pip
     return rows.every(PipelineTrigger, conn, stmt, {})
 
 
-def sync_triggers(conn: Connection, template_key: str, wanted: list[dict[str, Any]]) -> None:
+def sync_triggers(conn: Connection, template_key: str, wanted: list[WantedTrigger]) -> None:
     """Make the template's trigger rows match its definition.
 
     A row that already exists keeps its ``is_enabled`` (the operator's choice) and its
@@ -95,22 +104,22 @@ def sync_triggers(conn: Connection, template_key: str, wanted: list[dict[str, An
     existing = {(r.trigger_type, r.event_type): r for r in list_triggers(conn, template_key)}
     keep = set()
     for t in wanted:
-        ident = (t["type"], t.get("eventType") or "")
+        ident = (t.trigger_type, t.event_type)
         keep.add(ident)
-        values = {"match": t.get("match"), "schedule": t.get("schedule"), "updated_at": now}
+        values: TriggerChange = {"match": t.match, "schedule": t.schedule, "updated_at": now}
         if ident in existing:
-            if existing[ident].schedule != t.get("schedule"):
+            if existing[ident].schedule != t.schedule:
                 values["next_fire_at"] = None  # the trigger clock plans the new one afresh
             update_trigger(conn, existing[ident].trigger_id, **values)
             continue
         insert_trigger(
             conn,
             template_key,
-            trigger_type=ident[0],
-            event_type=ident[1],
-            match=t.get("match"),
-            schedule=t.get("schedule"),
-            enabled=bool(t.get("enabled", True)),
+            trigger_type=t.trigger_type,
+            event_type=t.event_type,
+            match=t.match,
+            schedule=t.schedule,
+            enabled=t.enabled,
         )
     for ident, row in existing.items():
         if ident not in keep:
@@ -123,7 +132,7 @@ def insert_trigger(
     *,
     trigger_type: str,
     event_type: str,
-    match: dict[str, Any] | None,
+    match: JsonObject | None,
     schedule: str | None,
     enabled: bool,
 ) -> None:
@@ -146,9 +155,9 @@ def insert_trigger(
     )
 
 
-def update_trigger(conn: Connection, trigger_id: str, **values: Any) -> None:
-    values.setdefault("updated_at", utcnow())
-    conn.execute(update(triggers).where(triggers.c.trigger_id == trigger_id).values(**values))
+def update_trigger(conn: Connection, trigger_id: str, **values: Unpack[TriggerChange]) -> None:
+    changes: TriggerChange = {"updated_at": utcnow(), **values}
+    conn.execute(update(triggers).where(triggers.c.trigger_id == trigger_id).values(**changes))
 
 
 def delete_trigger(conn: Connection, trigger_id: str) -> None:

@@ -10,19 +10,31 @@ state is serialised per run.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar, Unpack
 
 from sqlalchemy import Connection, and_, bindparam, func, insert, or_, select, update
 
+from forgeflow.domain.jsontypes import JsonObject
+from forgeflow.domain.pipeline_records import (
+    NewRun,
+    NewStep,
+    PipelineRun,
+    PipelineStep,
+    PlannedStep,
+    RunChange,
+    StepChange,
+)
 from forgeflow.store.db import after_commit
 from forgeflow.store.pipeline_schema import pipeline_runs as runs
 from forgeflow.store.pipeline_schema import pipeline_steps as steps
+from forgeflow.store.rows import pipeline_run, pipeline_step, planned_step
 from forgeflow.store.sql import insert_ignore
 from forgeflow.store.types import utcnow
 
-Row = dict[str, Any]
+# A step row as a compare-and-swap takes it: whole, or as the planner reads it.
+StepRow = TypeVar("StepRow", PipelineStep, PlannedStep)
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,8 +44,8 @@ class StepKey:
     item_index: int
 
     @classmethod
-    def of(cls, row: Row) -> StepKey:
-        return cls(row["run_id"], row["step_id"], row["item_index"])
+    def of(cls, row: PipelineStep | PlannedStep) -> StepKey:
+        return cls(row.run_id, row.step_id, row.item_index)
 
 
 def _where_step(key: StepKey) -> Any:
@@ -55,18 +67,14 @@ _STEP_KEY = and_(
 )
 
 
-def _key_params(row: Row) -> dict[str, Any]:
-    return {
-        "k_run_id": row["run_id"],
-        "k_step_id": row["step_id"],
-        "k_item_index": row["item_index"],
-    }
+def _key_params(row: PipelineStep | PlannedStep) -> dict[str, object]:
+    return {"k_run_id": row.run_id, "k_step_id": row.step_id, "k_item_index": row.item_index}
 
 
 # -- runs -----------------------------------------------------------------------------
 
 
-def insert_run(conn: Connection, values: dict[str, Any]) -> bool:
+def insert_run(conn: Connection, values: NewRun) -> bool:
     """Insert a run; False when its ``dedupe_key`` is already used."""
     now = utcnow()
     return insert_ignore(
@@ -79,9 +87,9 @@ def insert_run(conn: Connection, values: dict[str, Any]) -> bool:
 _GET_RUN = select(runs).where(runs.c.run_id == bindparam("k_run_id"))
 
 
-def get_run(conn: Connection, run_id: str) -> Row | None:
+def get_run(conn: Connection, run_id: str) -> PipelineRun | None:
     row = conn.execute(_GET_RUN, {"k_run_id": run_id}).first()
-    return dict(row._mapping) if row else None
+    return pipeline_run(row) if row else None
 
 
 # Built once (every step of a run whose row moved since its claim locks it again):
@@ -92,13 +100,22 @@ _LOCK_RUN = {
     .with_for_update()
     for with_definition in (True, False)
 }
+_DEFINITION_AT = [c.name for c in runs.c].index("definition")
 
 
-def lock_run(conn: Connection, run_id: str, *, definition: bool = True) -> Row | None:
-    """Read a run row and hold it for the rest of the transaction; ``definition=False``
-    leaves out the definition snapshot (a caller that has it parsed already)."""
-    row = conn.execute(_LOCK_RUN[definition], {"run_id": run_id}).first()
-    return dict(row._mapping) if row else None
+def lock_run(
+    conn: Connection, run_id: str, *, definition: JsonObject | None = None
+) -> PipelineRun | None:
+    """Read a run row and hold it for the rest of the transaction. Given the run's
+    ``definition`` snapshot (a caller that has it already: it never changes), the
+    column is not read again and the record carries the one given."""
+    row = conn.execute(_LOCK_RUN[definition is None], {"run_id": run_id}).first()
+    if row is None:
+        return None
+    if definition is None:
+        return pipeline_run(row)
+    values = tuple(row)
+    return pipeline_run((*values[:_DEFINITION_AT], definition, *values[_DEFINITION_AT:]))
 
 
 # Announced by every transaction that ends a run (pipelines.runs.finish_run), once it
@@ -111,9 +128,9 @@ def announce_run_ended(conn: Connection) -> None:
     after_commit(conn, RUN_ENDED)
 
 
-def run_by_dedupe(conn: Connection, dedupe_key: str) -> Row | None:
+def run_by_dedupe(conn: Connection, dedupe_key: str) -> PipelineRun | None:
     row = conn.execute(select(runs).where(runs.c.dedupe_key == dedupe_key)).first()
-    return dict(row._mapping) if row else None
+    return pipeline_run(row) if row else None
 
 
 # No ``values()``: the SET clause is the columns named in the execution's parameters.
@@ -124,14 +141,15 @@ _UPDATE_RUN = (
 )
 
 
-def update_run(conn: Connection, run: Row, **values: Any) -> Row:
+def update_run(conn: Connection, run: PipelineRun, **values: Unpack[RunChange]) -> PipelineRun:
     """Compare-and-swap a run row; returns the new row (raises when it moved)."""
-    params = {"k_run_id": run["run_id"], "k_version": run["version"]}
-    params.update(values, version=run["version"] + 1, updated_at=utcnow())
+    now = utcnow()
+    params: dict[str, object] = {"k_run_id": run.run_id, "k_version": run.version}
+    params.update(values, version=run.version + 1, updated_at=now)
     result = conn.execute(_UPDATE_RUN, params)
     if result.rowcount != 1:
-        raise StaleRow(f"run {run['run_id']} changed under us")
-    return {**run, **values, "version": run["version"] + 1}
+        raise StaleRow(f"run {run.run_id} changed under us")
+    return replace(run, **values, version=run.version + 1, updated_at=now)
 
 
 def list_runs(
@@ -141,7 +159,7 @@ def list_runs(
     status: str | None = None,
     limit: int = 50,
     offset: int = 0,
-) -> tuple[list[Row], int]:
+) -> tuple[list[PipelineRun], int]:
     conds = []
     if template_key is not None:
         conds.append(runs.c.template_key == template_key)
@@ -155,12 +173,12 @@ def list_runs(
         .limit(limit)
         .offset(offset)
     )
-    return [dict(r._mapping) for r in rows], int(total)
+    return [pipeline_run(r) for r in rows], int(total)
 
 
-def child_runs(conn: Connection, parent_run_id: str) -> list[Row]:
+def child_runs(conn: Connection, parent_run_id: str) -> list[PipelineRun]:
     rows = conn.execute(select(runs).where(runs.c.parent_run_id == parent_run_id))
-    return [dict(r._mapping) for r in rows]
+    return [pipeline_run(r) for r in rows]
 
 
 # -- steps ----------------------------------------------------------------------------
@@ -172,7 +190,7 @@ class StaleRow(Exception):
     code = "stale_version"
 
 
-def insert_steps(conn: Connection, rows: list[dict[str, Any]]) -> None:
+def insert_steps(conn: Connection, rows: list[NewStep]) -> None:
     if not rows:
         return
     now = utcnow()
@@ -182,13 +200,13 @@ def insert_steps(conn: Connection, rows: list[dict[str, Any]]) -> None:
     )
 
 
-def steps_of(conn: Connection, run_id: str) -> list[Row]:
+def steps_of(conn: Connection, run_id: str) -> list[PipelineStep]:
     rows = conn.execute(
         select(steps)
         .where(steps.c.run_id == run_id)
         .order_by(steps.c.created_at, steps.c.step_id, steps.c.item_index)
     )
-    return [dict(r._mapping) for r in rows]
+    return [pipeline_step(r) for r in rows]
 
 
 # What the planner reads of a run's steps: keys, status, routes and the version a
@@ -208,14 +226,12 @@ _PLAN_ROWS = (
 )
 
 
-def plan_rows(conn: Connection, run_id: str) -> list[Row]:
+def plan_rows(conn: Connection, run_id: str) -> list[PlannedStep]:
     """What the planner reads of a run's steps (every row, in creation order)."""
-    result = conn.execute(_PLAN_ROWS, {"k_run_id": run_id})
-    keys = tuple(result.keys())
-    return [dict(zip(keys, r, strict=True)) for r in result.all()]
+    return [planned_step(r) for r in conn.execute(_PLAN_ROWS, {"k_run_id": run_id}).all()]
 
 
-def items_of(conn: Connection, run_id: str, step_id: str) -> list[Row]:
+def items_of(conn: Connection, run_id: str, step_id: str) -> list[PipelineStep]:
     """The forEach items of a node, in input order."""
     rows = conn.execute(
         select(steps)
@@ -224,16 +240,16 @@ def items_of(conn: Connection, run_id: str, step_id: str) -> list[Row]:
         .where(steps.c.item_index >= 0)
         .order_by(steps.c.item_index)
     )
-    return [dict(r._mapping) for r in rows]
+    return [pipeline_step(r) for r in rows]
 
 
 _GET_STEP = select(steps).where(_STEP_KEY)
 
 
-def get_step(conn: Connection, key: StepKey) -> Row | None:
+def get_step(conn: Connection, key: StepKey) -> PipelineStep | None:
     params = {"k_run_id": key.run_id, "k_step_id": key.step_id, "k_item_index": key.item_index}
     row = conn.execute(_GET_STEP, params).first()
-    return dict(row._mapping) if row else None
+    return pipeline_step(row) if row else None
 
 
 # As _UPDATE_RUN: the SET clause is the columns named in the execution's parameters.
@@ -241,28 +257,31 @@ _UPDATE_STEP = update(steps).where(_STEP_KEY).where(steps.c.version == bindparam
 _UPDATE_STEP_IF = _UPDATE_STEP.where(steps.c.status == bindparam("k_status"))
 
 
-def update_step(conn: Connection, row: Row, **values: Any) -> Row:
+def update_step(conn: Connection, row: StepRow, **values: Unpack[StepChange]) -> StepRow:
     """Compare-and-swap a step row on its version; returns the new row."""
     new = update_step_if(conn, row, values)
     if new is None:
-        raise StaleRow(f"step {row['run_id']}/{row['step_id']}#{row['item_index']} changed")
+        raise StaleRow(f"step {row.run_id}/{row.step_id}#{row.item_index} changed")
     return new
 
 
 def update_step_if(
-    conn: Connection, row: Row, values: dict[str, Any], *, was: str | None = None
-) -> Row | None:
+    conn: Connection, row: StepRow, values: StepChange, *, was: str | None = None
+) -> StepRow | None:
     """:func:`update_step` that answers None instead of raising when the row moved on
     (another version, or — given ``was`` — another status)."""
+    now = utcnow()
     params = _key_params(row)
-    params.update(values, k_version=row["version"], version=row["version"] + 1)
-    params["updated_at"] = utcnow()
+    params.update(values, k_version=row.version, version=row.version + 1, updated_at=now)
     if was is not None:
         params["k_status"] = was
     result = conn.execute(_UPDATE_STEP if was is None else _UPDATE_STEP_IF, params)
     if result.rowcount != 1:
         return None
-    return {**row, **values, "version": row["version"] + 1, "updated_at": params["updated_at"]}
+    if isinstance(row, PipelineStep):
+        return replace(row, **values, version=row.version + 1, updated_at=now)
+    status, routes = values.get("status", row.status), values.get("routes", row.routes)
+    return PlannedStep(row.run_id, row.step_id, row.item_index, status, routes, row.version + 1)
 
 
 def wake_at(conn: Connection, key: StepKey, at: datetime) -> None:
@@ -271,7 +290,7 @@ def wake_at(conn: Connection, key: StepKey, at: datetime) -> None:
     conn.execute(update(steps).where(_where_step(key)).values(next_attempt_at=at))
 
 
-def due_steps(conn: Connection, now: datetime, limit: int = 200) -> list[Row]:
+def due_steps(conn: Connection, now: datetime, limit: int = 200) -> list[PipelineStep]:
     """Steps to start now: runnable ones whose time came, and suspended ones whose body
     asked to be called again by now — of running runs, oldest first."""
     stmt = (
@@ -290,7 +309,7 @@ def due_steps(conn: Connection, now: datetime, limit: int = 200) -> list[Row]:
         .order_by(steps.c.updated_at, steps.c.run_id, steps.c.step_id, steps.c.item_index)
         .limit(limit)
     )
-    return [dict(r._mapping) for r in conn.execute(stmt)]
+    return [pipeline_step(r) for r in conn.execute(stmt)]
 
 
 _RUNNABLE = (
@@ -302,9 +321,10 @@ _RUNNABLE = (
 )
 
 
-def runnable_steps(conn: Connection, run_id: str, now: datetime) -> list[Row]:
+def runnable_steps(conn: Connection, run_id: str, now: datetime) -> list[PipelineStep]:
     """The run's runnable steps whose time came, oldest first (as :func:`due_steps`)."""
-    return [dict(r._mapping) for r in conn.execute(_RUNNABLE, {"k_run_id": run_id, "k_now": now})]
+    rows = conn.execute(_RUNNABLE, {"k_run_id": run_id, "k_now": now})
+    return [pipeline_step(r) for r in rows]
 
 
 def next_due(conn: Connection) -> datetime | None:
@@ -317,19 +337,6 @@ def next_due(conn: Connection) -> datetime | None:
     return value
 
 
-def executing_count(conn: Connection, run_id: str) -> int:
-    """Steps of the run whose body is executing now (claimed rows)."""
-    return int(
-        conn.execute(
-            select(func.count())
-            .select_from(steps)
-            .where(steps.c.run_id == run_id)
-            .where(steps.c.status == "running")
-            .where(steps.c.claimed_by.is_not(None))
-        ).scalar_one()
-    )
-
-
 _RUN_COUNTS = select(
     func.count().filter(and_(steps.c.status == "running", steps.c.claimed_by.is_not(None))),
     func.coalesce(func.sum(steps.c.attempt), 0),
@@ -337,20 +344,13 @@ _RUN_COUNTS = select(
 
 
 def run_counts(conn: Connection, run_id: str) -> tuple[int, int]:
-    """:func:`executing_count` and :func:`executed_count` in one statement."""
+    """(steps of the run whose body is executing now — claimed rows —, executions
+    started so far in the run: every attempt of every step and item), in one statement."""
     row = conn.execute(_RUN_COUNTS, {"k_run_id": run_id}).one()
     return int(row[0]), int(row[1])
 
 
-def executed_count(conn: Connection, run_id: str) -> int:
-    """Executions started so far in the run (every attempt of every step and item)."""
-    value = conn.execute(
-        select(func.coalesce(func.sum(steps.c.attempt), 0)).where(steps.c.run_id == run_id)
-    ).scalar_one()
-    return int(value)
-
-
-def claimed_steps(conn: Connection) -> list[Row]:
+def claimed_steps(conn: Connection) -> list[PipelineStep]:
     """Every step whose body some engine claims to execute."""
     rows = conn.execute(
         select(steps)
@@ -358,7 +358,7 @@ def claimed_steps(conn: Connection) -> list[Row]:
         .where(steps.c.claimed_by.is_not(None))
         .order_by(steps.c.run_id, steps.c.step_id, steps.c.item_index)
     )
-    return [dict(r._mapping) for r in rows]
+    return [pipeline_step(r) for r in rows]
 
 
 def renew_leases(
@@ -379,7 +379,7 @@ def renew_leases(
     return held
 
 
-def suspended_since(conn: Connection, before: datetime) -> list[Row]:
+def suspended_since(conn: Connection, before: datetime) -> list[PipelineStep]:
     """Suspended steps (of running runs) that were first suspended before ``before``."""
     rows = conn.execute(
         select(steps)
@@ -389,4 +389,4 @@ def suspended_since(conn: Connection, before: datetime) -> list[Row]:
         .where(steps.c.suspended_at < before)
         .order_by(steps.c.suspended_at)
     )
-    return [dict(r._mapping) for r in rows]
+    return [pipeline_step(r) for r in rows]

@@ -7,7 +7,7 @@ type is not the column's (a task's state, its refs) are converted here too.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, TypeVar
 
 from sqlalchemy import Connection, RowMapping
@@ -27,8 +27,11 @@ from forgeflow.domain.pipeline_records import (
     ArmedTrigger,
     HookCall,
     HookDelivery,
+    PipelineRun,
+    PipelineStep,
     PipelineTemplate,
     PipelineTrigger,
+    PlannedStep,
 )
 from forgeflow.domain.records import (
     Delivery,
@@ -92,3 +95,18 @@ def first(kind: type[R], conn: Connection, stmt: Any, params: Mapping[str, Any])
 def every(kind: type[R], conn: Connection, stmt: Any, params: Mapping[str, Any]) -> list[R]:
     """Every row of ``stmt`` as a record."""
     return [record(kind, row) for row in conn.execute(stmt, dict(params)).mappings()]
+
+
+# Runs and steps are built from a row's values in column order (their fields are; a
+# test holds them together): a step is read several times per execution, and building
+# it by name from the row's mapping cost more than the read.
+def pipeline_run(values: Sequence[Any]) -> PipelineRun:
+    return PipelineRun(*values)
+
+
+def pipeline_step(values: Sequence[Any]) -> PipelineStep:
+    return PipelineStep(*values)
+
+
+def planned_step(values: Sequence[Any]) -> PlannedStep:
+    return PlannedStep(*values)

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from collections.abc import Collection
 from datetime import datetime
-from typing import Any
 
 from sqlalchemy import Connection, func, select, update
 
@@ -84,12 +83,15 @@ def move_schedule(
         if expected is None
         else triggers.c.next_fire_at == expected
     )
-    values: dict[str, Any] = {"next_fire_at": next_at}
-    if fired_at is not None:
-        values["last_fired_at"] = fired_at
-    result = conn.execute(
-        update(triggers).where(triggers.c.trigger_id == trigger_id).where(where).values(**values)
+    stmt = (
+        update(triggers)
+        .where(triggers.c.trigger_id == trigger_id)
+        .where(where)
+        .values(next_fire_at=next_at)
     )
+    if fired_at is not None:
+        stmt = stmt.values(last_fired_at=fired_at)
+    result = conn.execute(stmt)
     return result.rowcount == 1
 
 
@@ -104,13 +106,13 @@ def mark_fired(conn: Connection, trigger_id: str, at: datetime | None = None) ->
 def set_enabled(conn: Connection, trigger_id: str, enabled: bool) -> bool:
     """Switch one trigger; True when it changed. Disabling a schedule forgets its next
     fire time."""
-    values: dict[str, Any] = {"is_enabled": enabled, "updated_at": utcnow()}
-    if not enabled:
-        values["next_fire_at"] = None
-    result = conn.execute(
+    stmt = (
         update(triggers)
         .where(triggers.c.trigger_id == trigger_id)
         .where(triggers.c.is_enabled.is_(not enabled))
-        .values(**values)
+        .values(is_enabled=enabled, updated_at=utcnow())
     )
+    if not enabled:
+        stmt = stmt.values(next_fire_at=None)
+    result = conn.execute(stmt)
     return result.rowcount == 1

@@ -14,6 +14,7 @@ from fastapi import APIRouter, Depends, Request
 from fastapi.responses import Response
 from sqlalchemy import Connection
 
+from forgeflow.domain.jsontypes import JsonObject
 from forgeflow.pipelines import deliveries, views
 from forgeflow.pipelines.runs import PipelineError
 from forgeflow.store import audit
@@ -45,7 +46,12 @@ async def trigger_page(
             data = deliveries.page_json(conn, trigger_id, params["status"], PAGE_SIZE, offset)
         except PipelineError:
             return None
-        return {**data, "stamp": stamp, "page": paging(offset, data["total"])}
+        total = data["total"]
+        return {
+            **data,
+            "stamp": stamp,
+            "page": paging(offset, total if isinstance(total, int) else 0),
+        }
 
     data = await services(request).store.read(_read)
     if data is None:
@@ -73,11 +79,11 @@ async def replay(request: Request, posted: Post, trigger_id: str, delivery_id: s
         run = views.run_json(started.run, state=False)
         return 201, {"run": run, "created": started.created, "deliveryId": delivery_id}
 
-    def _said(body: dict[str, Any]) -> str:
-        return f"Delivery {delivery_id} replayed as run {(body.get('run') or {}).get('runId')}."
+    def _said(body: JsonObject) -> str:
+        return f"Delivery {delivery_id} replayed as run {views.answer_field(body, 'run', 'runId')}."
 
-    def _run_page(body: dict[str, Any]) -> str | None:
-        run_id = (body.get("run") or {}).get("runId")
+    def _run_page(body: JsonObject) -> str | None:
+        run_id = views.answer_field(body, "run", "runId")
         return f"/ui/pipelines/runs/{run_id}" if run_id else None
 
     action, target = "pipeline.webhook.replay", f"{trigger_id}/{delivery_id}"

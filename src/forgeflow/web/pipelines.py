@@ -14,6 +14,7 @@ from fastapi import APIRouter, Depends, Request
 from fastapi.responses import Response
 from sqlalchemy import Connection
 
+from forgeflow.domain.jsontypes import JsonObject
 from forgeflow.pipelines import retry, runs, steps, templates, views
 from forgeflow.pipelines.definition import DefinitionError, load_definition
 from forgeflow.pipelines.kinds import NODE_ROW, SETTLED_STEP_STATUSES, RunStatus
@@ -41,8 +42,8 @@ def run_marker(conn: Connection, run_id: str) -> str:
     """The audit marker plus the run's and its steps' versions: steps move unaudited."""
     run = q.get_run(conn, run_id)
     rows = q.steps_of(conn, run_id) if run is not None else []
-    versions = sum(int(r["version"]) for r in rows)
-    return f"{audit.change_marker(conn)}:{run['version'] if run else 0}.{versions}.{len(rows)}"
+    versions = sum(int(r.version) for r in rows)
+    return f"{audit.change_marker(conn)}:{run.version if run else 0}.{versions}.{len(rows)}"
 
 
 def _bodies(request: Request) -> frozenset[str] | None:
@@ -165,7 +166,7 @@ async def run_page(request: Request, session: Session, run_id: str) -> Response:
         return {
             "stamp": stamp,
             "run": views.run_json(row, rows),
-            "definition": redact(row["definition"]),
+            "definition": redact(row.definition),
             "children": children,
             "interrupted": retry.interrupted(row, rows),
         }
@@ -212,7 +213,7 @@ def _switch(key: str, enabled: bool) -> Fn:
     return _guarded(_apply)
 
 
-def _switched(body: dict[str, Any]) -> str:
+def _switched(body: JsonObject) -> str:
     return f"Template {body.get('key')} is {'enabled' if body.get('enabled') else 'disabled'}."
 
 
@@ -233,7 +234,7 @@ async def disable_template(request: Request, posted: Post, key: str) -> Response
 @router.post("/templates/{key}/runs")
 async def start_run(request: Request, posted: Post, key: str) -> Response:
     """Manual start from the form of declared inputs (text, parsed by declared type)."""
-    inputs = {
+    inputs: JsonObject = {
         name.removeprefix("in."): value
         for name, value in posted.form.items()
         if name.startswith("in.") and value.strip() != ""
@@ -251,12 +252,12 @@ async def start_run(request: Request, posted: Post, key: str) -> Response:
         )
         return 201, {"run": views.run_json(started.run), "created": started.created}
 
-    def _run_page(body: dict[str, Any]) -> str | None:
-        run_id = (body.get("run") or {}).get("runId")
+    def _run_page(body: JsonObject) -> str | None:
+        run_id = views.answer_field(body, "run", "runId")
         return f"/ui/pipelines/runs/{run_id}" if run_id else None
 
-    def _started(body: dict[str, Any]) -> str:
-        return f"Run {(body.get('run') or {}).get('runId')} started."
+    def _started(body: JsonObject) -> str:
+        return f"Run {views.answer_field(body, 'run', 'runId')} started."
 
     return await run_control(
         request,
@@ -275,8 +276,8 @@ async def cancel_run(request: Request, posted: Post, run_id: str) -> Response:
         row = runs.cancel_run(conn, run_id, actor=req.actor, reason=req.reason)
         return 200, {"run": views.run_json(row, state=False)}
 
-    def _said(body: dict[str, Any]) -> str:
-        return f"Run {run_id} is {(body.get('run') or {}).get('status')}."
+    def _said(body: JsonObject) -> str:
+        return f"Run {run_id} is {views.answer_field(body, 'run', 'status')}."
 
     fn = _guarded(_cancel)
     return await run_control(request, posted, "pipeline.run.cancel", run_id, fn, describe=_said)
@@ -290,8 +291,10 @@ async def retry_run(request: Request, posted: Post, run_id: str) -> Response:
     def _retry(conn: Connection, req: controls.ControlRequest) -> controls.Outcome:
         return retry.answer(conn, run_id, actor=req.actor, confirm=confirm)
 
-    def _said(body: dict[str, Any]) -> str:
-        return f"Run {run_id} runs again: {', '.join(body.get('steps') or [])}."
+    def _said(body: JsonObject) -> str:
+        taken = body.get("steps")
+        names = [str(s) for s in taken] if isinstance(taken, list) else []
+        return f"Run {run_id} runs again: {', '.join(names)}."
 
     fn = _guarded(_retry)
     return await run_control(request, posted, "pipeline.run.retry", run_id, fn, describe=_said)
@@ -309,7 +312,7 @@ async def _decide(
             conn, run_id, step_id, index, approve=approve, actor=req.actor, reason=req.reason
         )
 
-    def _said(body: dict[str, Any]) -> str:
+    def _said(body: JsonObject) -> str:
         return f"Step {step_id} {body.get('decision')}; the run is {body.get('runStatus')}."
 
     action = f"pipeline.step.{'approve' if approve else 'reject'}"

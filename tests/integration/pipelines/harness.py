@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from forgeflow.agent.oneshot import JailRunner
+from forgeflow.domain.pipeline_records import PipelineRun, PipelineStep
 from forgeflow.pipelines import templates
 from forgeflow.pipelines.adapters import LocalWorkspace
 from forgeflow.pipelines.bodies import register_builtins
@@ -21,7 +22,7 @@ from forgeflow.pipelines.registry import PipelineBodyRegistry, StepContext, Step
 from forgeflow.store import Store
 from forgeflow.store import pipelines as q
 
-Row = dict[str, Any]
+Row = PipelineRun
 T = TypeVar("T")
 
 
@@ -41,7 +42,7 @@ class Harness:
 
     async def start(self, key: str, **kw: Any) -> str:
         started = await self.engine.start(key, **kw)
-        return str(started.run["run_id"])
+        return str(started.run.run_id)
 
     async def run(self, key: str, timeout: float = 15.0, **kw: Any) -> Row:
         return await self.finished(await self.start(key, **kw), timeout)
@@ -63,20 +64,18 @@ class Harness:
     async def finished(self, run_id: str, timeout: float = 15.0) -> Row:
         async def _done() -> Row | None:
             row = await self.get(run_id)
-            return row if row["status"] != "running" else None
+            return row if row.status != "running" else None
 
         result: Row = await self.wait(_done, timeout, f"run {run_id} finished")
         return result
 
-    async def steps(self, run_id: str) -> dict[str, Row]:
+    async def steps(self, run_id: str) -> dict[str, PipelineStep]:
         """Rows by ``step`` (node rows) and ``step#i`` (forEach items)."""
         rows = await self.store.read(lambda c: q.steps_of(c, run_id))
-        return {
-            r["step_id"] + ("" if r["item_index"] < 0 else f"#{r['item_index']}"): r for r in rows
-        }
+        return {r.step_id + ("" if r.item_index < 0 else f"#{r.item_index}"): r for r in rows}
 
     async def step_status(self, run_id: str, step: str) -> str:
-        return str((await self.steps(run_id))[step]["status"])
+        return (await self.steps(run_id))[step].status
 
 
 def run_async(main: Callable[[], Coroutine[Any, Any, T]]) -> T:

@@ -43,18 +43,18 @@ def test_happy_path_renders_inputs_and_fills_the_state_bag(store: Store, tmp_pat
     async def scenario(h: Harness) -> None:
         await h.add(doc)
         row = await h.run("p", inputs={"n": 3}, event={"who": "alice"})
-        assert row["status"] == "succeeded", row["error"]
-        assert row["state"]["a"] == {"n": 3, "text": "n=3"}
-        assert row["state"]["b"] == "n=3 and alice"
-        steps = await h.steps(row["run_id"])
-        assert {k: s["status"] for k, s in steps.items()} == {
+        assert row.status == "succeeded", row.error
+        assert row.state["a"] == {"n": 3, "text": "n=3"}
+        assert row.state["b"] == "n=3 and alice"
+        steps = await h.steps(row.run_id)
+        assert {k: s.status for k, s in steps.items()} == {
             "t": "succeeded",
             "a": "succeeded",
             "b": "succeeded",
             "end": "succeeded",
         }
-        assert steps["b"]["input"] == {"value": "n=3 and alice"}
-        assert steps["a"]["attempt"] == 1
+        assert steps["b"].input == {"value": "n=3 and alice"}
+        assert steps["a"].attempt == 1
 
     run(store, tmp_path, scenario)
 
@@ -87,14 +87,14 @@ def test_parallel_branches_and_a_join_with_an_append_reducer(store: Store, tmp_p
     async def scenario(h: Harness) -> None:
         await h.add(doc)
         row = await h.run("p")
-        assert row["status"] == "succeeded", row["error"]
-        assert sorted(row["state"]["found"]) == ["from-a", "from-b1", "from-b2"]
-        assert row["state"]["count"] == 3  # a lone placeholder keeps its type
+        assert row.status == "succeeded", row.error
+        assert sorted(row.state["found"]) == ["from-a", "from-b1", "from-b2"]
+        assert row.state["count"] == 3  # a lone placeholder keeps its type
         spans = {name: (s, e) for name, s, e in h.intervals}
         assert max_overlap([i for i in h.intervals if i[0] in "ab"]) == 2
-        steps = await h.steps(row["run_id"])
-        join_started = steps["j"]["started_at"]
-        assert join_started >= max(steps["a"]["finished_at"], steps["b"]["finished_at"])
+        steps = await h.steps(row.run_id)
+        join_started = steps["j"].started_at
+        assert join_started >= max(steps["a"].finished_at, steps["b"].finished_at)
         assert spans["c"][0] >= max(spans["a"][1], spans["b"][1])
 
     run(store, tmp_path, scenario)
@@ -128,20 +128,20 @@ def test_router_takes_one_branch_and_skips_the_other(store: Store, tmp_path: Pat
     async def scenario(h: Harness) -> None:
         await h.add(doc)
         row = await h.run("p", inputs={"label": "This is a BUG report"})
-        assert row["status"] == "succeeded", row["error"]
-        assert row["state"]["merged"] == "merged after bug"
-        steps = await h.steps(row["run_id"])
-        assert steps["r"]["routes"] == ["bug"]
-        assert [steps[n]["status"] for n in ("fix", "write", "other", "merge")] == [
+        assert row.status == "succeeded", row.error
+        assert row.state["merged"] == "merged after bug"
+        steps = await h.steps(row.run_id)
+        assert steps["r"].routes == ["bug"]
+        assert [steps[n].status for n in ("fix", "write", "other", "merge")] == [
             "succeeded",
             "skipped",
             "skipped",
             "succeeded",
         ]
         row = await h.run("p", inputs={"label": "question"})
-        steps = await h.steps(row["run_id"])
-        assert row["state"]["route"] == "other"
-        assert [steps[n]["status"] for n in ("fix", "write", "other")] == [
+        steps = await h.steps(row.run_id)
+        assert row.state["route"] == "other"
+        assert [steps[n].status for n in ("fix", "write", "other")] == [
             "skipped",
             "skipped",
             "succeeded",
@@ -166,14 +166,14 @@ def test_foreach_keeps_its_bound_and_the_input_order(store: Store, tmp_path: Pat
     async def scenario(h: Harness) -> None:
         await h.add(doc)
         row = await h.run("p", inputs={"items": [0, 1, 2, 3, 4, 5]})
-        assert row["status"] == "succeeded", row["error"]
-        assert row["state"]["results"] == [0, 10, 20, 30, 40, 50]
+        assert row.status == "succeeded", row.error
+        assert row.state["results"] == [0, 10, 20, 30, 40, 50]
         assert max_overlap(h.intervals) == 2
-        steps = await h.steps(row["run_id"])
-        assert [steps[f"each#{i}"]["item"] for i in range(6)] == [0, 1, 2, 3, 4, 5]
-        assert steps["each"]["output"] == [0, 10, 20, 30, 40, 50]
+        steps = await h.steps(row.run_id)
+        assert [steps[f"each#{i}"].item for i in range(6)] == [0, 1, 2, 3, 4, 5]
+        assert steps["each"].output == [0, 10, 20, 30, 40, 50]
         empty = await h.run("p", inputs={"items": []})
-        assert empty["status"] == "succeeded" and empty["state"]["results"] == []
+        assert empty.status == "succeeded" and empty.state["results"] == []
 
     run(store, tmp_path, scenario)
 
@@ -194,12 +194,12 @@ def test_run_limits_max_concurrent_steps_and_max_steps(store: Store, tmp_path: P
         await h.add(wide)
         await h.add(long)
         row = await h.run("p")
-        assert row["status"] == "succeeded"
+        assert row.status == "succeeded"
         assert len(h.intervals) == 4 and max_overlap(h.intervals) == 2
         row = await h.run("long")
-        assert (row["status"], row["error_code"]) == ("failed", "max_steps_exceeded")
-        steps = await h.steps(row["run_id"])
-        assert [steps[n]["status"] for n in "tabc"] == [
+        assert (row.status, row.error_code) == ("failed", "max_steps_exceeded")
+        steps = await h.steps(row.run_id)
+        assert [steps[n].status for n in "tabc"] == [
             "succeeded",
             "succeeded",
             "succeeded",
@@ -225,19 +225,19 @@ def test_retries_back_off_then_succeed_or_fail_the_run(store: Store, tmp_path: P
     async def scenario(h: Harness) -> None:
         await h.add(doc)
         row = await h.run("p", inputs={"fails": 2})
-        assert row["status"] == "succeeded", row["error"]
-        assert row["state"]["a"] == {"attempt": 3}
+        assert row.status == "succeeded", row.error
+        assert row.state["a"] == {"attempt": 3}
         times = [t for _, _, t in h.attempts]
         assert [a for _, a, _ in h.attempts] == [1, 2, 3]
         assert times[1] - times[0] >= 0.2 and times[2] - times[1] >= 0.4  # linear: 1×, 2×
         h.attempts.clear()
         row = await h.run("p", inputs={"fails": 5})
-        assert (row["status"], row["error_code"]) == ("failed", "flaky")
-        assert "attempt 3 failed" in row["error"]
+        assert (row.status, row.error_code) == ("failed", "flaky")
+        assert "attempt 3 failed" in row.error
         assert len(h.attempts) == 3
-        steps = await h.steps(row["run_id"])
-        assert (steps["a"]["status"], steps["a"]["attempt"]) == ("failed", 3)
-        assert steps["end"]["status"] == "skipped"
+        steps = await h.steps(row.run_id)
+        assert (steps["a"].status, steps["a"].attempt) == ("failed", 3)
+        assert steps["end"].status == "skipped"
 
     run(store, tmp_path, scenario)
 
@@ -263,11 +263,11 @@ def test_continue_on_fail_keeps_the_error_in_state(store: Store, tmp_path: Path)
     async def scenario(h: Harness) -> None:
         await h.add(doc)
         row = await h.run("p")
-        assert row["status"] == "succeeded", row["error"]
-        assert row["state"]["_stepErrors"] == {"bad": "RuntimeError: disk full"}
-        assert row["state"]["after"] == "RuntimeError: disk full"
-        steps = await h.steps(row["run_id"])
-        assert (steps["bad"]["status"], steps["bad"]["error_code"]) == ("failed", "body_error")
+        assert row.status == "succeeded", row.error
+        assert row.state["_stepErrors"] == {"bad": "RuntimeError: disk full"}
+        assert row.state["after"] == "RuntimeError: disk full"
+        steps = await h.steps(row.run_id)
+        assert (steps["bad"].status, steps["bad"].error_code) == ("failed", "body_error")
 
     run(store, tmp_path, scenario)
 
@@ -287,14 +287,14 @@ def test_cancel_skips_pending_and_cancels_running_and_suspended(
 
         async def _ready() -> bool:
             steps = await h.steps(run_id)
-            return steps["slow"]["status"] == "running" and steps["gate"]["status"] == "suspended"
+            return steps["slow"].status == "running" and steps["gate"].status == "suspended"
 
         await h.wait(_ready, what="slow running and gate suspended")
         await h.engine.cancel(run_id, actor="admin:test", reason="no longer needed")
         row = await h.get(run_id)
-        assert (row["status"], row["error_code"]) == ("cancelled", "cancelled")
+        assert (row.status, row.error_code) == ("cancelled", "cancelled")
         steps = await h.steps(run_id)
-        assert {n: steps[n]["status"] for n in ("slow", "gate", "after", "end")} == {
+        assert {n: steps[n].status for n in ("slow", "gate", "after", "end")} == {
             "slow": "cancelled",
             "gate": "cancelled",
             "after": "skipped",
@@ -306,7 +306,7 @@ def test_cancel_skips_pending_and_cancels_running_and_suspended(
 
         await h.wait(_stopped, timeout=30, what="the running body was cancelled")
         again = await h.engine.cancel(run_id)
-        assert again["status"] == "cancelled"
+        assert again.status == "cancelled"
 
     run(store, tmp_path, scenario)
 
@@ -322,11 +322,11 @@ def test_dedupe_disabled_templates_and_unregistered_bodies(store: Store, tmp_pat
         first = await h.engine.start("p", dedupe_key="evt-1")
         second = await h.engine.start("p", dedupe_key="evt-1")
         assert first.created and not second.created
-        assert second.run["run_id"] == first.run["run_id"]
-        row = await h.finished(first.run["run_id"])
-        assert (row["status"], row["error_code"]) == ("failed", "unregistered_body")
-        steps = await h.steps(row["run_id"])
-        assert steps["a"]["error"] == "no body is registered under 'no.such.body'"
+        assert second.run.run_id == first.run.run_id
+        row = await h.finished(first.run.run_id)
+        assert (row.status, row.error_code) == ("failed", "unregistered_body")
+        steps = await h.steps(row.run_id)
+        assert steps["a"].error == "no body is registered under 'no.such.body'"
         with pytest.raises(PipelineError) as caught:
             await h.engine.start("off")
         assert caught.value.code == "template_disabled"
@@ -358,14 +358,14 @@ def test_suspended_step_timeout_fails_a_gate_but_not_an_approval_step(
         await h.add(approval)
         waiting = await h.start("approval")
         row = await h.run("gate", timeout=10)
-        assert (row["status"], row["error_code"]) == ("failed", "suspended_timeout")
-        assert (await h.steps(row["run_id"]))["g"]["status"] == "failed"
+        assert (row.status, row.error_code) == ("failed", "suspended_timeout")
+        assert (await h.steps(row.run_id))["g"].status == "failed"
         await asyncio.sleep(0.5)
         assert await h.step_status(waiting, "g") == "suspended"
         status, answer = await h.engine.decide(waiting, "g", approve=True, actor="admin:bob")
         assert status == 200 and answer["decision"] == "approved"
         row = await h.finished(waiting)
-        assert row["status"] == "succeeded"
+        assert row.status == "succeeded"
 
     run(store, tmp_path, scenario)
 
@@ -408,17 +408,17 @@ def test_call_pipeline_runs_a_child_and_outputs_its_state(store: Store, tmp_path
         for doc in (child, parent, selfish):
             await h.add(doc)
         row = await h.run("p", inputs={"q": "why"}, timeout=60)  # woken, not polled
-        assert row["status"] == "succeeded", row["error"]
-        assert row["state"]["child"]["answer"] == "child saw why"
-        steps = await h.steps(row["run_id"])
-        child_id = steps["call"]["suspend"]["data"]["childRunId"]
+        assert row.status == "succeeded", row.error
+        assert row.state["child"]["answer"] == "child saw why"
+        steps = await h.steps(row.run_id)
+        child_id = steps["call"].suspend["data"]["childRunId"]
         child_row = await h.get(child_id)
-        assert (child_row["parent_run_id"], child_row["trigger_type"]) == (
-            row["run_id"],
+        assert (child_row.parent_run_id, child_row.trigger_type) == (
+            row.run_id,
             "pipeline",
         )
         row = await h.run("selfish")
-        assert (row["status"], row["error_code"]) == ("failed", "recursive_pipeline")
+        assert (row.status, row.error_code) == ("failed", "recursive_pipeline")
 
     run(store, tmp_path, scenario)
 
@@ -467,18 +467,18 @@ def test_bash_script_gets_state_values_only_as_environment(
         for d in (doc, failing, slow):
             await h.add(d)
         row = await h.run("p", inputs={"evil": HOSTILE, "list": ["a'b", "c\nd"]})
-        assert row["status"] == "succeeded", row["error"]
-        workdir = tmp_path / "scratch" / row["run_id"]
+        assert row.status == "succeeded", row.error
+        workdir = tmp_path / "scratch" / row.run_id
         assert (workdir / "evil.txt").read_text() == HOSTILE
         assert (workdir / "data.txt").read_text() == '{"list": ["a\'b", "c\\nd"]}'
         assert not list(workdir.glob("PWNED*")) and not list(Path.cwd().glob("PWNED*"))
         env = (workdir / "env.txt").read_text()
         assert "FORGEFLOW_" not in env and "never-reaches-a-script" not in env
-        assert row["state"]["s"]["stdout"] == f"done in {row['run_id']}"
+        assert row.state["s"]["stdout"] == f"done in {row.run_id}"
         row = await h.run("failing")
-        assert (row["status"], row["error_code"]) == ("failed", "script_failed")
-        assert "exit code 3: oops" in row["error"]
+        assert (row.status, row.error_code) == ("failed", "script_failed")
+        assert "exit code 3: oops" in row.error
         row = await h.run("slow")
-        assert (row["status"], row["error_code"]) == ("failed", "step_timeout")
+        assert (row.status, row.error_code) == ("failed", "step_timeout")
 
     run(store, tmp_path, scenario)

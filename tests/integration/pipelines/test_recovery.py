@@ -33,13 +33,13 @@ def test_an_expired_lease_is_taken_over_by_another_node(store: Store, tmp_path: 
             b.released.set()
             first = await b.finished(ids[0], timeout=10)
             second = await b.finished(ids[1], timeout=10)
-            assert first["status"] == "succeeded"
+            assert first.status == "succeeded"
             steps = await b.steps(ids[0])
-            assert (steps["b"]["attempt"], steps["b"]["output"]) == (2, "released")
-            assert (second["status"], second["error_code"]) == (
+            assert (steps["b"].attempt, steps["b"].output) == (2, "released")
+            assert (second.status, second.error_code) == (
                 "failed",
                 "interrupted_non_idempotent",
             )
-            assert (await b.steps(ids[1]))["b"]["attempt"] == 1
+            assert (await b.steps(ids[1]))["b"].attempt == 1
 
     run_async(scenario)

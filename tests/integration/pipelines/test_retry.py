@@ -64,21 +64,21 @@ def test_a_failed_run_runs_only_its_failed_and_skipped_steps_again(
     async def scenario(h: Harness) -> None:
         await h.add(_chain())
         failed = await h.run("p")
-        run_id = failed["run_id"]
-        assert (failed["status"], failed["error_code"]) == ("failed", "flaky")
+        run_id = failed.run_id
+        assert (failed.status, failed.error_code) == ("failed", "flaky")
         before = await h.steps(run_id)
-        assert [before[s]["status"] for s in "abc"] == ["succeeded", "failed", "skipped"]
+        assert [before[s].status for s in "abc"] == ["succeeded", "failed", "skipped"]
         assert await _retry(h, run_id) == ["b", "c", "end"]
         done = await h.finished(run_id)
-        assert done["status"] == "succeeded", done["error"]
+        assert done.status == "succeeded", done.error
         after = await h.steps(run_id)
         # a ran once: same row, same output, same finish time.
         assert [n for n, *_ in h.intervals] == ["a"]
-        assert after["a"]["attempt"] == 1
-        assert after["a"]["finished_at"] == before["a"]["finished_at"]
-        assert (after["b"]["attempt"], after["b"]["retry_base"]) == (2, 1)
-        assert done["state"]["first"] == "kept"
-        assert done["state"]["third"] == 2
+        assert after["a"].attempt == 1
+        assert after["a"].finished_at == before["a"].finished_at
+        assert (after["b"].attempt, after["b"].retry_base) == (2, 1)
+        assert done.state["first"] == "kept"
+        assert done.state["third"] == 2
         rows = await h.store.read(
             lambda c: audit.query(c, audit.AuditQuery(action="pipeline.run.retry"))
         )
@@ -94,9 +94,9 @@ def test_only_a_failed_or_cancelled_run_is_retried(store: Store, tmp_path: Path)
     async def scenario(h: Harness) -> None:
         await h.add(dag_doc("t>a a>end"))
         ok = await h.run("p")
-        assert ok["status"] == "succeeded"
+        assert ok.status == "succeeded"
         with pytest.raises(PipelineError) as caught:
-            await _retry(h, ok["run_id"])
+            await _retry(h, ok.run_id)
         assert (caught.value.code, caught.value.status) == ("run_not_retryable", 409)
         with pytest.raises(PipelineError) as missing:
             await _retry(h, "run-nope")
@@ -123,18 +123,18 @@ def test_an_interrupted_non_idempotent_step_needs_a_confirmation(
         await h.wait(_running, what="b running")
         await h.store.write(lambda c: runs.cancel_run(c, run_id, actor="admin:x", reason=None))
         row = await h.finished(run_id)
-        assert row["status"] == "cancelled"
+        assert row.status == "cancelled"
         with pytest.raises(PipelineError) as caught:
             await _retry(h, run_id)
         assert caught.value.code == "interrupted_needs_confirmation"
         assert caught.value.extra["steps"] == ["b"]
         assert "b:" in caught.value.message
-        assert (await h.get(run_id))["status"] == "cancelled"  # nothing moved
+        assert (await h.get(run_id)).status == "cancelled"  # nothing moved
         h.released.set()
         assert await _retry(h, run_id, confirm=True) == ["b", "end"]
         done = await h.finished(run_id)
-        assert done["status"] == "succeeded"
-        assert (await h.steps(run_id))["b"]["output"] == "released"
+        assert done.status == "succeeded"
+        assert (await h.steps(run_id))["b"].output == "released"
 
     run(store, tmp_path, scenario)
 
@@ -155,18 +155,18 @@ def test_a_foreach_runs_again_only_its_unfinished_items(store: Store, tmp_path: 
     async def scenario(h: Harness) -> None:
         await h.add(doc)
         failed = await h.run("p", inputs={"items": [0, 1, 0]})
-        run_id = failed["run_id"]
-        assert failed["status"] == "failed"
+        run_id = failed.run_id
+        assert failed.status == "failed"
         before = await h.steps(run_id)
-        assert [before[f"each#{i}"]["status"] for i in range(3)] == [
+        assert [before[f"each#{i}"].status for i in range(3)] == [
             "succeeded",
             "failed",
             "skipped",
         ]
         assert await _retry(h, run_id) == ["each", "end", "each#1", "each#2"]
         done = await h.finished(run_id)
-        assert done["status"] == "succeeded", done["error"]
-        assert done["state"]["results"] == [{"attempt": 1}, {"attempt": 2}, {"attempt": 1}]
+        assert done.status == "succeeded", done.error
+        assert done.state["results"] == [{"attempt": 1}, {"attempt": 2}, {"attempt": 1}]
         assert [(s, a) for s, a, _ in h.attempts] == [
             ("each", 1),
             ("each", 1),
@@ -191,12 +191,12 @@ def test_retry_attempts_count_again_from_the_retry(store: Store, tmp_path: Path)
     async def scenario(h: Harness) -> None:
         await h.add(doc)
         failed = await h.run("p")
-        assert (await h.steps(failed["run_id"]))["b"]["attempt"] == 2
-        await _retry(h, failed["run_id"])
-        done = await h.finished(failed["run_id"])
+        assert (await h.steps(failed.run_id))["b"].attempt == 2
+        await _retry(h, failed.run_id)
+        done = await h.finished(failed.run_id)
         # Attempt 3 fails, and the node's second try of this retry (attempt 4) succeeds.
-        assert done["status"] == "succeeded", done["error"]
-        assert (await h.steps(failed["run_id"]))["b"]["output"] == {"attempt": 4}
+        assert done.status == "succeeded", done.error
+        assert (await h.steps(failed.run_id))["b"].output == {"attempt": 4}
 
     run(store, tmp_path, scenario)
 
@@ -212,7 +212,7 @@ def test_a_retry_that_dies_halfway_leaves_the_run_as_it_was(store: Store, tmp_pa
     async def scenario(h: Harness) -> None:
         await h.add(_chain())
         failed = await h.run("p")
-        run_id = failed["run_id"]
+        run_id = failed.run_id
         before = await h.steps(run_id)
         with pytest.raises(Crash):
             await h.store.write(lambda c: _retry_then_crash(c, run_id))
@@ -224,6 +224,6 @@ def test_a_retry_that_dies_halfway_leaves_the_run_as_it_was(store: Store, tmp_pa
         assert rows == []
         # And the retry still works afterwards.
         assert await _retry(h, run_id) == ["b", "c", "end"]
-        assert (await h.finished(run_id))["status"] == "succeeded"
+        assert (await h.finished(run_id)).status == "succeeded"
 
     run(store, tmp_path, scenario)

@@ -64,15 +64,15 @@ def test_a_script_without_a_repository_sees_only_its_scratch_folder_and_dies_at_
         await h.add(look)
         await h.add(slow)
         row = await h.run("look")
-        assert row["status"] == "succeeded", row["error"]
-        lines = row["state"]["s"]["stdout"].splitlines()
-        scratch = str(tmp_path / "scratch" / row["run_id"])
+        assert row.status == "succeeded", row.error
+        lines = row.state["s"]["stdout"].splitlines()
+        scratch = str(tmp_path / "scratch" / row.run_id)
         assert lines[0] == "forgeflow-agent", lines
         assert "No such file or directory" in lines[1], lines
         assert "No such file or directory" in lines[2], lines
         assert lines[3:] == [scratch, "/home/agent"], lines
         row = await h.run("slow", timeout=30)
-        assert row["status"] == "failed" and row["error_code"] in {
+        assert row.status == "failed" and row.error_code in {
             "script_timeout",
             "step_timeout",
         }, row
@@ -106,8 +106,8 @@ def test_a_script_on_a_review_space_gets_a_read_only_repository(
         node["extras"]["spaceId"] = space.session_key
         await h.add(doc)
         row = await h.run("draft")
-        assert row["status"] == "succeeded", row["error"]
-        out = row["state"]["s"]["stdout"].splitlines()
+        assert row.status == "succeeded", row.error
+        out = row.state["s"]["stdout"].splitlines()
         assert out == ["tracked.txt", "Read-only file system", "ok"], out
 
     _run(store, tmp_path, scenario)
@@ -130,7 +130,7 @@ def test_dep_audit_lists_the_manifests_with_git_in_the_jail(store: Store, tmp_pa
     async def scenario(h: Harness) -> None:
         await h.add(doc)
         row = await h.run("audit")
-        assert row["status"] == "succeeded", row["error"]
-        assert row["state"]["s"]["stdout"].splitlines() == ["pyproject.toml", "web/package.json"]
+        assert row.status == "succeeded", row.error
+        assert row.state["s"]["stdout"].splitlines() == ["pyproject.toml", "web/package.json"]
 
     _run(store, tmp_path, scenario)

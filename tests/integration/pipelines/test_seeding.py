@@ -103,7 +103,7 @@ def test_a_shipped_change_bumps_the_version_and_runs_keep_theirs(store: Store) -
     run = store.db.write_sync(
         lambda c: templates.start(c, "pr_review", trigger_type="manual", inputs=inputs)
     ).run
-    assert run["definition_version"] == 1
+    assert run.definition_version == 1
     store.db.write_sync(lambda c: templates.set_enabled(c, "pr_review", False, actor="admin"))
 
     shipped = _shipped("pr_review").definition
@@ -119,9 +119,9 @@ def test_a_shipped_change_bumps_the_version_and_runs_keep_theirs(store: Store) -
     assert row.definition["description"] == "a new text"
     assert row.definition["enabled"] is False
     assert set(_triggers(store, "pr_review")) == {("manual", ""), ("event", "PrMerged")}
-    kept = store.db.read_sync(lambda c: q.get_run(c, run["run_id"]))
-    assert kept is not None and kept["definition_version"] == 1
-    assert kept["definition"]["description"] != "a new text"
+    kept = store.db.read_sync(lambda c: q.get_run(c, run.run_id))
+    assert kept is not None and kept.definition_version == 1
+    assert kept.definition["description"] != "a new text"
 
     # Shipping the original text again is one more version, and drops the trigger.
     assert store.db.write_sync(lambda c: seed_template(c, _shipped("pr_review"))) == "updated"

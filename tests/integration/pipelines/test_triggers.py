@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from sqlalchemy import Connection, update
 
-from forgeflow.domain.pipeline_records import ArmedTrigger
+from forgeflow.domain.pipeline_records import ArmedTrigger, PipelineRun
 from forgeflow.pipelines import firing, templates
 from forgeflow.pipelines.definition import load_definition
 from forgeflow.pipelines.schedules import InvalidSchedule, next_fire
@@ -54,7 +54,7 @@ def _emit(store: Store, event_type: str, key: str, **payload: Any) -> None:
     )
 
 
-def _runs(store: Store, key: str) -> list[dict[str, Any]]:
+def _runs(store: Store, key: str) -> list[PipelineRun]:
     return store.db.read_sync(lambda c: q.list_runs(c, template_key=key, limit=200))[0]
 
 
@@ -92,9 +92,9 @@ def test_an_event_starts_one_run_per_listening_template_with_match(store: Store)
     fired = store.db.write_sync(firing.dispatch_events)
     assert fired.consumed == 1 and len(fired.runs) == 2
     (run,) = _runs(store, "on_fail")
-    assert (run["trigger_type"], run["event_type"]) == ("event", "TaskFailed")
-    assert run["state"]["event"]["taskId"] == "task-1"
-    assert run["state"]["event"]["repoKey"] == REPO
+    assert (run.trigger_type, run.event_type) == ("event", "TaskFailed")
+    assert run.state["event"]["taskId"] == "task-1"
+    assert run.state["event"]["repoKey"] == REPO
     assert len(_runs(store, "on_fail_choice")) == 1
     assert _runs(store, "on_fail_other_repo") == [] and _runs(store, "on_created") == []
     assert _undispatched(store) == 0
@@ -151,7 +151,7 @@ def test_a_start_that_fails_is_audited_and_the_event_consumed(store: Store) -> N
     fired = store.db.write_sync(firing.dispatch_events)
     assert (fired.consumed, len(fired.runs), fired.skipped) == (2, 1, 1)
     (run,) = _runs(store, "needs")
-    assert run["inputs"] == {"ticket": 7}
+    assert run.inputs == {"ticket": 7}
     (fail,) = _audits(store, "pipeline.trigger.fail")
     assert fail["errorCode"] == "invalid_inputs"
 
@@ -194,7 +194,7 @@ def test_two_dispatchers_start_each_run_once(store: Store, second_store: Store) 
     assert sum(results) == 60
     runs = _runs(store, "on_status")
     assert len(runs) == 60
-    assert len({r["state"]["event"]["taskId"] for r in runs}) == 60
+    assert len({r.state["event"]["taskId"] for r in runs}) == 60
     assert _undispatched(store) == 0
 
 
@@ -216,8 +216,8 @@ def test_the_dispatcher_wakes_when_an_event_commits(store: Store, tmp_path: Path
                 return _runs(store, "on_fail")
 
             (run,) = await h.wait(_started, timeout=60, what="a run")
-            assert run["created_at"] >= began  # started by this event, not an earlier round
-            await h.finished(run["run_id"])
+            assert run.created_at >= began  # started by this event, not an earlier round
+            await h.finished(run.run_id)
         finally:
             await loops.stop()
 
@@ -274,11 +274,9 @@ def test_missed_fires_after_downtime_fire_once(store: Store) -> None:
     assert now < row.next_fire_at <= now + timedelta(seconds=60)
     assert row.last_fired_at == now
     (run,) = _runs(store, "hourly")
-    assert run["trigger_type"] == "schedule"
-    assert (
-        run["dedupe_key"] == f"schedule:{row.trigger_id}:{due.isoformat().replace('+00:00', 'Z')}"
-    )
-    assert run["state"]["event"]["schedule"] == "every:60"
+    assert run.trigger_type == "schedule"
+    assert run.dedupe_key == f"schedule:{row.trigger_id}:{due.isoformat().replace('+00:00', 'Z')}"
+    assert run.state["event"]["schedule"] == "every:60"
 
 
 def test_a_disabled_schedule_or_template_does_not_fire(store: Store) -> None:
@@ -339,8 +337,8 @@ def test_every_second_fires_from_the_running_loop(store: Store, tmp_path: Path) 
                 await loops.stop()
 
     run_async(_main)
-    runs = sorted(_runs(store, "tick"), key=lambda r: r["created_at"])
-    fires = [r["state"]["event"] for r in runs]
+    runs = sorted(_runs(store, "tick"), key=lambda r: r.created_at)
+    fires = [r.state["event"] for r in runs]
     due = [datetime.fromisoformat(f["dueAt"]) for f in fires]
     # Each run consumed a later slot of the one-second cadence, in the order they were
     # created, and none fired before its slot (a slow machine may skip slots, once each).
@@ -348,4 +346,4 @@ def test_every_second_fires_from_the_running_loop(store: Store, tmp_path: Path) 
     steps = [(b - a).total_seconds() for a, b in itertools.pairwise(due)]
     assert all(s >= 1 and s == int(s) for s in steps), steps
     assert all(datetime.fromisoformat(f["firedAt"]) >= d for f, d in zip(fires, due, strict=True))
-    assert len({r["run_id"] for r in runs}) == len(runs)
+    assert len({r.run_id for r in runs}) == len(runs)

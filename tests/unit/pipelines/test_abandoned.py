@@ -3,24 +3,19 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
-from typing import Any
 
 import pytest
 
+from forgeflow.domain.pipeline_records import PipelineStep
 from forgeflow.pipelines.recovery import abandoned
 from forgeflow.store.pipelines import StepKey
+from tests.support.pipelines import step_row
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 
 
-def _row(holder: str | None, expires_in: float) -> dict[str, Any]:
-    return {
-        "run_id": "r",
-        "step_id": "s",
-        "item_index": -1,
-        "claimed_by": holder,
-        "lease_expires_at": NOW + timedelta(seconds=expires_in),
-    }
+def _row(holder: str | None, expires_in: float) -> PipelineStep:
+    return step_row("s", claimed_by=holder, lease_expires_at=NOW + timedelta(seconds=expires_in))
 
 
 @pytest.mark.parametrize(

@@ -3,28 +3,28 @@ ones the planner would not skip again — a dead branch stays skipped."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime
-from typing import Any
 
+from forgeflow.domain.pipeline_records import PipelineStep
 from forgeflow.pipelines.retry import select
-from tests.support.pipelines import dag
+from tests.support.pipelines import dag, step_row
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 
 
-def _rows(**status: str | tuple[str, ...]) -> list[dict[str, Any]]:
+def _rows(**status: str | tuple[str, ...]) -> list[PipelineStep]:
     out = []
     for step, given in status.items():
         st, *rest = (given,) if isinstance(given, str) else given
         out.append(
-            {
-                "step_id": step,
-                "item_index": -1,
-                "status": st,
-                "routes": list(rest) or None,
-                "error_code": "boom" if st == "failed" else None,
-                "started_at": NOW if st in ("failed", "succeeded") else None,
-            }
+            step_row(
+                step,
+                status=st,
+                routes=list(rest) or None,
+                error_code="boom" if st == "failed" else None,
+                started_at=NOW if st in ("failed", "succeeded") else None,
+            )
         )
     return out
 
@@ -59,11 +59,11 @@ def test_an_interrupted_step_of_a_non_idempotent_node_is_named() -> None:
         b={"kind": "listen", "extras": {"idempotent": False}},
     )
     rows = _rows(t="succeeded", a="succeeded", b="cancelled", end="skipped")
-    rows[2].update(error_code="run_ended", started_at=NOW)
+    rows[2] = replace(rows[2], error_code="run_ended", started_at=NOW)
     assert select(d, "t", rows).interrupted == ["b"]
     # Cancelled before it started: nothing can have happened.
-    rows[2].update(started_at=None)
+    rows[2] = replace(rows[2], started_at=None)
     assert select(d, "t", rows).interrupted == []
     # A body that failed by itself is known to have finished.
-    rows[2].update(status="failed", error_code="script_failed", started_at=NOW)
+    rows[2] = replace(rows[2], status="failed", error_code="script_failed", started_at=NOW)
     assert select(d, "t", rows).interrupted == []
