@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import NotRequired, TypedDict
 
-from forgeflow.domain.jsontypes import JsonObject, JsonValue
+from forgeflow.domain.json import JsonObject, JsonValue
 from forgeflow.domain.records import Record
 
 

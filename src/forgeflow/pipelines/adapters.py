@@ -13,7 +13,7 @@ from forgeflow.agent.jail import JailRefused
 from forgeflow.agent.oneshot import JailResult, JailRunner
 from forgeflow.domain import modes
 from forgeflow.domain.ids import INSTANCE_ID, InvalidName, RepoRef, ResourceKind, ResourceRef
-from forgeflow.domain.jsontypes import JsonObject
+from forgeflow.domain.json import JsonObject
 from forgeflow.domain.paths import SESSIONS_DIR, repo_workspace
 from forgeflow.domain.records import Task
 from forgeflow.domain.states import SUCCEEDED_STATES, TERMINAL_STATES, TaskState

@@ -15,7 +15,7 @@ from typing import Any
 
 from forgeflow.domain import modes
 from forgeflow.domain.ids import InvalidName, RepoRef, ResourceKind, ResourceRef, parse_resource_key
-from forgeflow.domain.jsontypes import JsonObject, JsonValue
+from forgeflow.domain.json import JsonObject, JsonValue
 from forgeflow.pipelines import state as bag
 from forgeflow.pipelines.ports import AgentRequest
 from forgeflow.pipelines.registry import (

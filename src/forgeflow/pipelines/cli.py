@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 import typer
 
 from forgeflow.cli_ops import ConfigOption, settings_or_exit
-from forgeflow.domain.jsontypes import JsonObject
+from forgeflow.domain.json import JsonObject
 from forgeflow.domain.pipeline_records import PipelineTemplate, PipelineTrigger
 
 if TYPE_CHECKING:

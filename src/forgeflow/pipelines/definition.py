@@ -18,7 +18,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from forgeflow.domain.jsontypes import JsonObject
+from forgeflow.domain.json import JsonObject
 from forgeflow.pipelines import graph
 from forgeflow.pipelines.kinds import DEFAULT_BODIES, StepKind
 from forgeflow.pipelines.state import StateReducer

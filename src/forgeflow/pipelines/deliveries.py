@@ -19,7 +19,7 @@ from typing import Literal
 
 from sqlalchemy import Connection
 
-from forgeflow.domain.jsontypes import JsonObject
+from forgeflow.domain.json import JsonObject
 from forgeflow.domain.pipeline_records import ArmedTrigger, HookCall, HookDelivery
 from forgeflow.pipelines import firing, templates, views
 from forgeflow.pipelines.runs import PipelineError, Started

@@ -22,7 +22,7 @@ from functools import partial
 import structlog
 from sqlalchemy import Connection
 
-from forgeflow.domain.jsontypes import JsonObject
+from forgeflow.domain.json import JsonObject
 from forgeflow.domain.pipeline_records import PipelineRun, PipelineStep
 from forgeflow.pipelines import execution, recovery, runs, snapshots, steps, templates
 from forgeflow.pipelines.definition import NodeSpec

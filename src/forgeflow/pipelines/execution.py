@@ -10,7 +10,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-from forgeflow.domain.jsontypes import JsonObject
+from forgeflow.domain.json import JsonObject
 from forgeflow.domain.pipeline_records import PipelineRun, PipelineStep
 from forgeflow.pipelines.definition import NodeSpec
 from forgeflow.pipelines.kinds import NODE_ROW, Code, StepKind

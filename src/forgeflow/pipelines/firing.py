@@ -23,7 +23,7 @@ from sqlalchemy import Connection
 
 from forgeflow.domain.bookkeeping import StoredEvent
 from forgeflow.domain.events import matches
-from forgeflow.domain.jsontypes import JsonObject
+from forgeflow.domain.json import JsonObject
 from forgeflow.domain.pipeline_records import ArmedTrigger
 from forgeflow.pipelines import templates
 from forgeflow.pipelines.runs import PipelineError, Started

@@ -12,7 +12,7 @@ from typing import Unpack
 
 from sqlalchemy import Connection
 
-from forgeflow.domain.jsontypes import JsonObject, JsonValue
+from forgeflow.domain.json import JsonObject, JsonValue
 from forgeflow.domain.pipeline_records import (
     NewStep,
     PipelineRun,

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from forgeflow.domain.ids import RepoRef, ResourceRef
-from forgeflow.domain.jsontypes import JsonObject
+from forgeflow.domain.json import JsonObject
 
 
 @dataclass(frozen=True, slots=True)

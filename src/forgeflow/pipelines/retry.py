@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 from sqlalchemy import Connection
 
-from forgeflow.domain.jsontypes import JsonObject, JsonValue
+from forgeflow.domain.json import JsonObject, JsonValue
 from forgeflow.domain.pipeline_records import PipelineRun, PipelineStep, StepChange
 from forgeflow.pipelines import runs, snapshots, views
 from forgeflow.pipelines.definition import PipelineDefinition

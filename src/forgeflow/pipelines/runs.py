@@ -14,7 +14,7 @@ from typing import Any
 
 from sqlalchemy import Connection
 
-from forgeflow.domain.jsontypes import JsonObject
+from forgeflow.domain.json import JsonObject
 from forgeflow.domain.pipeline_records import NewRun, PipelineRun, PlannedStep
 from forgeflow.pipelines import nodes, snapshots
 from forgeflow.pipelines.definition import PipelineDefinition

@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from forgeflow.domain.ids import InvalidName, RepoRef
-from forgeflow.domain.jsontypes import JsonObject
+from forgeflow.domain.json import JsonObject
 from forgeflow.pipelines.ports import ScriptRequest
 from forgeflow.pipelines.registry import StepContext, StepFailed
 from forgeflow.redaction import redact_text

@@ -34,7 +34,7 @@ import structlog
 from pydantic import ValidationError
 from sqlalchemy import Connection
 
-from forgeflow.domain.jsontypes import JsonObject
+from forgeflow.domain.json import JsonObject
 from forgeflow.domain.pipeline_records import PipelineTemplate, TriggerChange
 from forgeflow.pipelines.definition import (
     Loaded,

@@ -13,7 +13,7 @@ from collections import OrderedDict
 
 from sqlalchemy import Connection
 
-from forgeflow.domain.jsontypes import JsonObject
+from forgeflow.domain.json import JsonObject
 from forgeflow.domain.pipeline_records import PipelineRun
 from forgeflow.pipelines.definition import PipelineDefinition
 from forgeflow.store import pipelines as q

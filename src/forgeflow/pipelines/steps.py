@@ -14,7 +14,7 @@ from datetime import datetime, timedelta
 
 from sqlalchemy import Connection
 
-from forgeflow.domain.jsontypes import JsonObject
+from forgeflow.domain.json import JsonObject
 from forgeflow.domain.pipeline_records import PipelineRun, PipelineStep, RunChange, StepChange
 from forgeflow.pipelines import nodes, runs, snapshots
 from forgeflow.pipelines import state as bag

@@ -11,7 +11,7 @@ from typing import Any
 
 from sqlalchemy import Connection
 
-from forgeflow.domain.jsontypes import JsonObject
+from forgeflow.domain.json import JsonObject
 from forgeflow.domain.pipeline_records import PipelineTemplate, WantedTrigger
 from forgeflow.pipelines.definition import Loaded, PipelineDefinition
 from forgeflow.pipelines.inputs import InputError, validate_inputs

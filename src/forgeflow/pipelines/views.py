@@ -5,7 +5,7 @@ Everything shown passes through :func:`forgeflow.redaction.redact`.
 
 from __future__ import annotations
 
-from forgeflow.domain.jsontypes import JsonObject, JsonValue
+from forgeflow.domain.json import JsonObject, JsonValue
 from forgeflow.domain.pipeline_records import (
     PipelineRun,
     PipelineStep,

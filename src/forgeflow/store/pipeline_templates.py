@@ -13,7 +13,7 @@ from typing import Unpack
 
 from sqlalchemy import Connection, insert, select, update
 
-from forgeflow.domain.jsontypes import JsonObject
+from forgeflow.domain.json import JsonObject
 from forgeflow.domain.pipeline_records import (
     PipelineTemplate,
     PipelineTrigger,

@@ -16,7 +16,7 @@ from typing import Any, TypeVar, Unpack
 
 from sqlalchemy import Connection, and_, bindparam, func, insert, or_, select, update
 
-from forgeflow.domain.jsontypes import JsonObject
+from forgeflow.domain.json import JsonObject
 from forgeflow.domain.pipeline_records import (
     NewRun,
     NewStep,

@@ -14,7 +14,7 @@ from fastapi import APIRouter, Depends, Request
 from fastapi.responses import Response
 from sqlalchemy import Connection
 
-from forgeflow.domain.jsontypes import JsonObject
+from forgeflow.domain.json import JsonObject
 from forgeflow.pipelines import deliveries, views
 from forgeflow.pipelines.runs import PipelineError
 from forgeflow.store import audit

@@ -14,7 +14,7 @@ from fastapi import APIRouter, Depends, Request
 from fastapi.responses import Response
 from sqlalchemy import Connection
 
-from forgeflow.domain.jsontypes import JsonObject
+from forgeflow.domain.json import JsonObject
 from forgeflow.pipelines import retry, runs, steps, templates, views
 from forgeflow.pipelines.definition import DefinitionError, load_definition
 from forgeflow.pipelines.kinds import NODE_ROW, SETTLED_STEP_STATUSES, RunStatus
