@@ -121,6 +121,8 @@ class Settings(BaseSettings):
     worker_id: str | None = None
     lease_ttl_seconds: float = Field(default=30.0, gt=0)
     poll_seconds: float = Field(default=5.0, gt=0)
+    # At most one edit of a task's receipt (the tracking comment) per this many seconds.
+    tracking_edit_seconds: float = Field(default=3.0, ge=0.1)
     fetch_interval_seconds: float = Field(default=60.0, ge=0)
     max_preparations: int = Field(default_factory=lambda: default_max_preparations(), ge=1)
     retry_base_seconds: float = Field(default=5.0, ge=0)

@@ -151,6 +151,7 @@ class Services:
         from forgeflow.tasks.review_prompt import ReviewLimits, ReviewPrompts
         from forgeflow.tasks.run import Execution
         from forgeflow.tasks.scheduler import Scheduler
+        from forgeflow.tasks.tracking import Tracker
         from forgeflow.tasks.turn import TurnRunner
         from forgeflow.tasks.verify import Verifier
 
@@ -165,7 +166,8 @@ class Services:
             max_preparations=s.max_preparations,
         )
         replies = Replies(store, gitea, s.bot_login, workers_ttl=ttl, public_url=s.public_url)
-        outbox = Outbox(store, replies, dispatcher)
+        tracker = Tracker(store, gitea, replies, every_seconds=s.tracking_edit_seconds)
+        outbox = Outbox(store, replies, dispatcher, gitea=gitea, tracker=tracker)
         moves = TaskMoves(store, self.retry, dispatcher)
         prompts = Prompts(store, workspace, gitea, moves, bot_login=s.bot_login)
         verifier = Verifier(store, replies, moves, reviews)
@@ -176,6 +178,7 @@ class Services:
             AbortWatch(store),
             abort_timeout=s.abort_timeout_seconds,
             budgets=s.budgets(),
+            tracker=tracker,
         )
         root = str(s.resolved_workspace_root)
         limits = ReviewLimits(s.review_diff_bytes, s.review_skipped())

@@ -14,6 +14,7 @@ from forgeflow.agent.port import (
     AgentEvent,
     NeedsUser,
     Notice,
+    Progress,
     TokenUsage,
     ToolCall,
     Transcribed,
@@ -23,6 +24,7 @@ from forgeflow.agent.port import (
 )
 from forgeflow.domain import transcript
 from forgeflow.domain.json import JsonObject
+from forgeflow.domain.tracking import doing_line, plan_steps
 from forgeflow.redaction import redact
 
 if TYPE_CHECKING:
@@ -78,6 +80,10 @@ def on_notification(turn: TurnState, method: str, params: Json) -> TurnEnd | Non
         turn.input_tokens += int(last.get("inputTokens") or 0)
         turn.output_tokens += int(last.get("outputTokens") or 0)
         turn.put(TokenUsage(turn.next_seq(), turn.input_tokens, turn.output_tokens))
+    elif method in ("turn/plan/updated", "item/started"):
+        progress = _progress(turn.next_seq(), method, params)
+        if progress is not None:
+            turn.put(progress)
     elif method == "error":
         turn.error = str((params.get("error") or {}).get("message") or params)[:2000]
     elif method == "turn/completed":
@@ -91,6 +97,14 @@ def on_notification(turn: TurnState, method: str, params: Json) -> TurnEnd | Non
         )
         return status, code, str(error.get("message") or turn.error or "") or None
     return None
+
+
+def _progress(seq: int, method: str, params: Json) -> Progress | None:
+    """The receipt's view of a plan update or a started item (bounded in tracking.py)."""
+    if method == "turn/plan/updated":
+        return Progress(seq, plan=plan_steps(params.get("plan")))
+    doing = doing_line(params.get("item"))
+    return Progress(seq, doing=doing) if doing else None
 
 
 def on_item(turn: TurnState, item: Json) -> None:

@@ -136,7 +136,17 @@ class Transcribed:
     entry: Entry
 
 
-AgentEvent = ToolCall | TokenUsage | NeedsUser | TurnCompleted | Notice | Transcribed
+@dataclass(frozen=True, slots=True)
+class Progress:
+    """The agent's plan (``turn/plan/updated``: steps with their status) or what it
+    does now (``item/started``, one line): shown on the receipt, not recorded."""
+
+    seq: int
+    plan: tuple[tuple[str, str], ...] | None = None
+    doing: str | None = None
+
+
+AgentEvent = ToolCall | TokenUsage | NeedsUser | TurnCompleted | Notice | Transcribed | Progress
 
 
 class AgentRuntime(Protocol):

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from forgeflow.gitea.models import Comment, Issue, Label
+from forgeflow.gitea.models import Comment, Issue, Label, Reaction
 from forgeflow.gitea.transport import Transport
 
 # Gitea's default page-size ceiling (setting.API.MaxResponseItems) is 50.
@@ -62,6 +62,19 @@ class IssuesApi(Transport):
     async def edit_comment(self, owner: str, repo: str, comment_id: int, body: str) -> Comment:
         path = self._comment_path(owner, repo, comment_id)
         return await self._one(Comment, "PATCH", path, (200,), json={"body": body})
+
+    async def react(
+        self, owner: str, repo: str, content: str, *, comment_id: int | None, index: int
+    ) -> Reaction:
+        """Add the bot's reaction to a comment, or (``comment_id`` None) to the issue's
+        own body. Gitea answers 201 for a new reaction and 200 with the existing one
+        (routers/api/v1/repo/issue_reaction.go), so a retry is harmless; 403 when the
+        instance's setting.UI.Reactions does not list ``content``."""
+        if comment_id is None:
+            path = f"{self._issue_path(owner, repo, index)}/reactions"
+        else:
+            path = f"{self._comment_path(owner, repo, comment_id)}/reactions"
+        return await self._one(Reaction, "POST", path, (200, 201), json={"content": content})
 
     async def labels(self, owner: str, repo: str) -> list[Label]:
         """The repository's labels (GET /repos/{o}/{r}/labels, every page)."""

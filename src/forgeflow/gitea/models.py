@@ -65,6 +65,14 @@ class Comment(_Shape):
     updated_at: datetime | None = None
 
 
+class Reaction(_Shape):
+    """``Reaction`` (modules/structs/issue_reaction.go): who, which, when."""
+
+    user: User = Field(default_factory=User)
+    content: str = ""
+    created_at: datetime | None = None
+
+
 class Repository(_Shape):
     """``Repository`` (GET /repos/{owner}/{repo}, and a pull request's ``head.repo``)."""
 

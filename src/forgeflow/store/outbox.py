@@ -5,16 +5,25 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Connection, Select, and_, or_, select
+from sqlalchemy import Connection, Select, and_, or_, select, update
 
 from forgeflow.domain.bookkeeping import Comment
+from forgeflow.domain.ids import sha256_ref
 from forgeflow.domain.modes import DRAFT_MODES
 from forgeflow.domain.records import Task
-from forgeflow.domain.states import LIVE_STATES, RESULT_STATES, TaskState, values
+from forgeflow.domain.states import (
+    LIVE_STATES,
+    RESULT_STATES,
+    TERMINAL_STATES,
+    TaskState,
+    values,
+)
 from forgeflow.store import comments as comment_q
 from forgeflow.store import rows
-from forgeflow.store.comments import CONFIRMED, SENT, SKIPPED
-from forgeflow.store.schema import comments, tasks
+from forgeflow.store.comments import CONFIRMED, PENDING, SENT, SKIPPED
+from forgeflow.store.schema import comments, pushes, tasks
+from forgeflow.store.sql import insert_ignore
+from forgeflow.store.types import utcnow
 
 
 def _owed_query(suffix: str, states: tuple[str, ...], limit: int) -> Select[Any]:
@@ -65,11 +74,14 @@ class Owed:
     receipts: list[Task]
     command_replies: list[Comment]
     results: list[Task]
+    tracking: list[Task]
 
 
 def owed(conn: Connection) -> Owed:
-    """Everything the outbox may have to post, in one read."""
-    return Owed(receipts_owed(conn), command_replies_owed(conn), results_owed(conn))
+    """Everything the outbox may have to post or edit, in one read."""
+    return Owed(
+        receipts_owed(conn), command_replies_owed(conn), results_owed(conn), tracking_owed(conn)
+    )
 
 
 def result_text(task: Task) -> str:
@@ -103,3 +115,85 @@ def skip_result(conn: Connection, task: Task) -> None:
     comment_q.record_result(
         conn, key, status=SKIPPED, comment_id=None, how="answer_already_on_gitea"
     )
+
+
+# -- the receipt as a tracking comment ------------------------------------------------
+# One row per task, ``<task>:tracking`` (kind "tracking"): the receipt's comment id, the
+# last body sent (an edit is a PATCH of the whole body, so "last sent" is the record and
+# a crash before it just sends the same or a later body again), ``turn_key`` the task
+# state that body described, and status PENDING until the final edit, CONFIRMED after
+# it: nothing is sent once the final is recorded.
+TRACKING = "tracking"
+_TRACKED_STATES = values(TERMINAL_STATES | {TaskState.WAITING_USER})
+
+
+def tracking(conn: Connection, task_id: str) -> Comment | None:
+    return comment_q.get(conn, f"{task_id}:tracking")
+
+
+def receipt_id(conn: Connection, task_id: str) -> int | None:
+    """The receipt's comment id once it is posted (None before)."""
+    row = comment_q.get(conn, f"{task_id}:receipt")
+    return row.comment_id if row is not None and row.status in (SENT, CONFIRMED) else None
+
+
+def note_tracking(
+    conn: Connection, task: Task, *, comment_id: int, body: str, state: str, final: bool
+) -> bool:
+    """Record an edit sent; False (and nothing written) when the final one already was."""
+    key = f"{task.task_id}:tracking"
+    now = utcnow()
+    insert_ignore(
+        conn,
+        comments,
+        {
+            "comment_key": key,
+            "task_id": task.task_id,
+            "kind": TRACKING,
+            "resource_key": task.resource_key,
+            "comment_id": comment_id,
+            "status": PENDING,
+            "created_at": now,
+            "updated_at": now,
+        },
+    )
+    done = conn.execute(
+        update(comments)
+        .where(comments.c.comment_key == key)
+        .where(comments.c.status == PENDING)
+        .values(
+            body=body,
+            body_hash=sha256_ref(body.encode()),
+            turn_key=state,
+            status=CONFIRMED if final else PENDING,
+            updated_at=now,
+        )
+    )
+    return done.rowcount == 1
+
+
+_TRACKING_OWED = (
+    select(tasks)
+    .join(comments, comments.c.comment_key == tasks.c.task_id + ":tracking")
+    .where(comments.c.status == PENDING)
+    .where(tasks.c.state.in_(_TRACKED_STATES))
+    .where(or_(comments.c.turn_key.is_(None), comments.c.turn_key != tasks.c.state))
+    .order_by(tasks.c.updated_at)
+    .limit(100)
+)
+
+
+def tracking_owed(conn: Connection) -> list[Task]:
+    """Tasks whose receipt still shows a state they left: an ended task's final edit,
+    a waiting task's "waiting for you" (only for receipts that were tracked)."""
+    return rows.every(Task, conn, _TRACKING_OWED, {})
+
+
+def pushed_branches(conn: Connection, task_id: str) -> list[str]:
+    stmt = (
+        select(pushes.c.target)
+        .where(pushes.c.task_id == task_id)
+        .where(pushes.c.status == "pushed")
+        .distinct()
+    )
+    return [str(r[0]) for r in conn.execute(stmt)][:5]

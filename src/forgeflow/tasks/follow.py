@@ -34,6 +34,7 @@ from forgeflow.store import Store, audit, transcripts, usage
 from forgeflow.store import turns as turn_q
 from forgeflow.tasks.abort_watch import AbortWatch
 from forgeflow.tasks.moves import task_event
+from forgeflow.tasks.tracking import Tracker
 
 
 def _asks_user(call: ToolCall, task_id: str) -> bool:
@@ -52,6 +53,7 @@ class TurnFollower:
         *,
         abort_timeout: float,
         budgets: Budgets,
+        tracker: Tracker | None = None,
     ) -> None:
         self.store = store
         self.runtime = runtime
@@ -59,6 +61,7 @@ class TurnFollower:
         # How long an aborted turn may take to stop before the task fails.
         self.abort_timeout = abort_timeout
         self.budgets = budgets
+        self.tracker = tracker  # edits the receipt as the turn goes (tracking.py)
 
     async def follow(
         self, task: Task, key: str, handle: TurnHandle
@@ -67,6 +70,8 @@ class TurnFollower:
         needs_user: NeedsUser | None = None
         aborted = asyncio.Event()
         watcher = asyncio.create_task(self._watch_abort(task.task_id, handle, aborted))
+        if self.tracker is not None:
+            self.tracker.begin(task)
         try:
             async with asyncio.timeout(None) as scope:
                 async for event in self.runtime.events(handle):
@@ -76,6 +81,8 @@ class TurnFollower:
                         break
                     if not await self.store.write(self.recorder(task, handle, key, event)):
                         continue  # a duplicate notification: handled once already
+                    if self.tracker is not None:
+                        self.tracker.saw(task.task_id, event)
                     if isinstance(event, NeedsUser):
                         needs_user = event
                     elif isinstance(event, ToolCall) and _asks_user(event, task.task_id):
@@ -86,6 +93,8 @@ class TurnFollower:
         except TimeoutError:
             completed = None
         finally:
+            if self.tracker is not None:
+                await self.tracker.end(task.task_id)
             watcher.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await watcher

@@ -18,13 +18,14 @@ import structlog
 from forgeflow.domain import modes
 from forgeflow.domain.records import Task
 from forgeflow.domain.states import TaskState
-from forgeflow.gitea.client import GiteaError
+from forgeflow.gitea.client import GiteaClient, GiteaError
 from forgeflow.store import Store, outbox, scheduling
 from forgeflow.store.audit import AuditEvent
 from forgeflow.store.db import Unit
 from forgeflow.tasks.dispatch import Dispatcher, Wakeup
 from forgeflow.tasks.moves import task_event
 from forgeflow.tasks.replies import Replies
+from forgeflow.tasks.tracking import Tracker
 from forgeflow.tasks.verify import answered
 
 log = structlog.get_logger("forgeflow.tasks.outbox")
@@ -43,10 +44,20 @@ class Receipt:
 
 
 class Outbox:
-    def __init__(self, store: Store, replies: Replies, dispatcher: Dispatcher) -> None:
+    def __init__(
+        self,
+        store: Store,
+        replies: Replies,
+        dispatcher: Dispatcher,
+        *,
+        gitea: GiteaClient | None = None,
+        tracker: Tracker | None = None,
+    ) -> None:
         self.store = store
         self.replies = replies
         self.dispatcher = dispatcher
+        self.gitea = gitea  # for reactions (none: no reactions)
+        self.tracker = tracker  # the receipt's edits after the turn (tracking.py)
         # Set by the claim loop once its round is done: a task claimed in the round
         # posts its own receipt while its workspace is prepared, and the outbox's
         # queries do not compete with the claim.
@@ -60,6 +71,7 @@ class Outbox:
         says how many tasks of the repository are ahead of this one."""
         if modes.is_draft(task.mode):
             return Receipt()  # a review/plan (draft) task posts nothing on Gitea
+        await self.react(task, "eyes")
         position = None
         if not claimed:
             position = await self.store.read(partial(scheduling.queue_position, task=task))
@@ -79,6 +91,20 @@ class Outbox:
             )
             return Receipt(events=(failed,))
         return Receipt(posted.record)
+
+    async def react(self, task: Task, content: str) -> None:
+        """The mention's reaction, before its receipt (so before its turn). Gitea answers
+        an existing reaction with 200, so a retry after a crash adds nothing; a Gitea
+        that refuses it (403: not in its setting.UI.Reactions) costs one log line."""
+        if self.gitea is None or task.delivery_key is None:
+            return  # a pipeline's task answers no mention
+        repo, number = task.resource.repo, task.resource.number
+        try:
+            await self.gitea.react(
+                repo.owner, repo.name, content, comment_id=task.comment_id, index=number
+            )
+        except GiteaError as exc:
+            log.info("outbox.reaction_refused", task_id=task.task_id, error=str(exc))
 
     async def loop(self, poll_seconds: float, stopping: asyncio.Event) -> None:
         while not stopping.is_set():
@@ -104,6 +130,9 @@ class Outbox:
                 log.warning("outbox.command_reply_failed", key=row.comment_key, error=str(exc))
         for task in found.results:
             await self._result(task)
+        if self.tracker is not None:
+            for task in found.tracking:
+                await self.tracker.final(task)
 
     def _not_preparing(self, receipts: list[Task]) -> list[Task]:
         # A task this process prepares posts its own receipt, beside its workspace work.

@@ -8,7 +8,7 @@ from typing import Any
 
 from .delivery import Deliverer, Delivery, HookTask, hook_events, signature_headers
 from .gojson import go_json
-from .state import Fault, Hook, State
+from .state import Fault, Hook, Reaction, State
 
 
 class EmulatorControls:
@@ -21,6 +21,30 @@ class EmulatorControls:
             org = self._state.find_user(name) or self._state.create_user(name, is_org=True)
             org.is_org = True
             org.org_owner_ids.update(self._state.user_by_login(o).id for o in owners)
+
+    # -- reactions and comment edits ----------------------------------------------------
+
+    def allow_reactions(self, *allowed: str) -> None:
+        """setting.UI.Reactions: a reaction not listed is refused with 403."""
+        with self._state.lock:
+            self._state.allowed_reactions = tuple(allowed)
+
+    def reactions_on(
+        self, *, comment_id: int | None = None, issue_id: int | None = None
+    ) -> list[Reaction]:
+        """The reactions on a comment, or on an issue's own body (by the issue's id)."""
+        with self._state.lock:
+            if comment_id is not None:
+                return [r for r in self._state.reactions if r.comment_id == comment_id]
+            return [
+                r for r in self._state.reactions if r.issue_id == issue_id and r.comment_id == 0
+            ]
+
+    def comment_history(self, comment_id: int) -> list[str]:
+        """Every body the comment had, oldest first, its current one last."""
+        with self._state.lock:
+            comment = self._state.comment(comment_id)
+            return [body for _, body in comment.history] + [comment.body]
 
     # -- hooks and deliveries -----------------------------------------------------------
 

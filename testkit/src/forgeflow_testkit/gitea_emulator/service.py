@@ -248,6 +248,7 @@ class Service:
             if body == comment.body:  # editIssueComment only updates on a change
                 return Outcome([])
             old, comment.body, comment.updated = comment.body, body, self.state.now()
+            comment.history.append((comment.updated, old))
             issue = self.state.issues[comment.issue_id]
             # notifier.go UpdateComment: action edited, changes.body.from = old content
             payload = self.payloads.issue_comment_payload(

@@ -111,6 +111,25 @@ class Comment:
     body: str
     created: datetime
     updated: datetime
+    # Earlier bodies with the time each was replaced (Gitea's content history,
+    # models/issues/content_history.go; shown in its web UI, not in API v1).
+    history: list[tuple[datetime, str]] = field(default_factory=list)
+
+
+@dataclass
+class Reaction:
+    """models/issues/reaction.go: one user's reaction on an issue (comment_id 0) or a
+    comment; unique per (type, issue, comment, user)."""
+
+    issue_id: int
+    comment_id: int
+    user_id: int
+    content: str
+    created: datetime
+
+
+# setting.UI.Reactions' default (modules/setting/ui.go).
+DEFAULT_REACTIONS = ("+1", "-1", "laugh", "hooray", "confused", "heart", "rocket", "eyes")
 
 
 @dataclass
@@ -186,6 +205,8 @@ class State:
         self.labels: dict[int, Label] = {}
         self.releases: dict[int, Release] = {}
         self.hooks: dict[int, Hook] = {}
+        self.reactions: list[Reaction] = []
+        self.allowed_reactions: tuple[str, ...] = DEFAULT_REACTIONS
         self.commit_statuses: list[Any] = []  # api_code.Status, in creation order
         self.reviews: dict[int, Any] = {}  # api_reviews.Review by id
         self.review_comments: dict[int, Any] = {}  # api_reviews.CodeComment by id
