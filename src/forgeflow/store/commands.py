@@ -2,16 +2,21 @@
 
 They are decided in the acceptance transaction like a mention, audited like operator
 controls, and never reach the agent. ``status`` answers with one comment, written here as
-an intent with its text and posted by the outbox.
+an intent with its text and posted by the outbox. Every command's comment also gets a
+reaction once it is done (``+1``; ``confused`` for a stop that stopped nothing), an
+intent written here too and sent by the outbox after the command's answer (#25).
 """
 
 from __future__ import annotations
 
 import hashlib
+from dataclasses import dataclass
 from datetime import timedelta
 
 from sqlalchemy import Connection, select
 
+from forgeflow.domain.bookkeeping import Comment
+from forgeflow.domain.ids import ResourceRef, parse_resource_key
 from forgeflow.domain.intake import DeliveryRecord
 from forgeflow.domain.json import JsonObject
 from forgeflow.domain.mentions import Command
@@ -20,6 +25,8 @@ from forgeflow.domain.states import NEVER_QUEUED_STATES, TERMINAL_STATES, TaskSt
 from forgeflow.store import acceptance, audit, comments, deliveries, rows, scheduling, sessions
 from forgeflow.store import tasks as task_q
 from forgeflow.store.acceptance import Accept
+from forgeflow.store.comments import CONFIRMED, PENDING, SENT, SKIPPED
+from forgeflow.store.schema import comments as comments_t
 from forgeflow.store.schema import tasks
 from forgeflow.store.sql import notify_tasks
 
@@ -51,6 +58,8 @@ def run(conn: Connection, a: Accept, command: Command) -> DeliveryRecord:
     else:
         sessions.close(conn, a.resource.session_key, actor=actor)
         outcome = {"sessionKey": a.resource.session_key, "closed": True}
+    done = outcome.get("stopped") is not False  # a stop that stopped nothing is no "+1"
+    _record_reaction(conn, a, task, "+1" if done else "confused")
     reason = f"command_{command.value.replace(' ', '_')}"
     deliveries.finish(conn, a.delivery_key, reason=reason, task_id=task.task_id if task else None)
     audit.append(
@@ -106,11 +115,10 @@ def _stop(conn: Connection, task: Task | None, actor: str) -> JsonObject:
 
 
 def _status(conn: Connection, a: Accept, task: Task | None) -> JsonObject:
+    task_id = _about(a, task)
     if task is None:
         text = "giteabot: 状态 / status: no task for this issue or pull request yet."
-        task_id = "gitea-cmd-" + hashlib.sha256(a.delivery_key.encode()).hexdigest()[:24]
     else:
-        task_id = task.task_id
         text = (
             f"giteabot: 状态 / status: {task.state}"
             f"{_position(conn, task)}; tokens so far: {task.input_tokens} in, "
@@ -118,7 +126,7 @@ def _status(conn: Connection, a: Accept, task: Task | None) -> JsonObject:
         )
     comments.record_intent(
         conn,
-        comment_key=f"cmd:{a.resource.repo.key}:{a.comment_id}:status",
+        comment_key=_key(a, "status"),
         task_id=task_id,
         kind="status",
         resource_key=a.resource.key,
@@ -135,3 +143,94 @@ def _position(conn: Connection, task: Task) -> str:
         return ""
     ahead = scheduling.queue_position(conn, task)
     return f", position {ahead + 1} in the repository's queue" if ahead else ", next in line"
+
+
+def _key(a: Accept, what: str) -> str:
+    return f"cmd:{a.resource.repo.key}:{a.comment_id}:{what}"
+
+
+def _about(a: Accept, task: Task | None) -> str:
+    # The task a command's comments are filed under; without one, an id of the delivery.
+    if task is not None:
+        return task.task_id
+    return "gitea-cmd-" + hashlib.sha256(a.delivery_key.encode()).hexdigest()[:24]
+
+
+# -- the reaction that says a command was done ----------------------------------------
+# One row per command, ``cmd:<repo>:<comment>:reaction`` (kind "reaction", body the
+# reaction's content): PENDING until the outbox sent it (SENT) or Gitea refused it
+# (SKIPPED). Gitea answers an existing reaction with 200, so a resend after a crash
+# between the reaction and its record adds nothing.
+REACTION = "reaction"
+_REACTIONS_OWED = (
+    select(comments_t)
+    .where(comments_t.c.kind == REACTION)
+    .where(comments_t.c.status == PENDING)
+    .order_by(comments_t.c.created_at)
+    .limit(100)
+)
+
+
+@dataclass(frozen=True, slots=True)
+class CommandReaction:
+    """A command's reaction owed: on ``comment_id`` (None: the issue's own body)."""
+
+    key: str
+    content: str
+    resource: ResourceRef
+    comment_id: int | None
+
+
+def _record_reaction(conn: Connection, a: Accept, task: Task | None, content: str) -> None:
+    comments.record_intent(
+        conn,
+        comment_key=_key(a, REACTION),
+        task_id=_about(a, task),
+        kind=REACTION,
+        resource_key=a.resource.key,
+        turn_key=None,
+        body_hash="",
+        body=content,
+    )
+
+
+def reactions_owed(conn: Connection) -> list[CommandReaction]:
+    """The reactions to send: those of commands whose answer, if they have one, is
+    posted (a ``status`` gets its reaction after its answer, not before)."""
+    owed = rows.every(Comment, conn, _REACTIONS_OWED, {})
+    if not owed:
+        return []
+    answers = [r.comment_key.removesuffix(REACTION) + "status" for r in owed]
+    unposted = {
+        row.comment_key
+        for row in rows.every(
+            Comment, conn, select(comments_t).where(comments_t.c.comment_key.in_(answers)), {}
+        )
+        if row.status not in (SENT, CONFIRMED)
+    }
+    return [
+        _reaction(r)
+        for r in owed
+        if r.comment_key.removesuffix(REACTION) + "status" not in unposted
+    ]
+
+
+def _reaction(row: Comment) -> CommandReaction:
+    target = row.comment_key.removesuffix(":" + REACTION).rpartition(":")[2]
+    return CommandReaction(
+        key=row.comment_key,
+        content=row.body or "+1",
+        resource=parse_resource_key(row.resource_key),
+        comment_id=int(target) if target.isdigit() else None,
+    )
+
+
+def reacted(conn: Connection, reaction: CommandReaction, *, refused: bool) -> None:
+    """Record the reaction sent, or refused by Gitea (then it is not tried again)."""
+    comments.record_result(
+        conn,
+        reaction.key,
+        status=SKIPPED if refused else SENT,
+        comment_id=reaction.comment_id,
+        how="reaction_refused" if refused else "reacted",
+    )

@@ -19,7 +19,7 @@ from forgeflow.domain import modes
 from forgeflow.domain.records import Task
 from forgeflow.domain.states import TaskState
 from forgeflow.gitea.client import GiteaClient, GiteaError
-from forgeflow.store import Store, outbox, scheduling
+from forgeflow.store import Store, commands, outbox, scheduling
 from forgeflow.store.audit import AuditEvent
 from forgeflow.store.db import Unit
 from forgeflow.tasks.dispatch import Dispatcher, Wakeup
@@ -128,11 +128,38 @@ class Outbox:
                 await self.replies.command_reply(row)
             except GiteaError as exc:
                 log.warning("outbox.command_reply_failed", key=row.comment_key, error=str(exc))
+        if self.gitea is not None:
+            await self._command_reactions(self.gitea)  # after the answers, not before
         for task in found.results:
             await self._result(task)
         if self.tracker is not None:
             for task in found.tracking:
                 await self.tracker.final(task)
+
+    async def _command_reactions(self, gitea: GiteaClient) -> None:
+        """The reaction that says a command was done. Gitea answers an existing reaction
+        with 200, so sending it again after a crash adds nothing; a refusal (a 4xx: not
+        in the instance's setting.UI.Reactions, or the comment is gone) costs one log
+        line and is not tried again; an unreachable Gitea is tried next round."""
+        for owed in await self.store.read(commands.reactions_owed):
+            repo = owed.resource.repo
+            try:
+                await gitea.react(
+                    repo.owner,
+                    repo.name,
+                    owed.content,
+                    comment_id=owed.comment_id,
+                    index=owed.resource.number,
+                )
+            except GiteaError as exc:
+                refused = exc.status is not None and 400 <= exc.status < 500
+                if not refused:
+                    log.warning("outbox.reaction_failed", key=owed.key, error=str(exc))
+                    continue
+                log.info("outbox.reaction_refused", key=owed.key, error=str(exc))
+                await self.store.write(partial(commands.reacted, reaction=owed, refused=True))
+                continue
+            await self.store.write(partial(commands.reacted, reaction=owed, refused=False))
 
     def _not_preparing(self, receipts: list[Task]) -> list[Task]:
         # A task this process prepares posts its own receipt, beside its workspace work.

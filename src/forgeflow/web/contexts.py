@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from forgeflow.domain.json import JsonObject
 from forgeflow.domain.records import Delivery, TranscriptEntry
 from forgeflow.tasks.egress import Refused
+from forgeflow.web.dag import Dag
 
 # A list page's filter fields as submitted ("any" is None), for the form and its links.
 Params = dict[str, str | None]
@@ -119,3 +120,60 @@ class AuditPage:
     older: int | None  # the seq the next page starts before; None: no older page
     error: str | None
     nav: str = "audit"
+
+
+# -- pipelines (web/pipelines.py, web/pipeline_hooks.py) -------------------------------
+# Templates, runs and steps stay in the JSON form GET /api/pipelines answers.
+
+
+@dataclass(frozen=True, slots=True)
+class PipelinesPage:
+    rows: list[JsonObject]  # templates with their triggers
+    nav: str = "pipelines"
+
+
+@dataclass(frozen=True, slots=True)
+class PipelineTemplatePage:
+    template: JsonObject
+    definition: JsonObject
+    dag: Dag
+    warnings: list[str]  # of the stored definition (or its errors, if it no longer loads)
+    recent: list[JsonObject]  # the newest runs
+    total_runs: int
+    manual: bool  # has a manual trigger: the page shows the start form
+    nav: str = "pipelines"
+
+
+@dataclass(frozen=True, slots=True)
+class PipelineRunsPage:
+    rows: list[JsonObject]
+    page: Paging
+    keys: list[str]  # template keys, for the filter
+    params: Params
+    statuses: list[str]
+    nav: str = "pipelines"
+
+
+@dataclass(frozen=True, slots=True)
+class PipelineRunPage:
+    run: JsonObject  # with its steps
+    definition: JsonObject  # redacted
+    children: list[JsonObject]
+    interrupted: list[str]  # steps a retry would ask to confirm
+    dag: Dag
+    gates: list[JsonObject]  # steps waiting for an approval
+    stamp_url: str
+    nav: str = "pipelines"
+
+
+@dataclass(frozen=True, slots=True)
+class PipelineTriggerPage:
+    """A webhook trigger's delivery log (what GET .../triggers/{id}/deliveries answers)."""
+
+    trigger: JsonObject
+    items: list[JsonObject]
+    page: Paging
+    params: Params
+    statuses: list[str]
+    body_kept: int  # bytes of a call's body kept for a replay
+    nav: str = "pipelines"

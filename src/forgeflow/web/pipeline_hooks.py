@@ -8,7 +8,7 @@ of ``POST /api/pipelines/triggers/{id}/deliveries/{deliveryId}/replay``, so a
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated
 
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import Response
@@ -20,6 +20,7 @@ from forgeflow.pipelines.runs import PipelineError
 from forgeflow.store import audit
 from forgeflow.tasks import controls
 from forgeflow.web.actions import run_control
+from forgeflow.web.contexts import Params, PipelineTriggerPage
 from forgeflow.web.pages import Offset, opt, paging
 from forgeflow.web.render import PAGE_SIZE, UiRoute, render, services
 from forgeflow.web.security import NotFound, Posted, UiSession, require_post, require_session
@@ -38,33 +39,31 @@ async def trigger_page(
     offset: Offset = 0,
 ) -> Response:
     chosen = opt(status)  # an unknown status shows every call rather than none
-    params = {"status": chosen if chosen in deliveries.STATUSES else None}
+    params: Params = {"status": chosen if chosen in deliveries.STATUSES else None}
 
-    def _read(conn: Connection) -> dict[str, Any] | None:
+    def _read(conn: Connection) -> tuple[str, PipelineTriggerPage] | None:
         stamp = audit.change_marker(conn)
         try:
             data = deliveries.page_json(conn, trigger_id, params["status"], PAGE_SIZE, offset)
         except PipelineError:
             return None
-        total = data["total"]
-        return {
-            **data,
-            "stamp": stamp,
-            "page": paging(offset, total if isinstance(total, int) else 0),
-        }
+        total, trigger, items = data["total"], data["trigger"], data["items"]
+        assert isinstance(trigger, dict) and isinstance(items, list)  # page_json's shape
+        page = PipelineTriggerPage(
+            trigger=trigger,
+            items=[i for i in items if isinstance(i, dict)],
+            page=paging(offset, total if isinstance(total, int) else 0),
+            params=params,
+            statuses=list(deliveries.STATUSES),
+            body_kept=deliveries.BODY_KEPT,
+        )
+        return stamp, page
 
-    data = await services(request).store.read(_read)
-    if data is None:
+    found = await services(request).store.read(_read)
+    if found is None:
         raise NotFound(f"no webhook trigger {trigger_id}")
-    stamp = data.pop("stamp")
-    context = {
-        **data,
-        "params": params,
-        "statuses": list(deliveries.STATUSES),
-        "body_kept": deliveries.BODY_KEPT,
-        "nav": "pipelines",
-    }
-    return render(request, "pipeline_trigger.html", context, session=session, stamp=stamp)
+    stamp, page = found
+    return render(request, "pipeline_trigger.html", page, session=session, stamp=stamp)
 
 
 @router.post("/triggers/{trigger_id}/deliveries/{delivery_id}/replay")

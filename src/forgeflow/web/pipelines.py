@@ -8,13 +8,14 @@ targets as ``/api/pipelines``, so a ``requestId`` means the same thing on both.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Annotated, Any
+from typing import Annotated
 
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import Response
 from sqlalchemy import Connection
 
 from forgeflow.domain.json import JsonObject
+from forgeflow.domain.pipeline_records import PipelineStep
 from forgeflow.pipelines import retry, runs, steps, templates, views
 from forgeflow.pipelines.definition import DefinitionError, load_definition
 from forgeflow.pipelines.kinds import NODE_ROW, SETTLED_STEP_STATUSES, RunStatus
@@ -26,6 +27,12 @@ from forgeflow.store import pipeline_templates as tpl
 from forgeflow.store import pipelines as q
 from forgeflow.tasks import controls
 from forgeflow.web.actions import run_control
+from forgeflow.web.contexts import (
+    PipelineRunPage,
+    PipelineRunsPage,
+    PipelinesPage,
+    PipelineTemplatePage,
+)
 from forgeflow.web.dag import layout
 from forgeflow.web.pages import Offset, opt, paging
 from forgeflow.web.render import PAGE_SIZE, UiRoute, render, services
@@ -53,54 +60,51 @@ def _bodies(request: Request) -> frozenset[str] | None:
 
 @router.get("")
 async def template_list(request: Request, session: Session) -> Response:
-    def _read(conn: Connection) -> dict[str, Any]:
+    def _read(conn: Connection) -> tuple[str, PipelinesPage]:
         stamp = audit.change_marker(conn)
         rows = [
             views.template_json(row, tpl.list_triggers(conn, row.key), full=False)
             for row in tpl.list_definitions(conn)
         ]
-        return {"stamp": stamp, "rows": rows}
+        return stamp, PipelinesPage(rows=rows)
 
-    data = await services(request).store.read(_read)
-    stamp = data.pop("stamp")
-    context = {**data, "nav": "pipelines"}
-    return render(request, "pipelines.html", context, session=session, stamp=stamp)
+    stamp, page = await services(request).store.read(_read)
+    return render(request, "pipelines.html", page, session=session, stamp=stamp)
 
 
 @router.get("/templates/{key}")
 async def template_page(request: Request, session: Session, key: str) -> Response:
-    def _read(conn: Connection) -> dict[str, Any] | None:
+    bodies = _bodies(request)
+
+    def _read(conn: Connection) -> tuple[str, PipelineTemplatePage] | None:
         stamp = audit.change_marker(conn)
         row = tpl.get_definition(conn, key)
         if row is None:
             return None
         recent, total = q.list_runs(conn, template_key=key, limit=10)
-        return {
-            "stamp": stamp,
-            "raw": row.definition,
-            "template": views.template_json(row, tpl.list_triggers(conn, key)),
-            "recent": [views.run_json(r, state=False) for r in recent],
-            "total_runs": total,
-            "manual": templates.has_manual_trigger(conn, key),
-        }
+        try:
+            warnings = load_definition(row.definition, bodies=bodies).warnings
+        except DefinitionError as exc:
+            warnings = exc.errors
+        template = views.template_json(row, tpl.list_triggers(conn, key))
+        definition = template["definition"]
+        assert isinstance(definition, dict)  # template_json(full=True) carries it
+        page = PipelineTemplatePage(
+            template=template,
+            definition=definition,
+            dag=layout(definition),
+            warnings=warnings,
+            recent=[views.run_json(r, state=False) for r in recent],
+            total_runs=total,
+            manual=templates.has_manual_trigger(conn, key),
+        )
+        return stamp, page
 
-    data = await services(request).store.read(_read)
-    if data is None:
+    found = await services(request).store.read(_read)
+    if found is None:
         raise NotFound(f"no pipeline template {key}")
-    stamp = data.pop("stamp")
-    try:
-        warnings = load_definition(data.pop("raw"), bodies=_bodies(request)).warnings
-    except DefinitionError as exc:
-        warnings = exc.errors
-    definition = data["template"]["definition"]
-    context = {
-        **data,
-        "definition": definition,
-        "dag": layout(definition),
-        "warnings": warnings,
-        "nav": "pipelines",
-    }
-    return render(request, "pipeline_template.html", context, session=session, stamp=stamp)
+    stamp, page = found
+    return render(request, "pipeline_template.html", page, session=session, stamp=stamp)
 
 
 @router.get("/runs")
@@ -114,7 +118,7 @@ async def run_list(
     chosen = opt(status)  # an unknown status shows every run rather than none
     params = {"template": opt(template), "status": chosen if chosen in RUN_STATUSES else None}
 
-    def _read(conn: Connection) -> dict[str, Any]:
+    def _read(conn: Connection) -> tuple[str, PipelineRunsPage]:
         stamp = audit.change_marker(conn)
         rows, total = q.list_runs(
             conn,
@@ -123,31 +127,35 @@ async def run_list(
             limit=PAGE_SIZE,
             offset=offset,
         )
-        return {
-            "stamp": stamp,
-            "rows": [views.run_json(r, state=False) for r in rows],
-            "page": paging(offset, total),
-            "keys": [d.key for d in tpl.list_definitions(conn)],
-        }
+        page = PipelineRunsPage(
+            rows=[views.run_json(r, state=False) for r in rows],
+            page=paging(offset, total),
+            keys=[d.key for d in tpl.list_definitions(conn)],
+            params=params,
+            statuses=RUN_STATUSES,
+        )
+        return stamp, page
 
-    data = await services(request).store.read(_read)
-    stamp = data.pop("stamp")
-    context = {**data, "params": params, "statuses": RUN_STATUSES, "nav": "pipelines"}
-    return render(request, "pipeline_runs.html", context, session=session, stamp=stamp)
+    stamp, page = await services(request).store.read(_read)
+    return render(request, "pipeline_runs.html", page, session=session, stamp=stamp)
 
 
-def _node_view(step_rows: list[dict[str, Any]]) -> tuple[dict[str, str], dict[str, str]]:
+def _awaits_approval(step: PipelineStep) -> bool:
+    return step.status == "suspended" and (step.suspend or {}).get("reason") == APPROVAL
+
+
+def _node_view(steps: list[PipelineStep]) -> tuple[dict[str, str], dict[str, str]]:
     """Each node's status (its own row) and a short note (forEach items, gates)."""
     status: dict[str, str] = {}
     items: dict[str, list[str]] = {}
     note: dict[str, str] = {}
-    for s in step_rows:
-        if s["itemIndex"] is None:
-            status[s["stepId"]] = s["status"]
-            if s["status"] == "suspended" and (s["suspend"] or {}).get("reason") == APPROVAL:
-                note[s["stepId"]] = "awaiting approval"
+    for s in steps:
+        if s.item_index == NODE_ROW:
+            status[s.step_id] = s.status
+            if _awaits_approval(s):
+                note[s.step_id] = "awaiting approval"
         else:
-            items.setdefault(s["stepId"], []).append(s["status"])
+            items.setdefault(s.step_id, []).append(s.status)
     for step_id, states in items.items():
         done = sum(1 for x in states if x in SETTLED_STEP_STATUSES)
         note[step_id] = f"{done}/{len(states)} items"
@@ -156,40 +164,30 @@ def _node_view(step_rows: list[dict[str, Any]]) -> tuple[dict[str, str], dict[st
 
 @router.get("/runs/{run_id}")
 async def run_page(request: Request, session: Session, run_id: str) -> Response:
-    def _read(conn: Connection) -> dict[str, Any] | None:
+    def _read(conn: Connection) -> tuple[str, PipelineRunPage] | None:
         stamp = run_marker(conn, run_id)
         row = q.get_run(conn, run_id)
         if row is None:
             return None
-        children = [views.run_json(c, state=False) for c in q.child_runs(conn, run_id)]
         rows = q.steps_of(conn, run_id)
-        return {
-            "stamp": stamp,
-            "run": views.run_json(row, rows),
-            "definition": redact(row.definition),
-            "children": children,
-            "interrupted": retry.interrupted(row, rows),
-        }
+        definition: JsonObject = redact(row.definition)
+        status, note = _node_view(rows)
+        page = PipelineRunPage(
+            run=views.run_json(row, rows),
+            definition=definition,
+            children=[views.run_json(c, state=False) for c in q.child_runs(conn, run_id)],
+            interrupted=retry.interrupted(row, rows),
+            dag=layout(definition, status, note),
+            gates=[views.step_json(s) for s in rows if _awaits_approval(s)],
+            stamp_url=f"/ui/live?run={run_id}",
+        )
+        return stamp, page
 
-    data = await services(request).store.read(_read)
-    if data is None:
+    found = await services(request).store.read(_read)
+    if found is None:
         raise NotFound(f"no run {run_id}")
-    stamp = data.pop("stamp")
-    run = data["run"]
-    status, note = _node_view(run["steps"])
-    gates = [
-        s
-        for s in run["steps"]
-        if s["status"] == "suspended" and (s["suspend"] or {}).get("reason") == APPROVAL
-    ]
-    context = {
-        **data,
-        "dag": layout(data["definition"], status, note),
-        "gates": gates,
-        "nav": "pipelines",
-        "stamp_url": f"/ui/live?run={run_id}",
-    }
-    return render(request, "pipeline_run.html", context, session=session, stamp=stamp)
+    stamp, page = found
+    return render(request, "pipeline_run.html", page, session=session, stamp=stamp)
 
 
 # -- controls ---------------------------------------------------------------------------
