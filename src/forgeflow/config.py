@@ -17,6 +17,7 @@ from pydantic_settings import (
     SettingsConfigDict,
 )
 
+from forgeflow.config_defaults import PINNED_CODEX, default_data_dir, default_max_preparations
 from forgeflow.domain.budgets import Budgets
 from forgeflow.domain.egress import (
     DEFAULT_ALLOW,
@@ -31,10 +32,6 @@ from forgeflow.domain.permissions import Permission
 from forgeflow.domain.reviews import DEFAULT_SKIP as REVIEW_SKIP
 
 ENV_PREFIX = "FORGEFLOW_"
-# The checkout forgeflow is installed from (scripts/setup.sh installs it editable), and
-# the Codex CLI that setup pinned there (tools/node/package-lock.json).
-INSTALLATION = Path(__file__).resolve().parents[2]
-PINNED_CODEX = INSTALLATION / "tools" / "node" / "node_modules" / ".bin" / "codex"
 
 
 MIN_ADMIN_TOKEN = 20
@@ -324,33 +321,6 @@ class Settings(BaseSettings):
             if password:
                 values.append(password)
         return values
-
-
-def default_data_dir() -> Path:
-    """``.forgeflow`` in the checkout forgeflow is installed from (where scripts/serve.sh
-    keeps its data), so ``.venv/bin/forgeflow doctor`` or ``migrate`` run from another
-    folder look at the same database; ``./.forgeflow`` for an installation that is not a
-    checkout."""
-    if (INSTALLATION / "scripts" / "serve.sh").is_file():
-        return INSTALLATION / ".forgeflow"
-    return Path(".forgeflow")
-
-
-def default_max_preparations() -> int:
-    """How many tasks prepare their workspace (clone or fetch, worktree) at once: one
-    per core this process may run on, and at least two.
-
-    A clone or fetch is mostly CPU work on this host (git's pack indexing and checkout;
-    with Gitea beside forgeflow, its pack too), and the webhook's answers need a share
-    of the same cores: with one preparation per core, the event loop competes with
-    about as many runnable git processes as there are cores instead of with one per new
-    repository (185 of them in a burst on two cores, answers then took up to 7 s). Two
-    at least, so that one slow clone does not hold up every other repository."""
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):  # not every platform has CPU affinity
-        cores = os.cpu_count() or 1
-    return max(2, cores)
 
 
 def _url_password(url: str) -> str | None:

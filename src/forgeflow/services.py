@@ -35,9 +35,15 @@ from forgeflow.tasks.intake import WebhookIngress
 from forgeflow.workspace.manager import WorkspaceManager
 
 if TYPE_CHECKING:
+    from forgeflow.tasks.moves import TaskMoves
+    from forgeflow.tasks.prompting import Prompts
     from forgeflow.tasks.publish import Publisher
+    from forgeflow.tasks.replies import Replies
     from forgeflow.tasks.reviews import PullReviews
     from forgeflow.tasks.scheduler import Scheduler
+    from forgeflow.tasks.tracking import Tracker
+    from forgeflow.tasks.turn import TurnRunner
+    from forgeflow.tasks.verify import Verifier
 
 ADMIN_TOKEN_FILE = "admin_token"  # noqa: S105 - a file name, not a secret
 log = structlog.get_logger("forgeflow.services")
@@ -140,19 +146,15 @@ class Services:
         reviews: PullReviews | None = None,
     ) -> Scheduler:
         """The objects that run tasks, each given its collaborators as it is built."""
-        from forgeflow.tasks.abort_watch import AbortWatch
         from forgeflow.tasks.dispatch import Dispatcher
-        from forgeflow.tasks.follow import TurnFollower
         from forgeflow.tasks.moves import TaskMoves
         from forgeflow.tasks.outbox import Outbox
         from forgeflow.tasks.prepare import Preparer
         from forgeflow.tasks.prompting import Prompts
         from forgeflow.tasks.replies import Replies
-        from forgeflow.tasks.review_prompt import ReviewLimits, ReviewPrompts
         from forgeflow.tasks.run import Execution
         from forgeflow.tasks.scheduler import Scheduler
         from forgeflow.tasks.tracking import Tracker
-        from forgeflow.tasks.turn import TurnRunner
         from forgeflow.tasks.verify import Verifier
 
         s, gitea, store = self.settings, self.gitea, self.store
@@ -172,27 +174,7 @@ class Services:
         prompts = Prompts(store, workspace, gitea, moves, bot_login=s.bot_login)
         verifier = Verifier(store, replies, moves, reviews)
         preparer = Preparer(store, workspace, gitea, outbox, moves, prompts, dispatcher)
-        follower = TurnFollower(
-            store,
-            runtime,
-            AbortWatch(store),
-            abort_timeout=s.abort_timeout_seconds,
-            budgets=s.budgets(),
-            tracker=tracker,
-        )
-        root = str(s.resolved_workspace_root)
-        limits = ReviewLimits(s.review_diff_bytes, s.review_skipped())
-        turns = TurnRunner(
-            store,
-            runtime,
-            replies,
-            moves,
-            prompts,
-            verifier,
-            follower,
-            workspace_root=root,
-            review_prompts=ReviewPrompts(gitea, limits),
-        )
+        turns = self._build_turns(runtime, replies, moves, prompts, verifier, tracker)
         execution = Execution(dispatcher, preparer, turns, verifier, workspace, publisher)
         return Scheduler(
             store,
@@ -203,6 +185,46 @@ class Services:
             node_prefix=f"{self.worker_id}/",
             retry=self.retry,
             poll_seconds=s.poll_seconds,
+        )
+
+    def _build_turns(
+        self,
+        runtime: AgentRuntime,
+        replies: Replies,
+        moves: TaskMoves,
+        prompts: Prompts,
+        verifier: Verifier,
+        tracker: Tracker,
+    ) -> TurnRunner:
+        """The runner of a task's turn: its follower (abort watch, budgets, receipt) and
+        the prompts of a pull request review."""
+        from forgeflow.tasks.abort_watch import AbortWatch
+        from forgeflow.tasks.follow import TurnFollower
+        from forgeflow.tasks.review_prompt import ReviewLimits, ReviewPrompts
+        from forgeflow.tasks.turn import TurnRunner
+
+        s, gitea, store = self.settings, self.gitea, self.store
+        assert gitea is not None
+        follower = TurnFollower(
+            store,
+            runtime,
+            AbortWatch(store),
+            abort_timeout=s.abort_timeout_seconds,
+            budgets=s.budgets(),
+            tracker=tracker,
+        )
+        root = str(s.resolved_workspace_root)
+        limits = ReviewLimits(s.review_diff_bytes, s.review_skipped())
+        return TurnRunner(
+            store,
+            runtime,
+            replies,
+            moves,
+            prompts,
+            verifier,
+            follower,
+            workspace_root=root,
+            review_prompts=ReviewPrompts(gitea, limits),
         )
 
     async def _register_worker(self) -> None:

@@ -36,16 +36,15 @@ from forgeflow.agent.codexconfig import (
     CodexConfig,
     audit_params,
     config_from_settings,
-    sandbox_policy,
     server_key,
-    turn_params,
 )
 from forgeflow.agent.egress import JailEgress
 from forgeflow.agent.gitea_tools import Comments, GiteaTools, Publish
 from forgeflow.agent.gitea_tools.external import External, mcp_env
 from forgeflow.agent.gitea_tools.handlers import SubmitReview
-from forgeflow.agent.items import TurnState, on_notification, on_server_request
+from forgeflow.agent.items import TurnEnd, TurnState
 from forgeflow.agent.jsonrpc import Json, ProcessGone, RpcError, RpcProcess, RpcTimeout
+from forgeflow.agent.messages import on_message
 from forgeflow.agent.oneshot import JailRunner
 from forgeflow.agent.port import (
     AgentError,
@@ -60,6 +59,7 @@ from forgeflow.agent.port import (
 )
 from forgeflow.agent.rollout import RolloutJail
 from forgeflow.agent.threads import mcp_ready, open_thread, thread_params
+from forgeflow.agent.turnstart import request_start, start_params
 from forgeflow.config import Settings
 from forgeflow.domain.ids import RepoRef
 from forgeflow.domain.json import JsonObject
@@ -283,17 +283,7 @@ class CodexRuntime:
 
     async def start_turn(self, thread_id: str, turn: TurnSpec) -> TurnHandle:
         server = self._server_of(thread_id)
-        policy = sandbox_policy(
-            turn.read_only, jailed=self.cfg.jailed, network=self.cfg.network != "off"
-        )
-        params = turn_params(self.cfg, thread_id, turn.prompt, policy, server.collaboration)
-        if "collaborationMode" not in params and "collaborationMode" not in server.downgraded:
-            server.downgrade(
-                "collaborationMode",
-                "not supported by the runtime"
-                if not server.collaboration
-                else "FORGEFLOW_MODEL is not set",
-            )
+        params, policy = start_params(self.cfg, server, thread_id, turn)
         # The turn counts as active from before its start is asked for: an idle stop in
         # that wait would leave a started turn on a stopped app-server, never ending.
         server.active += 1
@@ -301,7 +291,7 @@ class CodexRuntime:
             server.idle_timer.cancel()
             server.idle_timer = None
         try:
-            result = await self._start(server, params)
+            result = await request_start(self._call, server, params)
         except BaseException:
             server.active = max(0, server.active - 1)
             if self._servers.get(server.key) is server:
@@ -325,20 +315,6 @@ class CodexRuntime:
             Notice(state.next_seq(), "turn.sandbox", {"sandboxPolicy": policy, "kind": turn.kind})
         )
         return handle
-
-    async def _start(self, server: AppServer, params: Json) -> Json:
-        try:
-            return await self._call(server, "turn/start", params)
-        except RpcError as exc:
-            if "collaborationMode" not in params:
-                raise AgentError("turn_start_failed", str(exc), retryable=True) from None
-            server.downgrade("collaborationMode", str(exc))
-            server.collaboration = False
-            params.pop("collaborationMode")
-        try:
-            return await self._call(server, "turn/start", params)
-        except RpcError as again:
-            raise AgentError("turn_start_failed", str(again), retryable=True) from None
 
     async def events(self, handle: TurnHandle) -> AsyncIterator[AgentEvent]:
         state = self._turns.get(handle.turn_id)
@@ -400,27 +376,8 @@ class CodexRuntime:
     # -- messages from an app-server ------------------------------------------------------
 
     async def _on_message(self, server: AppServer, msg: Json) -> None:
-        method = str(msg.get("method"))
-        params = msg.get("params") or {}
-        if "id" in msg:
-            if server.proc is not None:
-                await on_server_request(
-                    server.proc, self._turns, msg["id"], method, params, self.cfg.elicitation_policy
-                )
-            return
-        if method == "mcpServer/startupStatus/updated" and params.get("name") == "gitea":
-            status = str(params.get("status"))
-            if status in ("ready", "failed", "cancelled"):
-                fut = server.mcp.setdefault(
-                    str(params.get("threadId")), asyncio.get_running_loop().create_future()
-                )
-                if not fut.done():
-                    fut.set_result(status)
-            return
-        turn = self._turns.get(str(params.get("turnId") or (params.get("turn") or {}).get("id")))
-        if turn is None:
-            return
-        ended = on_notification(turn, method, params)
-        if ended is not None:
-            status, code, message = ended
-            self._complete(turn, status, error_code=code, error=message)
+        await on_message(server, msg, self._turns, self.cfg.elicitation_policy, self._ended)
+
+    def _ended(self, turn: TurnState, ended: TurnEnd) -> None:
+        status, code, message = ended
+        self._complete(turn, status, error_code=code, error=message)

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TypedDict
 
-from sqlalchemy import Connection, bindparam, func, select, update
+from sqlalchemy import Connection, bindparam, select, update
 
 from forgeflow.domain.ids import ResourceRef
 from forgeflow.domain.json import JsonObject
@@ -16,9 +16,29 @@ from forgeflow.domain.states import IN_WORK_STATES, IllegalTransition, TaskState
 from forgeflow.store import audit, events, repos, rows, sessions
 from forgeflow.store.schema import tasks
 from forgeflow.store.sql import insert_row
+from forgeflow.store.task_reads import (
+    TaskFilter,
+    counts_by_state,
+    list_page,
+    oldest_queued_at,
+    tokens_since,
+)
 from forgeflow.store.types import utcnow
 
-__all__ = ["IllegalTransition", "StaleStateVersion", "TaskNotFound", "Transition", "transition"]
+# The dashboard's and ops' reads live in task_reads.py; named here too, where their
+# callers have always found them.
+__all__ = [
+    "IllegalTransition",
+    "StaleStateVersion",
+    "TaskFilter",
+    "TaskNotFound",
+    "Transition",
+    "counts_by_state",
+    "list_page",
+    "oldest_queued_at",
+    "tokens_since",
+    "transition",
+]
 
 
 class TaskFields(TypedDict, total=False):
@@ -349,53 +369,3 @@ def aborting_among(conn: Connection, task_ids: list[str]) -> set[str]:
         .where(tasks.c.state == TaskState.ABORTING.value)
     )
     return {r[0] for r in found}
-
-
-@dataclass(frozen=True, slots=True)
-class TaskFilter:
-    repo_key: str | None = None
-    resource_key: str | None = None
-    state: str | None = None
-    limit: int = 50
-    offset: int = 0
-
-
-def list_page(conn: Connection, f: TaskFilter) -> tuple[list[Task], int]:
-    conds = []
-    if f.repo_key is not None:
-        conds.append(tasks.c.repo_key == f.repo_key)
-    if f.resource_key is not None:
-        conds.append(tasks.c.resource_key == f.resource_key)
-    if f.state is not None:
-        conds.append(tasks.c.state == f.state)
-    total = conn.execute(select(func.count()).select_from(tasks).where(*conds)).scalar_one()
-    stmt = (
-        select(tasks)
-        .where(*conds)
-        .order_by(tasks.c.created_at.desc(), tasks.c.task_id)
-        .limit(f.limit)
-        .offset(f.offset)
-    )
-    return rows.every(Task, conn, stmt, {}), int(total)
-
-
-def counts_by_state(conn: Connection) -> dict[str, int]:
-    rows = conn.execute(select(tasks.c.state, func.count()).group_by(tasks.c.state))
-    return {state: int(n) for state, n in rows}
-
-
-def oldest_queued_at(conn: Connection) -> datetime | None:
-    value: datetime | None = conn.execute(
-        select(func.min(tasks.c.created_at)).where(tasks.c.state == TaskState.QUEUED.value)
-    ).scalar_one()
-    return value
-
-
-def tokens_since(conn: Connection, since: datetime) -> int:
-    """Input plus output tokens of the tasks updated at or after ``since``."""
-    value = conn.execute(
-        select(func.coalesce(func.sum(tasks.c.input_tokens + tasks.c.output_tokens), 0)).where(
-            tasks.c.updated_at >= since
-        )
-    ).scalar_one()
-    return int(value)

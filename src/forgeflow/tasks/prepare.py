@@ -116,26 +116,8 @@ class Preparer:
                 )
                 notes = await self._record_checkout(task, checkout)
                 worktree, refs = await self._worktree(task, resource, repo_row, checkout)
-        except WorkspaceDirty as exc:
-            posted = await receipt
-            blocked = await self.moves.move(
-                task,
-                S.BLOCKED_WORKSPACE,
-                action="task.block",
-                error_code=exc.code,
-                metadata={"detail": str(exc), **exc.details},
-                events=[*notes, *posted.events],
-                before=posted.record,
-            )
-            return Prepared(blocked)
         except (WorkspaceError, GiteaError) as exc:  # GitAuthFailed is a WorkspaceError
-            code = exc.code if isinstance(exc, WorkspaceError) else "gitea_unavailable"
-            posted = await receipt
-            events = [*notes, *posted.events]
-            retried = await self.moves.retry_or_fail(
-                task, code, str(exc), events=events, before=posted.record
-            )
-            return Prepared(retried)
+            return await self._not_prepared(task, exc, notes, await receipt)
         notes.append(_status_event(task, worktree))
         if worktree.created:  # made anew here: was the session's earlier disk lost?
             target = rules.target(resource, refs, repo_row.default_branch)
@@ -151,6 +133,33 @@ class Preparer:
             before=posted.record,
         )
         return Prepared(running, context)
+
+    async def _not_prepared(
+        self,
+        task: Task,
+        exc: WorkspaceError | GiteaError,
+        notes: list[audit.AuditEvent],
+        posted: Receipt,
+    ) -> Prepared:
+        """The move after a preparation that failed: a dirty worktree blocks the task
+        (an operator decides), anything else is retried or fails it."""
+        events = [*notes, *posted.events]
+        if isinstance(exc, WorkspaceDirty):
+            blocked = await self.moves.move(
+                task,
+                S.BLOCKED_WORKSPACE,
+                action="task.block",
+                error_code=exc.code,
+                metadata={"detail": str(exc), **exc.details},
+                events=events,
+                before=posted.record,
+            )
+            return Prepared(blocked)
+        code = exc.code if isinstance(exc, WorkspaceError) else "gitea_unavailable"
+        retried = await self.moves.retry_or_fail(
+            task, code, str(exc), events=events, before=posted.record
+        )
+        return Prepared(retried)
 
     async def _worktree(
         self, task: Task, resource: ResourceRef, repo_row: Repository, checkout: RepoCheckout

@@ -18,6 +18,7 @@ from sqlalchemy import Connection
 from forgeflow.agent.port import (
     AgentError,
     AgentRuntime,
+    CommentTool,
     NeedsUser,
     SessionSpec,
     TurnCompleted,
@@ -117,39 +118,16 @@ class TurnRunner:
             return await self._agent_failed(task, exc), None
         bound_at = utcnow()
         if review and self.review_prompts is not None:
-            try:
-                plan = await self.review_prompts.plan(task)
-            except GiteaError as exc:
-                return await self.moves.retry_or_fail(task, "gitea_unavailable", str(exc)), None
+            planned = await self._review_plan(task)
+            if isinstance(planned, Task):  # the pull request could not be read
+                return planned, None
+            plan = planned
         else:
-            answer_of = await self.verifier.answer_of(task)  # a reply retry's turn
-            rebuilt = None
-            if session.thread_id and thread_id != session.thread_id and not draft:
-                rebuilt = await self.threads.rebuilt(
-                    task, resource, cwd, session.thread_id, thread_id
-                )
-            plan = await self.prompts.plan(
-                task,
-                resource,
-                cwd,
-                tool,
-                context,
-                answer_of=answer_of,
-                draft=draft,
-                rebuilt=rebuilt,
+            plan = await self._session_plan(
+                task, session, resource, cwd, thread_id, tool, context, draft=draft
             )
         await self.store.write(_begin(task, session, thread_id, plan, bound_at, bind=not review))
-        spec = TurnSpec(
-            task_id=task.task_id,
-            turn_key=plan.key,
-            prompt=plan.prompt,
-            kind=plan.kind,
-            marker="" if draft or review else plan.marker,
-            owner=resource.repo.owner,
-            repo=resource.repo.name,
-            number=resource.number,
-            read_only=draft or review,
-        )
+        spec = _turn_spec(task, plan, resource, read_only=draft or review)
         try:
             handle = await self.runtime.start_turn(thread_id, spec)
         except AgentError as exc:
@@ -168,6 +146,44 @@ class TurnRunner:
         if not draft:
             await self.threads.keep(task, resource, thread_id, plan.key)
         return await self._end(task, plan, end)
+
+    async def _review_plan(self, task: Task) -> TurnPlan | Task:
+        """A pull request review's turn, from the pull request as Gitea has it now; when
+        Gitea cannot be read, the task's row after its retry or failure instead."""
+        assert self.review_prompts is not None
+        try:
+            return await self.review_prompts.plan(task)
+        except GiteaError as exc:
+            return await self.moves.retry_or_fail(task, "gitea_unavailable", str(exc))
+
+    async def _session_plan(
+        self,
+        task: Task,
+        session: Session,
+        resource: ResourceRef,
+        cwd: str,
+        thread_id: str,
+        tool: CommentTool,
+        context: Context | None,
+        *,
+        draft: bool,
+    ) -> TurnPlan:
+        """A session's turn: a reply retry's, or one on a thread rebuilt from the
+        session's history when its kept thread could not be resumed."""
+        answer_of = await self.verifier.answer_of(task)  # a reply retry's turn
+        rebuilt = None
+        if session.thread_id and thread_id != session.thread_id and not draft:
+            rebuilt = await self.threads.rebuilt(task, resource, cwd, session.thread_id, thread_id)
+        return await self.prompts.plan(
+            task,
+            resource,
+            cwd,
+            tool,
+            context,
+            answer_of=answer_of,
+            draft=draft,
+            rebuilt=rebuilt,
+        )
 
     async def _session(
         self,
@@ -294,6 +310,22 @@ class TurnRunner:
             error_code=exc.code,
             fields={"execution_error": str(exc)},
         )
+
+
+def _turn_spec(task: Task, plan: TurnPlan, resource: ResourceRef, *, read_only: bool) -> TurnSpec:
+    """What the runtime is asked to run; a read-only turn (a draft space's or a review's)
+    posts no answer, so it carries no marker."""
+    return TurnSpec(
+        task_id=task.task_id,
+        turn_key=plan.key,
+        prompt=plan.prompt,
+        kind=plan.kind,
+        marker="" if read_only else plan.marker,
+        owner=resource.repo.owner,
+        repo=resource.repo.name,
+        number=resource.number,
+        read_only=read_only,
+    )
 
 
 def _begin(
