@@ -15,7 +15,7 @@ from forgeflow.domain.bookkeeping import Comment
 from forgeflow.domain.ids import RepoRef, ResourceKind, ResourceRef
 from forgeflow.domain.records import Task
 from forgeflow.gitea.client import GiteaClient, GiteaError
-from forgeflow.store import Store, acceptance, tasks, workers
+from forgeflow.store import Store, acceptance, task_reads, workers
 from forgeflow.store import comments as comment_q
 from forgeflow.store.schema import comments
 from forgeflow.store.types import utcnow
@@ -58,7 +58,7 @@ def setup(tmp_path: Path, store: Store) -> Iterator[tuple[GiteaEmulator, str, Ta
                 ),
             )
         )
-        task = store.db.read_sync(lambda c: tasks.list_page(c, tasks.TaskFilter())[0][0])
+        task = store.db.read_sync(lambda c: task_reads.list_page(c, task_reads.TaskFilter())[0][0])
         yield gitea, token, task
 
 

@@ -21,7 +21,7 @@ from forgeflow.domain.states import (
     TaskState,
 )
 from forgeflow.services import Services
-from forgeflow.store import audit, repos, tasks, usage
+from forgeflow.store import audit, repos, task_reads, usage
 from forgeflow.store.details import overview_snapshot, task_detail_snapshot
 from forgeflow.tasks import controls
 
@@ -87,8 +87,8 @@ async def list_tasks(
     offset: Annotated[int, Query(ge=0, le=MAX_INT64)] = 0,
 ) -> dict[str, Any]:
     """Tasks, newest first, filtered by repository, resource and state."""
-    f = tasks.TaskFilter(repoKey, resourceKey, state.value if state else None, limit, offset)
-    rows, total = await _services(request).store.read(lambda c: tasks.list_page(c, f))
+    f = task_reads.TaskFilter(repoKey, resourceKey, state.value if state else None, limit, offset)
+    rows, total = await _services(request).store.read(lambda c: task_reads.list_page(c, f))
     next_offset = offset + len(rows) if offset + len(rows) < total else None
     return {
         "items": [r.json() for r in rows],

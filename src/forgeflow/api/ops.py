@@ -14,7 +14,7 @@ from sqlalchemy import Connection
 from forgeflow.api.schemas import Health, Readiness, answer, error
 from forgeflow.config_warnings import sandbox_warning
 from forgeflow.services import Services
-from forgeflow.store import StoreUnavailable, deliveries, tasks
+from forgeflow.store import StoreUnavailable, deliveries, task_reads
 from forgeflow.tasks.dispatch import Dispatcher
 
 router = APIRouter(tags=["operations"])
@@ -119,7 +119,7 @@ async def metrics(request: Request) -> Response:
 
     def _snapshot(conn: Connection) -> dict[str, dict[str, int]]:
         return {
-            "tasks": tasks.counts_by_state(conn),
+            "tasks": task_reads.counts_by_state(conn),
             "deliveries": deliveries.counts_by_status(conn),
         }
 

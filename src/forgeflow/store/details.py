@@ -19,7 +19,7 @@ from forgeflow.domain.states import (
     TaskState,
     values,
 )
-from forgeflow.store import audit, control, pushes, repos, scheduling, tasks, turns
+from forgeflow.store import audit, control, pushes, repos, scheduling, task_reads, tasks, turns
 from forgeflow.store import rows as rows_mod
 from forgeflow.store.schema import comments
 from forgeflow.store.schema import tasks as tasks_table
@@ -71,19 +71,19 @@ def overview(conn: Connection) -> Overview:
     active = [
         r
         for state in values(ACTIVE_STATES)
-        for r in tasks.list_page(conn, tasks.TaskFilter(state=state, limit=500))[0]
+        for r in task_reads.list_page(conn, task_reads.TaskFilter(state=state, limit=500))[0]
     ]
     failures = [
         r
         for state in values(FAILED_STATES)
-        for r in tasks.list_page(conn, tasks.TaskFilter(state=state, limit=10))[0]
+        for r in task_reads.list_page(conn, task_reads.TaskFilter(state=state, limit=10))[0]
     ]
     failures.sort(key=lambda t: t.updated_at, reverse=True)
     return Overview(
         control=control.get(conn),
         active=active,
-        counts=tasks.counts_by_state(conn),
-        oldest_queued=tasks.oldest_queued_at(conn),
+        counts=task_reads.counts_by_state(conn),
+        oldest_queued=task_reads.oldest_queued_at(conn),
         repositories=repos.list_all(conn),
         failures=failures[:10],
     )

@@ -16,29 +16,9 @@ from forgeflow.domain.states import IN_WORK_STATES, IllegalTransition, TaskState
 from forgeflow.store import audit, events, repos, rows, sessions
 from forgeflow.store.schema import tasks
 from forgeflow.store.sql import insert_row
-from forgeflow.store.task_reads import (
-    TaskFilter,
-    counts_by_state,
-    list_page,
-    oldest_queued_at,
-    tokens_since,
-)
 from forgeflow.store.types import utcnow
 
-# The dashboard's and ops' reads live in task_reads.py; named here too, where their
-# callers have always found them.
-__all__ = [
-    "IllegalTransition",
-    "StaleStateVersion",
-    "TaskFilter",
-    "TaskNotFound",
-    "Transition",
-    "counts_by_state",
-    "list_page",
-    "oldest_queued_at",
-    "tokens_since",
-    "transition",
-]
+__all__ = ["IllegalTransition", "StaleStateVersion", "TaskNotFound", "Transition", "transition"]
 
 
 class TaskFields(TypedDict, total=False):

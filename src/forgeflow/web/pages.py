@@ -25,7 +25,7 @@ from forgeflow.domain.states import (
     TaskState,
     values,
 )
-from forgeflow.store import audit, deliveries, repos, sessions, tasks, transcripts
+from forgeflow.store import audit, deliveries, repos, sessions, task_reads, transcripts
 from forgeflow.store.details import overview, running_json, task_detail
 from forgeflow.tasks import egress
 from forgeflow.web.contexts import (
@@ -82,7 +82,7 @@ async def overview_page(request: Request, session: Session) -> Response:
         page = OverviewPage(
             ov=snap.json(),
             running_by_repo=sorted(by_repo.items()),
-            tokens_today=tasks.tokens_since(conn, midnight),
+            tokens_today=task_reads.tokens_since(conn, midnight),
             sandbox_warning=sandbox_warning(services(request).settings),
         )
         return stamp, page
@@ -103,11 +103,13 @@ async def task_list(
     params: Params = {"repo": opt(repo), "resource": opt(resource), "state": opt(state)}
     if params["state"] not in (None, *STATES):
         params["state"] = None
-    f = tasks.TaskFilter(params["repo"], params["resource"], params["state"], PAGE_SIZE, offset)
+    f = task_reads.TaskFilter(
+        params["repo"], params["resource"], params["state"], PAGE_SIZE, offset
+    )
 
     def _read(conn: Connection) -> tuple[str, TasksPage]:
         stamp = audit.change_marker(conn)
-        rows, total = tasks.list_page(conn, f)
+        rows, total = task_reads.list_page(conn, f)
         page = TasksPage(
             rows=[r.json() for r in rows],
             page=paging(offset, total),
@@ -203,11 +205,13 @@ async def session_list(
 async def repo_list(request: Request, session: Session) -> Response:
     def _read(conn: Connection) -> tuple[str, ReposPage]:
         stamp = audit.change_marker(conn)
-        blocked_filter = tasks.TaskFilter(state=TaskState.BLOCKED_WORKSPACE.value, limit=200)
-        blocked, _ = tasks.list_page(conn, blocked_filter)
+        blocked_filter = task_reads.TaskFilter(state=TaskState.BLOCKED_WORKSPACE.value, limit=200)
+        blocked, _ = task_reads.list_page(conn, blocked_filter)
         counts: dict[str, dict[str, int]] = {}
         for state in values(ACTIVE_STATES | {TaskState.QUEUED}):
-            for row in tasks.list_page(conn, tasks.TaskFilter(state=state, limit=1000))[0]:
+            for row in task_reads.list_page(conn, task_reads.TaskFilter(state=state, limit=1000))[
+                0
+            ]:
                 per = counts.setdefault(row.repo_key, {})
                 per[state] = per.get(state, 0) + 1
         page = ReposPage(
