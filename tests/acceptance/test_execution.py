@@ -55,8 +55,11 @@ def test_mention_ends_succeeded_with_one_receipt_and_a_verified_reply(
     assert detail["turns"][0]["turnKey"] == f"{task_id}:1"
     assert detail["task"]["inputTokens"] == 100
     # The bot's own comments were delivered back to forgeflow and ignored (AC-07).
-    reasons = [d.response for d in gitea.deliveries if d.payload["sender"]["login"] == BOT]
-    assert reasons and all("bot_comment" in r for r in reasons)
+    # Its edits of the receipt (the tracking comment, #25) come back too, ignored as edits.
+    own = [d for d in gitea.deliveries if d.payload["sender"]["login"] == BOT]
+    created = [d.response for d in own if d.payload.get("action") == "created"]
+    assert created and all("bot_comment" in r for r in created)
+    assert all('"status":"ignored"' in d.response for d in own)
     actions = {e["action"] for e in detail["audit"]}
     assert {
         "workspace.clone",

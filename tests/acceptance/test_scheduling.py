@@ -201,7 +201,7 @@ def test_pull_request_task_works_on_the_head_and_records_refs(worker: Worker) ->
     gitea, ff = worker
     gitea.push_branch("acme", "widget", "feature", {"feature.txt": "new\n"}, base="main")
     pull = gitea.add_pull("acme", "widget", title="Feature", head="feature", author="alice")
-    task = _mention(gitea, "widget", pull, "@ccweb-bot review")
+    task = _mention(gitea, "widget", pull, "@ccweb-bot please look at this change")
     wait_for(lambda: _done(ff, task))
     detail = _detail(ff, task)
     assert detail["task"]["state"] == "succeeded"
