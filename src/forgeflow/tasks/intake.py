@@ -159,6 +159,30 @@ class WebhookIngress:
                 if reason == "no_mention"
                 else (),
             )
+        return await self._admit(key, event, body, mention, "webhook.delivery")
+
+    async def _review_request(
+        self,
+        key: str,
+        event: webhook.CommentEvent,
+        body: bytes,
+        found: Sequence[DomainEvent],
+    ) -> Outcome:
+        """The bot asked for its review: a review task, with a mention's permission
+        rule for the one who asked."""
+        mention = Mention(REVIEW_WORD, review_focus="")
+        return await self._admit(key, event, body, mention, "webhook.review_request", found)
+
+    async def _admit(
+        self,
+        key: str,
+        event: webhook.CommentEvent,
+        body: bytes,
+        mention: Mention,
+        log_event: str,
+        found: Sequence[DomainEvent] | None = None,
+    ) -> Outcome:
+        """Whoever asked, checked with Gitea, then accepted or refused in one write."""
         permission = await self._permission_for(key, event)
         if isinstance(permission, _Unknown):
             # Gitea could not say: refused for now, Gitea redelivers.
@@ -173,52 +197,17 @@ class WebhookIngress:
             )
         if isinstance(permission, DeliveryRecord):
             return Recorded(permission)  # a redelivery's answer
-        record = await self._accept(key, event, body, mention, permission)
+        record = await self._accept(key, event, body, mention, permission, found)
         if record.status == "accepted" and not record.duplicate and self.on_accept is not None:
             # A new task, or a command's answer waiting in the outbox.
             self.on_accept()
         log.info(
-            "webhook.delivery",
+            log_event,
             delivery_id=event.delivery_id,
             status=record.status,
             task_id=record.task_id,
             repo_key=event.repo.key,
             reason=record.reason,
-        )
-        return Recorded(record)
-
-    async def _review_request(
-        self,
-        key: str,
-        event: webhook.CommentEvent,
-        body: bytes,
-        found: Sequence[DomainEvent],
-    ) -> Outcome:
-        """The bot asked for its review: a review task, with a mention's permission
-        rule for the one who asked."""
-        permission = await self._permission_for(key, event)
-        if isinstance(permission, _Unknown):
-            return Refused(
-                permission.kind,
-                permission.code,
-                permission.message,
-                event.delivery_id,
-                event.event_type,
-                sha256_ref(body),
-                event.repo.key,
-            )
-        if isinstance(permission, DeliveryRecord):
-            return Recorded(permission)
-        mention = Mention(REVIEW_WORD, review_focus="")
-        record = await self._accept(key, event, body, mention, permission, found)
-        if record.status == "accepted" and not record.duplicate and self.on_accept is not None:
-            self.on_accept()
-        log.info(
-            "webhook.review_request",
-            delivery_id=event.delivery_id,
-            status=record.status,
-            task_id=record.task_id,
-            repo_key=event.repo.key,
         )
         return Recorded(record)
 
