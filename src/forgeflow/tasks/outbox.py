@@ -71,7 +71,15 @@ class Outbox:
         says how many tasks of the repository are ahead of this one."""
         if modes.is_draft(task.mode):
             return Receipt()  # a review/plan (draft) task posts nothing on Gitea
-        await self.react(task, "eyes")
+        # The reaction goes out beside the receipt, not before it: both are settled
+        # before the turn starts, and neither waits for the other's round trip.
+        reacting = asyncio.create_task(self.react(task, "eyes"))
+        try:
+            return await self._post_receipt(task, claimed=claimed)
+        finally:
+            await reacting
+
+    async def _post_receipt(self, task: Task, *, claimed: bool) -> Receipt:
         position = None
         if not claimed:
             position = await self.store.read(partial(scheduling.queue_position, task=task))
@@ -93,7 +101,7 @@ class Outbox:
         return Receipt(posted.record)
 
     async def react(self, task: Task, content: str) -> None:
-        """The mention's reaction, before its receipt (so before its turn). Gitea answers
+        """The mention's reaction, settled with its receipt (so before its turn). Gitea answers
         an existing reaction with 200, so a retry after a crash adds nothing; a Gitea
         that refuses it (403: not in its setting.UI.Reactions) costs one log line."""
         if self.gitea is None or task.delivery_key is None:

@@ -72,8 +72,11 @@ class Tracker:
         self._live: dict[str, _Live] = {}
 
     def begin(self, task: Task) -> None:
-        """A turn of ``task`` starts: show it, and follow its events."""
-        live = _Live(task, asyncio.get_running_loop().time())
+        """A turn of ``task`` starts: follow its events. The first edit waits one
+        interval like every later one: at the turn's start the receipt already says
+        enough, and an edit then would compete with the turn's own first requests."""
+        now = asyncio.get_running_loop().time()
+        live = _Live(task, now, sent_at=now)
         self._live[task.task_id] = live
         self._soon(live)
 
