@@ -224,7 +224,7 @@ class Services:
             verifier,
             follower,
             workspace_root=root,
-            review_prompts=ReviewPrompts(gitea, limits),
+            review_prompts=ReviewPrompts(gitea, limits, store=store, mirror=self.workspace),
         )
 
     async def _register_worker(self) -> None:

@@ -11,7 +11,6 @@ the other 0). Gitea answers 200 with the ``PullReview``.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -75,7 +74,8 @@ class ReviewLine:
 
 @dataclass(frozen=True, slots=True)
 class ReviewRequest:
-    """One ``CreatePullReviewOptions``, as it is kept in the intent's record."""
+    """One ``CreatePullReviewOptions``, made from the intent's record
+    (``domain/review_record.py``, which is where the stored JSON is parsed)."""
 
     body: str
     commit_id: str
@@ -89,21 +89,6 @@ class ReviewRequest:
             "commit_id": self.commit_id,
             "comments": [c.json() for c in self.comments],
         }
-
-    @classmethod
-    def parse(cls, text: str) -> ReviewRequest:
-        """The request kept by :meth:`json` (forgeflow's own record, not Gitea's)."""
-        data = json.loads(text)
-        lines = tuple(
-            ReviewLine(
-                str(c["path"]),
-                str(c["body"]),
-                int(c["new_position"]),
-                int(c["old_position"]),
-            )
-            for c in data["comments"]
-        )
-        return cls(str(data["body"]), str(data["commit_id"]), str(data["event"]), lines)
 
 
 class ReviewsApi(Transport):

@@ -42,6 +42,7 @@ from forgeflow.domain.records import (
     TranscriptEntry,
     Turn,
 )
+from forgeflow.domain.review_record import BotReview, ReviewRecord, ReviewRecordError
 from forgeflow.domain.states import TaskState
 
 R = TypeVar(
@@ -110,3 +111,24 @@ def pipeline_step(values: Sequence[Any]) -> PipelineStep:
 
 def planned_step(values: Sequence[Any]) -> PlannedStep:
     return PlannedStep(*values)
+
+
+def bot_review(row: Comment) -> BotReview:
+    """A ``comments`` row of kind ``review`` as the review it records; a body that is
+    not a record forgeflow wrote is kept as the error, not raised (a page still shows
+    the row)."""
+    record, error = None, None
+    try:
+        record = ReviewRecord.parse(row.body or "")
+    except ReviewRecordError as exc:
+        error = str(exc)
+    return BotReview(
+        task_id=row.task_id,
+        resource_key=row.resource_key,
+        status=row.status,
+        review_id=row.comment_id,
+        created_at=row.created_at,
+        updated_at=row.updated_at,
+        record=record,
+        error=error,
+    )

@@ -15,7 +15,6 @@ instead of posting again; only when none does is the stored request posted.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -28,14 +27,16 @@ from forgeflow.domain.bookkeeping import Comment
 from forgeflow.domain.ids import sha256_ref, turn_key
 from forgeflow.domain.markers import Marker, MarkerKind, find_markers
 from forgeflow.domain.records import Task
+from forgeflow.domain.review_record import PostedLine, ReviewRecord
 from forgeflow.domain.states import TaskState
 from forgeflow.gitea.client import GiteaClient, GiteaError
 from forgeflow.gitea.reviews import PullReview, ReviewLine, ReviewRequest
 from forgeflow.store import Store, tasks
 from forgeflow.store import comments as comment_q
+from forgeflow.store import reviews as review_q
 from forgeflow.tasks.moves import TaskMoves
 
-KIND = "review"
+KIND = review_q.KIND
 
 
 def review_key(task_id: str) -> str:
@@ -95,14 +96,14 @@ class PullReviews:
         earlier = await self._store.read(lambda c: comment_q.get(c, key))
         if earlier is not None:
             return await self._settle(task, earlier)
-        request, placed = await self._request(task, draft)
-        body = json.dumps(request.json(), ensure_ascii=False)
+        record = await self._record(task, draft)
+        body = record.dumps()
         inserted, row = await self._store.write(lambda c: _intend(c, task, key, body))
         if not inserted:  # another call wrote it first: settle that one
             return await self._settle(task, row)
-        review = await self._create(task, request, key)
+        review = await self._create(task, _gitea_request(record), key)
         return Submitted(
-            review.id, len(placed.inline), tuple(c.location for c in placed.moved), False
+            review.id, len(record.comments), tuple(c.location for c in record.moved), False
         )
 
     async def posted(self, task: Task) -> int | None:
@@ -156,9 +157,10 @@ class PullReviews:
         if found is not None:
             await self._sent(row.comment_key, found.id, "found")
             return Submitted(found.id, 0, (), True)
-        request = ReviewRequest.parse(row.body or "")
-        review = await self._create(task, request, row.comment_key)
-        return Submitted(review.id, len(request.comments), (), False)
+        record = ReviewRecord.parse(row.body or "")
+        review = await self._create(task, _gitea_request(record), row.comment_key)
+        moved = tuple(c.location for c in record.moved)
+        return Submitted(review.id, len(record.comments), moved, False)
 
     async def _find(self, task: Task) -> PullReview | None:
         """The bot's review of the pull request whose body carries the task's marker."""
@@ -196,8 +198,8 @@ class PullReviews:
             )
         )
 
-    async def _request(self, task: Task, draft: r.ReviewDraft) -> tuple[ReviewRequest, r.Placed]:
-        """The review's request: line comments placed on the diff at the head reviewed."""
+    async def _record(self, task: Task, draft: r.ReviewDraft) -> ReviewRecord:
+        """The review's record: line comments placed on the diff at the head reviewed."""
         repo, number = task.resource.repo, task.resource.number
         head = (task.refs.head_sha if task.refs else None) or ""
         pull = await self._gitea.pull(repo.owner, repo.name, number)
@@ -215,22 +217,35 @@ class PullReviews:
             task.resource_key,
             MarkerKind.REVIEW,
         )
-        lines = tuple(
-            ReviewLine(
-                c.path,
-                r.comment_body(c),
-                new_position=c.line if c.side == "new" else 0,
-                old_position=c.line if c.side == "old" else 0,
-            )
-            for c in placed.inline
+        return ReviewRecord(
+            body=r.review_body(draft.summary, placed.moved, marker),
+            commit_id=head,
+            event=r.review_event(
+                draft.event, self._allowed.get(repo.full_name.lower(), frozenset())
+            ),
+            comments=tuple(_posted(c) for c in placed.inline),
+            summary=draft.summary,
+            moved=tuple(_posted(c) for c in placed.moved),
         )
-        request = ReviewRequest(
-            r.review_body(draft.summary, placed.moved, marker),
-            head,
-            r.review_event(draft.event, self._allowed.get(repo.full_name.lower(), frozenset())),
-            lines,
+
+
+def _posted(c: r.LineComment) -> PostedLine:
+    return PostedLine(c.path, c.side, c.line, r.comment_body(c))
+
+
+def _gitea_request(record: ReviewRecord) -> ReviewRequest:
+    """The ``CreatePullReviewOptions`` of a record (its summary and moved comments are
+    forgeflow's own: they are in the body already)."""
+    lines = tuple(
+        ReviewLine(
+            c.path,
+            c.body,
+            new_position=c.line if c.side == "new" else 0,
+            old_position=c.line if c.side == "old" else 0,
         )
-        return request, placed
+        for c in record.comments
+    )
+    return ReviewRequest(record.body, record.commit_id, record.event, lines)
 
 
 def _intend(conn: Connection, task: Task, key: str, body: str) -> tuple[bool, Comment]:

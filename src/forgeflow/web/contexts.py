@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from forgeflow.domain.json import JsonObject
 from forgeflow.domain.records import Delivery, TranscriptEntry
+from forgeflow.domain.review_record import BotReview
 from forgeflow.tasks.egress import Refused
 from forgeflow.web.dag import Dag
 
@@ -81,6 +82,7 @@ class TaskPage:
     can_release: bool
     tokens: int
     stamp_url: str
+    review: BotReview | None  # a review task's review as forgeflow recorded it
     nav: str = "tasks"
 
 

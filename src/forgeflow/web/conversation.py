@@ -13,10 +13,11 @@ from sqlalchemy import Connection
 from forgeflow.domain.ids import parse_repo_key
 from forgeflow.domain.records import Repository
 from forgeflow.domain.records import Session as SessionRecord
+from forgeflow.domain.review_record import BotReview
 from forgeflow.domain.transcript import DIFF_LIMIT, clip
 from forgeflow.redaction import redact_text
 from forgeflow.services import Services
-from forgeflow.store import audit, details, pushes, repos, sessions
+from forgeflow.store import audit, details, pushes, repos, reviews, sessions
 from forgeflow.web.render import UiRoute, render, services
 from forgeflow.web.security import NotFound, UiSession, require_session
 from forgeflow.workspace.git import WorkspaceError
@@ -42,6 +43,7 @@ class SessionPage:
     exchanges: list[details.Exchange]
     repo: Repository | None
     diff: Diff | None
+    reviews: list[BotReview]  # the pull request's reviews by the bot, oldest first
     nav: str = "sessions"
 
 
@@ -54,6 +56,7 @@ def _read(conn: Connection, session_key: str) -> tuple[str, SessionPage] | None:
         exchanges=details.conversation(conn, session_key),
         repo=repos.get(conn, row.repo_key),
         diff=None,
+        reviews=reviews.of_resource(conn, row.resource_key),
     )
     return audit.change_marker(conn), page
 

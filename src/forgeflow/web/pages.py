@@ -25,7 +25,15 @@ from forgeflow.domain.states import (
     TaskState,
     values,
 )
-from forgeflow.store import audit, deliveries, repos, sessions, task_reads, transcripts
+from forgeflow.store import (
+    audit,
+    deliveries,
+    repos,
+    reviews,
+    sessions,
+    task_reads,
+    transcripts,
+)
 from forgeflow.store.details import overview, running_json, task_detail
 from forgeflow.tasks import egress
 from forgeflow.web.contexts import (
@@ -163,6 +171,7 @@ async def task_page(request: Request, session: Session, task_id: str) -> Respons
             can_release=task.state == TaskState.BLOCKED_WORKSPACE,
             tokens=(task.input_tokens or 0) + (task.output_tokens or 0),
             stamp_url=f"/ui/live?task={quote(task_id, safe='')}",
+            review=reviews.of_task(conn, task_id),
         )
         return stamp, page
 

@@ -126,6 +126,12 @@ class GiteaLinks:
         page = self.resource(resource_key)
         return f"{page}#issuecomment-{comment_id}" if page and comment_id else None
 
+    def review(self, resource_key: str | None) -> str | None:
+        """Where a pull request's reviews show: its files. (Gitea's own link to a review
+        is the anchor of the review's timeline comment, whose id is not the review's.)"""
+        page = self.resource(resource_key)
+        return f"{page}/files" if page and "/pulls/" in page else None
+
 
 def services(request: Request) -> Services:
     found: Services = request.app.state.services

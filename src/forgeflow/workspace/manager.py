@@ -382,6 +382,11 @@ class WorkspaceManager:
         result = await self.git.run(*args, cwd=self._mirror_dir(repo), time_limit=30)
         return result.stdout
 
+    async def diff_since(self, repo: RepoRef, old: str, new: str) -> str | None:
+        """``git diff old new`` in the mirror when ``old`` is an ancestor of ``new``,
+        else None (mirror.diff_since; a re-review's prompt, tasks/review_prompt.py)."""
+        return await mirror.diff_since(self.git, self._mirror_dir(repo), old, new)
+
     # -- helpers -------------------------------------------------------------------------
 
     def _mirror_dir(self, repo: RepoRef) -> str:

@@ -193,14 +193,17 @@ class GiteaEmulator(EmulatorControls, LegacyDeliveries, ReviewControls):
         message: str = "change",
         base: str | None = None,
         pusher: str | None = None,
+        force: bool = False,
     ) -> str:
         """Commit `files` on `branch` (created from `base`, default the default branch) and
-        send what a push sends: push/create hooks and pull_request synchronized."""
+        send what a push sends: push/create hooks and pull_request synchronized.
+        ``force``: the commit starts from `base` even when the branch exists, and
+        replaces it (a force-push that rewrites the branch)."""
         with self._state.lock:
             target = self._state.repo_by_name(owner, repo)
             user = self._state.user_by_login(pusher) if pusher else self._state.owner_of(target)
             sha, outcome = self._service.commit(
-                target, user, branch, dict(files), message.rstrip("\n") + "\n", base
+                target, user, branch, dict(files), message.rstrip("\n") + "\n", base, force
             )
         self._deliver(outcome)
         return sha

@@ -297,11 +297,13 @@ class Service:
         files: dict[str, str | None],
         message: str,
         base: str | None,
+        force: bool = False,
     ) -> tuple[str, Outcome]:
         with self.state.lock:
             git = GitRepo(repo.path)
             old = git.branch_sha(branch)
-            parent = old if old is not None else git.branch_sha(base or repo.default_branch)
+            start = git.branch_sha(base or repo.default_branch)
+            parent = old if old is not None and not force else start
             sha = git.commit_files(
                 branch,
                 files,
