@@ -72,7 +72,13 @@ class ReviewThreads:
             return self._known[task.task_id]
         repo = task.resource.repo
         thread = None
-        if not await self._gitea.is_plain_comment(repo.owner, repo.name, task.comment_id):
+        try:
+            plain = await self._gitea.is_plain_comment(repo.owner, repo.name, task.comment_id)
+        except GiteaError as exc:
+            if exc.status != 404:
+                raise
+            plain = True  # deleted since: the answer goes to the timeline, as before
+        if not plain:
             thread = await self.read(repo, task.resource.number, task.comment_id)
         self._known[task.task_id] = thread
         while len(self._known) > _CACHED:
