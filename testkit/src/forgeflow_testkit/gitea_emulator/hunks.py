@@ -17,15 +17,16 @@ def diff_hunk(git: GitRepo, base: str, head: str, path: str, line: int) -> str:
     """The hunk of ``path``'s diff that shows ``line`` (signed), cut after it."""
     if not base or not head or not path or line == 0:
         return ""
-    text = git.run("diff", base, head, "--", path).stdout
-    header, kept, old, new = "", [], 0, 0
+    text = git.run("diff", base, head, "--", path, check=False).stdout.decode(errors="replace")
+    header, old, new = "", 0, 0
+    kept: list[str] = []
     for raw in text.splitlines():
         match = _HUNK.match(raw)
         if match:
             header, kept = raw, []
             old, new = int(match[1]), int(match[2])
             continue
-        if not header or raw.startswith(("\\", "+++", "---")):
+        if not header or raw.startswith("\\"):  # before the first hunk; "\ No newline"
             continue
         kept.append(raw)
         here = (raw[:1] != "+" and -old == line) or (raw[:1] != "-" and new == line)
