@@ -11,9 +11,7 @@ from forgeflow.domain.states import TaskState
 from forgeflow.store import Store, repos, tasks
 
 
-def running_task(
-    store: Store, task_id: str, resource: ResourceRef, comment_id: int = 1
-) -> Task:
+def running_task(store: Store, task_id: str, resource: ResourceRef, comment_id: int = 1) -> Task:
     """A task on ``resource`` (its own session) moved received → running, started by
     comment ``comment_id``."""
 

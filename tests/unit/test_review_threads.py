@@ -121,5 +121,5 @@ def test_a_review_delivery_without_its_pull_request_is_refused_naming_it() -> No
 
 
 def test_old_gitea_review_deliveries_under_comment_events_keep_their_review_name() -> None:
-    headers = {"X-Gitea-Event": "issue_comment", "X-Gitea-Event-Type": "pull_request_comment"}
+    headers = {"x-gitea-event": "issue_comment", "x-gitea-event-type": "pull_request_comment"}
     assert webhook.event_type_of(headers, _reviewed()) == webhook.REVIEW_COMMENT
