@@ -32,6 +32,7 @@ from forgeflow.rejections import RejectionLog
 from forgeflow.store import Store
 from forgeflow.tasks.dispatch import Wakeup
 from forgeflow.tasks.intake import WebhookIngress
+from forgeflow.tasks.threads import ReviewThreads
 from forgeflow.workspace.manager import WorkspaceManager
 
 if TYPE_CHECKING:
@@ -72,6 +73,8 @@ class Services:
     scheduler: Scheduler | None = field(default=None)
     pipelines: PipelineEngine | None = field(default=None)
     triggers: TriggerLoops | None = field(default=None)
+    # Review threads (#24 item 4): shared by the intake, the prompts and the answers.
+    threads: ReviewThreads | None = field(default=None)
 
     @property
     def retry(self) -> RetryPolicy:
@@ -124,7 +127,7 @@ class Services:
         assert s.gitea_token is not None and self.gitea is not None
         workspace = self.workspace
         publisher = Publisher(self.store, workspace)
-        comments = ToolComments(self.store, self.gitea, s.bot_login)
+        comments = ToolComments(self.store, self.gitea, s.bot_login, self.threads)
         reviews = PullReviews(
             self.store, self.gitea, s.bot_login, allowed_events=s.review_allowed()
         )
@@ -167,11 +170,20 @@ class Services:
             worker_id=self.worker_id,
             max_preparations=s.max_preparations,
         )
-        replies = Replies(store, gitea, s.bot_login, workers_ttl=ttl, public_url=s.public_url)
+        replies = Replies(
+            store,
+            gitea,
+            s.bot_login,
+            workers_ttl=ttl,
+            public_url=s.public_url,
+            threads=self.threads,
+        )
         tracker = Tracker(store, gitea, replies, every_seconds=s.tracking_edit_seconds)
         outbox = Outbox(store, replies, dispatcher, gitea=gitea, tracker=tracker)
         moves = TaskMoves(store, self.retry, dispatcher)
-        prompts = Prompts(store, workspace, gitea, moves, bot_login=s.bot_login)
+        prompts = Prompts(
+            store, workspace, gitea, moves, bot_login=s.bot_login, threads=self.threads
+        )
         verifier = Verifier(store, replies, moves, reviews)
         preparer = Preparer(store, workspace, gitea, outbox, moves, prompts, dispatcher)
         turns = self._build_turns(runtime, replies, moves, prompts, verifier, tracker)
@@ -314,10 +326,12 @@ def build_services(settings: Settings, *, migrate: bool = True, role: Role = Rol
         store.migrate()
     gitea = None
     permissions = None
+    threads = None
     if settings.gitea_url is not None:
         token = settings.gitea_token.get_secret_value() if settings.gitea_token else None
         gitea = GiteaClient(settings.gitea_url, token)
         permissions = PermissionCache(gitea, settings.permission_cache_seconds)
+        threads = ReviewThreads(gitea, settings.bot_login)
     worker_id = default_worker_id(settings)
     workspace = WorkspaceManager.from_settings(settings)
     wakeup = Wakeup()
@@ -328,7 +342,9 @@ def build_services(settings: Settings, *, migrate: bool = True, role: Role = Rol
         settings=settings,
         store=store,
         metrics=Metrics(),
-        ingress=WebhookIngress(settings, store, permissions, rejections, on_accept=wakeup.set),
+        ingress=WebhookIngress(
+            settings, store, permissions, rejections, on_accept=wakeup.set, threads=threads
+        ),
         rejections=rejections,
         workspace=workspace,
         wakeup=wakeup,
@@ -337,6 +353,7 @@ def build_services(settings: Settings, *, migrate: bool = True, role: Role = Rol
         role=role,
         worker_id=worker_id,
         owner=f"{worker_id}/{uuid.uuid4().hex[:12]}",
+        threads=threads,
     )
 
     services.pipelines = build_engine(

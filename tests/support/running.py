@@ -11,8 +11,9 @@ from forgeflow.domain.states import TaskState
 from forgeflow.store import Store, repos, tasks
 
 
-def running_task(store: Store, task_id: str, resource: ResourceRef) -> Task:
-    """A task on ``resource`` (its own session) moved received → running."""
+def running_task(store: Store, task_id: str, resource: ResourceRef, comment_id: int = 1) -> Task:
+    """A task on ``resource`` (its own session) moved received → running, started by
+    comment ``comment_id``."""
 
     def create(c: Connection) -> None:
         repo = resource.repo
@@ -25,7 +26,7 @@ def running_task(store: Store, task_id: str, resource: ResourceRef) -> Task:
                 "repo_key": repo.key,
                 "resource_key": resource.key,
                 "session_key": resource.key,
-                "comment_id": 1,
+                "comment_id": comment_id,
                 "author": "alice",
                 "instruction": "x",
             },

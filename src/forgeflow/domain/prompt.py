@@ -72,6 +72,7 @@ class TurnContext:
     publishing: str = ""  # where the session's commits go (domain.publish)
     last_push: str | None = None  # the session's last push, when it was refused
     rebuilt: Rebuilt | None = None  # the earlier thread could not be restored
+    review_thread: str | None = None  # a line comment's thread (domain/threads.py)
 
 
 def turn_prompt(ctx: TurnContext, *, draft: bool = False) -> str:
@@ -104,6 +105,8 @@ def turn_prompt(ctx: TurnContext, *, draft: bool = False) -> str:
     if ctx.discussion:
         recent = "\n\n".join(f"{who}: {body}" for who, body in ctx.discussion[-10:])
         lines.append("Recent discussion:\n" + fence(recent, "DISCUSSION"))
+    if ctx.review_thread and not draft:
+        lines.append(ctx.review_thread)
     request = ctx.instruction or "(no instruction given: ask the user what they need)"
     if draft:
         lines.append(f"Request from {ctx.author}:\n" + fence(request, "REQUEST"))

@@ -6,7 +6,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 from forgeflow.gitea.models import Comment, Issue, Label, Reaction
-from forgeflow.gitea.transport import Transport
+from forgeflow.gitea.transport import GiteaError, Transport
 
 # Gitea's default page-size ceiling (setting.API.MaxResponseItems) is 50.
 _PAGE = 50
@@ -54,6 +54,16 @@ class IssuesApi(Transport):
 
     async def comment(self, owner: str, repo: str, comment_id: int) -> Comment:
         return await self._one(Comment, "GET", self._comment_path(owner, repo, comment_id), (200,))
+
+    async def is_plain_comment(self, owner: str, repo: str, comment_id: int) -> bool:
+        """Whether a comment is a plain one of the timeline: Gitea GetIssueComment answers
+        204 (no body) for any other type, a code comment of a review among them."""
+        answer = await self._request("GET", self._comment_path(owner, repo, comment_id))
+        if answer.status_code not in (200, 204):
+            raise GiteaError(
+                f"GET comment {int(comment_id)}: HTTP {answer.status_code}", answer.status_code
+            )
+        return answer.status_code == 200
 
     async def create_comment(self, owner: str, repo: str, index: int, body: str) -> Comment:
         path = f"{self._issue_path(owner, repo, index)}/comments"

@@ -170,6 +170,21 @@ class ReviewRequestPayload(PullRequestPayload):
     requested_reviewer: Maybe[HookUser] = None
 
 
+class HookReview(_Payload):
+    """``ReviewPayload``: the hook event's name and the review's body."""
+
+    type: Maybe[Text] = None
+    content: Maybe[Text] = None
+
+
+class ReviewedPayload(PullRequestPayload):
+    """``PullRequestPayload`` of a submitted review (notifier.go PullRequestReview:
+    action ``reviewed``, the reviewer as sender, ``review`` {type, content}; the review's
+    line comments are not in it)."""
+
+    review: Maybe[HookReview] = None
+
+
 class IssueCommentPayload(HookPayload):
     """``IssueCommentPayload``. Gitea's has no ``pull_request``; a sender that adds one
     (GitHub's shape) gives the task its pull request's refs up front."""

@@ -1,7 +1,7 @@
 """Pull request reviews as the Gitea client asks for them (Gitea's
 ``routers/api/v1/repo/pull_review.go``; shapes of ``modules/structs/pull_review.go``):
 create one review with its line comments, list a pull request's reviews, read one
-review's comments.
+review's comments, reply in a review thread (Gitea 1.27 and later).
 
 ``CreatePullReviewOptions``: ``event`` (``APPROVE``, ``REQUEST_CHANGES``, ``COMMENT``),
 ``body``, ``commit_id``, ``comments[]`` of ``CreatePullReviewComment`` (``path``,
@@ -52,6 +52,8 @@ class PullReviewComment(_Shape):
     diff_hunk: str = ""
     position: int = 0
     original_position: int = 0
+    html_url: str = ""
+    created_at: datetime | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,3 +125,14 @@ class ReviewsApi(Transport):
     ) -> list[PullReviewComment]:
         path = f"{self._reviews_path(owner, repo, index)}/{int(review_id)}/comments"
         return await self._many(PullReviewComment, "GET", path, (200,))
+
+    async def reply_to_review_comment(
+        self, owner: str, repo: str, index: int, comment_id: int, body: str
+    ) -> PullReviewComment:
+        """Gitea 1.27's ``POST /pulls/{index}/comments/{id}/replies``
+        (``CreatePullReviewCommentReplyOptions`` {body}; 201 with the reply). An older
+        Gitea has no such route: 404 (or 405), and nothing was made."""
+        path = f"{self._repo_path(owner, repo)}/pulls/{int(index)}/comments/{int(comment_id)}"
+        return await self._one(
+            PullReviewComment, "POST", f"{path}/replies", (200, 201), json={"body": body}
+        )

@@ -26,6 +26,7 @@ from forgeflow.gitea.payloads import (
     CommentShape,
     HookPull,
     IssueCommentPayload,
+    ReviewedPayload,
     ReviewRequestPayload,
 )
 
@@ -202,6 +203,38 @@ def review_request(
         delivery_id=delivery_id,
         event_type=REVIEW_REQUEST,
         action=hook.action,
+        resource=ResourceRef(repo, ResourceKind.PULL_REQUEST, pull.number),
+        clone_url=hook.repository.clone_url or "",
+        default_branch=hook.repository.default_branch or "main",
+        html_url=pull.html_url or "",
+        comment_id=0,
+        comment_body="",
+        comment_created_at=None,
+        actor_login=hook.sender.login,
+        refs=_refs(pull),
+    )
+
+
+def reviewed(delivery_id: str, payload: Mapping[str, Any]) -> CommentEvent | None:
+    """A review submitted as "Comment" (``pull_request_review_comment``) as the event
+    of the line comment that will be looked up in it (``comment_id`` 0 and no body until
+    then: the payload has the review's body, not its line comments); None when it has
+    no sender. The action is the comment's, ``created``."""
+    try:
+        hook = ReviewedPayload.model_validate(payload)
+    except ValidationError as exc:
+        raise _invalid(exc, ReviewedPayload) from None
+    if hook.sender is None:
+        return None
+    try:
+        repo = RepoRef(hook.repository.owner.login, hook.repository.name)
+    except InvalidName as exc:
+        raise InvalidPayload(str(exc)) from None
+    pull = hook.pull_request
+    return CommentEvent(
+        delivery_id=delivery_id,
+        event_type=REVIEW_COMMENT,
+        action="created" if hook.action == "reviewed" else hook.action,
         resource=ResourceRef(repo, ResourceKind.PULL_REQUEST, pull.number),
         clone_url=hook.repository.clone_url or "",
         default_branch=hook.repository.default_branch or "main",

@@ -9,6 +9,7 @@ with its delivery's record, so a redelivery finds it and creates nothing twice.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
@@ -40,6 +41,7 @@ from forgeflow.gitea.client import GiteaError, GiteaPermissionDenied, Permission
 from forgeflow.rejections import Rejection, RejectionLog, cut
 from forgeflow.store import Store, acceptance, commands, deliveries
 from forgeflow.store import events as store_events
+from forgeflow.tasks.threads import ReviewThreads
 
 log = structlog.get_logger("forgeflow.tasks.intake")
 _Unit = Callable[[Connection, acceptance.Accept], DeliveryRecord]
@@ -76,7 +78,11 @@ class WebhookIngress:
         permissions: PermissionCache | None,
         rejections: RejectionLog,
         on_accept: Callable[[], None] | None = None,
+        threads: ReviewThreads | None = None,
     ) -> None:
+        """``threads``: reads a submitted review's line comments, so a mention in a new
+        line comment (``pull_request_review_comment``) becomes a task."""
+        self._threads = threads
         self.on_accept = on_accept
         self._rejections = rejections
         self._settings = settings
@@ -119,6 +125,16 @@ class WebhookIngress:
                     event_type, payload, delivery_id=delivery_id, body=body, bot_login=self._bot
                 )
                 return await self._review_request(key, request, body, found)
+        if event_type == webhook.REVIEW_COMMENT and self._threads is not None:
+            try:
+                reviewed = webhook.reviewed(delivery_id, payload)
+            except webhook.InvalidPayload as exc:
+                return _invalid(str(exc), body, delivery_id, event_type)
+            if reviewed is not None:
+                found = gitea_events.domain_events(
+                    event_type, payload, delivery_id=delivery_id, body=body, bot_login=self._bot
+                )
+                return await self._line_comment(key, reviewed, body, found)
         if event_type in webhook.COMMENT_EVENTS:
             try:
                 event = webhook.normalise_comment(delivery_id, event_type, payload)
@@ -160,6 +176,56 @@ class WebhookIngress:
                 else (),
             )
         return await self._admit(key, event, body, mention, "webhook.delivery")
+
+    async def _line_comment(
+        self,
+        key: str,
+        event: webhook.CommentEvent,
+        body: bytes,
+        found: Sequence[DomainEvent],
+    ) -> Outcome:
+        """A review submitted as "Comment": its line comment that mentions the bot is
+        a mention in a review thread (docs/reviews.md "Review threads"). The payload has
+        no line comments, so the reviewer's newest reviews are read from Gitea (after a
+        redelivery and the bot's own reviews are told apart without asking)."""
+        seen = await self._store.read(lambda c: deliveries.get(c, key))
+        if seen is not None:
+            return Recorded(seen)
+        ignore = partial(
+            self._ignore,
+            key,
+            event.delivery_id,
+            event.event_type,
+            body,
+            normalized=True,
+            repo_key=event.repo.key,
+            found=found,
+        )
+        if event.actor_login.lower() == self._bot.lower():
+            return await ignore("bot_comment")
+        assert self._threads is not None
+        try:
+            asked = await self._threads.asking(event.repo, event.resource.number, event.actor_login)
+        except GiteaError as exc:
+            log.warning("webhook.review_comments_unavailable", error=str(exc), code=exc.code)
+            why = "the review's line comments could not be read; redeliver later"
+            return Refused(
+                "unavailable",
+                "gitea_unavailable",
+                why,
+                event.delivery_id,
+                event.event_type,
+                sha256_ref(body),
+                event.repo.key,
+            )
+        mention = None if asked is None else find_mention(asked.body, self._bot)
+        if asked is None or mention is None:
+            return await ignore("no_mention")
+        event = dataclasses.replace(event, comment_id=asked.id, comment_body=asked.body)
+        reason = self._not_a_mention(event)
+        if reason is not None:
+            return await ignore(reason)
+        return await self._admit(key, event, body, mention, "webhook.review_comment", found)
 
     async def _review_request(
         self,

@@ -24,9 +24,11 @@ from forgeflow.domain.ids import ResourceRef, turn_key
 from forgeflow.domain.markers import Marker, MarkerKind
 from forgeflow.domain.paths import session_branch
 from forgeflow.domain.records import Refs, Repository, Task
+from forgeflow.domain.threads import thread_prompt
 from forgeflow.gitea.client import GiteaClient, GiteaError
 from forgeflow.store import Store, pushes, repos
 from forgeflow.tasks.moves import TaskMoves
+from forgeflow.tasks.threads import ReviewThreads
 from forgeflow.workspace.manager import WorkspaceManager, WorktreeStatus
 
 # The issue's title and its recent (author, body) comments.
@@ -61,7 +63,9 @@ class Prompts:
         moves: TaskMoves,
         *,
         bot_login: str,
+        threads: ReviewThreads | None = None,
     ) -> None:
+        self.threads = threads  # a mention in a review thread: the thread in the prompt
         self.store = store
         self.workspace = workspace
         self.gitea = gitea
@@ -115,9 +119,10 @@ class Prompts:
         goes."""
         refs = task.refs or Refs(None, None, None, None)
         title, discussion = context.discussion
-        publishing, last_push = "", None
+        publishing, last_push, thread = "", None, None
         if not draft:
             publishing, last_push = await self._where_work_goes(task, resource)
+            thread = await self._review_thread(task)
         return prompt.turn_prompt(
             prompt.TurnContext(
                 repo_full_name=resource.repo.full_name,
@@ -141,9 +146,22 @@ class Prompts:
                 publishing=publishing,
                 last_push=last_push,
                 rebuilt=rebuilt,
+                review_thread=thread,
             ),
             draft=draft,
         )
+
+    async def _review_thread(self, task: Task) -> str | None:
+        """The prompt's section on the review thread the mention was made in (its file,
+        line, hunk and comments), or None; a Gitea failure costs only the section."""
+        if self.threads is None:
+            return None
+        try:
+            thread = await self.threads.locate(task)
+        except GiteaError as exc:
+            await self.moves.audit(task, "prompt.thread_unavailable", metadata={"error": str(exc)})
+            return None
+        return None if thread is None else thread_prompt(thread)
 
     async def _where_work_goes(self, task: Task, resource: ResourceRef) -> tuple[str, str | None]:
         """The prompt's lines on publishing: where the branch goes, and whether the

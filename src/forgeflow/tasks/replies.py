@@ -26,16 +26,19 @@ from forgeflow.domain.bookkeeping import Comment
 from forgeflow.domain.ids import RepoRef, parse_resource_key, sha256_ref, turn_key
 from forgeflow.domain.markers import Marker, MarkerKind, append_marker, parse_marker
 from forgeflow.domain.records import Task
+from forgeflow.domain.threads import Thread
 from forgeflow.gitea.client import GiteaClient, GiteaError
 from forgeflow.gitea.models import Comment as GiteaComment
 from forgeflow.store import Store, workers
 from forgeflow.store import comments as comment_q
 from forgeflow.store.db import Unit
 from forgeflow.store.types import utcnow
+from forgeflow.tasks.threads import ReviewThreads
 
 log = structlog.get_logger("forgeflow.tasks.replies")
 
 RECEIPT_TEXT = "giteabot: 已收到"
+_ANSWERS = frozenset({MarkerKind.FINAL, MarkerKind.FALLBACK})
 # How long a pending intent belongs to its poster before another may take it over.
 IN_FLIGHT = timedelta(seconds=60)
 
@@ -98,11 +101,15 @@ class Replies:
         *,
         workers_ttl: timedelta | None = None,
         public_url: str | None = None,
+        threads: ReviewThreads | None = None,
     ) -> None:
         """``workers_ttl``: how long a worker whose heartbeat stopped counts as live
         (the lease period); without it an abandoned intent waits IN_FLIGHT.
         ``public_url`` (FORGEFLOW_PUBLIC_URL): where people reach forgeflow; with it the
-        bot's comments link to the task's page."""
+        bot's comments link to the task's page. ``threads``: a mention in a review
+        thread is answered there (its answer, and its fallback, are looked for and
+        posted in the thread; ``tasks/threads.py``)."""
+        self._threads = threads
         self._public_url = public_url.rstrip("/") if public_url else None
         self._store = store
         self._workers_ttl = workers_ttl
@@ -117,11 +124,18 @@ class Replies:
     ) -> list[GiteaComment]:
         """The bot's comments about ``task`` whose marker is of one of ``kinds`` (and of
         ``turn``, when given): what a poster looks for before posting again, and what
-        verification looks for (``verify.py``)."""
-        repo, number = _where(task)
-        since = task.created_at - timedelta(minutes=5)
+        verification looks for (``verify.py``). A thread task's answers are looked for
+        in its review thread."""
+        thread = await self._thread(task, kinds)
+        if thread is not None:
+            assert isinstance(task, Task) and self._threads is not None
+            candidates = await self._threads.comments(task, thread)
+        else:
+            repo, number = _where(task)
+            since = task.created_at - timedelta(minutes=5)
+            candidates = await self._gitea.list_comments(repo.owner, repo.name, number, since=since)
         found = []
-        for comment in await self._gitea.list_comments(repo.owner, repo.name, number, since=since):
+        for comment in candidates:
             if comment.user.login.lower() != self._bot:
                 continue
             marker = parse_marker(comment.body)
@@ -134,6 +148,13 @@ class Replies:
             ):
                 found.append(comment)
         return found
+
+    async def _thread(self, task: About, kinds: AbstractSet[MarkerKind]) -> Thread | None:
+        """The review thread a task's answer goes into (its final or fallback comment;
+        the receipt and result stay in the timeline), or None."""
+        if self._threads is None or not isinstance(task, Task) or not kinds & _ANSWERS:
+            return None
+        return await self._threads.locate(task)
 
     async def post_once(
         self,
@@ -245,8 +266,13 @@ class Replies:
             )
             return Posted(comment_id)
         repo, number = _where(task)
+        thread = await self._thread(task, {kind})
         try:
-            created = await self._gitea.create_comment(repo.owner, repo.name, number, body)
+            if thread is not None:
+                assert isinstance(task, Task) and self._threads is not None
+                created = await self._threads.post(task, thread, body)
+            else:
+                created = await self._gitea.create_comment(repo.owner, repo.name, number, body)
         except GiteaError as exc:
             error = str(exc)
             # Left pending and aged, so a later attempt looks in Gitea before posting.

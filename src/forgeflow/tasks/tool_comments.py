@@ -26,10 +26,12 @@ from forgeflow.agent.gitea_tools.handlers import Posted, ToolRefused
 from forgeflow.domain.bookkeeping import Comment
 from forgeflow.domain.ids import sha256_ref, turn_key
 from forgeflow.domain.records import Task
+from forgeflow.domain.threads import Thread
 from forgeflow.gitea.client import GiteaClient, GiteaError
 from forgeflow.gitea.models import Comment as GiteaComment
 from forgeflow.store import Store, tasks
 from forgeflow.store import comments as comment_q
+from forgeflow.tasks.threads import ReviewThreads
 
 # Gitea's ``since`` is in whole seconds and the clocks of two hosts differ a little.
 _SLACK = timedelta(minutes=5)
@@ -42,7 +44,16 @@ class _Slot:
 
 
 class ToolComments:
-    def __init__(self, store: Store, gitea: GiteaClient, bot_login: str) -> None:
+    def __init__(
+        self,
+        store: Store,
+        gitea: GiteaClient,
+        bot_login: str,
+        threads: ReviewThreads | None = None,
+    ) -> None:
+        """``threads``: a task whose mention is a line comment of a review thread has
+        its comments posted into that thread (``tasks/threads.py``)."""
+        self._threads = threads
         self._store = store
         self._gitea = gitea
         self._bot = bot_login.lower()
@@ -54,16 +65,21 @@ class ToolComments:
     async def post(self, session_key: str, body: str) -> Posted:
         async with self._one_at_a_time(session_key):
             task = await self._running(session_key)
+            thread = await self._thread(task)
             inserted, row = await self._store.write(lambda c: _intend_post(c, task, body))
             if row.status == comment_q.SENT and row.comment_id is not None:
-                return Posted(await self._comment(task, row.comment_id), again=True)
+                return Posted(await self._comment(task, row.comment_id, thread), again=True)
             if not inserted:  # an earlier attempt may have posted it: look first
-                found = await self._find_posted(task, [row])
+                found = await self._find_posted(task, [row], thread)
                 if row.comment_key in found:
                     return Posted(found[row.comment_key], again=True)
             repo, number = task.resource.repo, task.resource.number
             try:
-                created = await self._gitea.create_comment(repo.owner, repo.name, number, body)
+                if thread is not None:
+                    assert self._threads is not None
+                    created = await self._threads.post(task, thread, body)
+                else:
+                    created = await self._gitea.create_comment(repo.owner, repo.name, number, body)
             except GiteaError as exc:
                 await self._failed(row.comment_key, str(exc), "post_failed")
                 raise
@@ -85,7 +101,7 @@ class ToolComments:
             if not inserted:
                 # This text was set before in the task, or an attempt died around its
                 # PATCH: the comment's text on Gitea says whether it is there already.
-                current = await self._comment(task, comment_id)
+                current = await self._comment(task, comment_id, await self._thread(task))
                 if sha256_ref(current.body.encode()) == row.body_hash:
                     await self._sent(row.comment_key, comment_id, "found")
                     return current
@@ -109,6 +125,9 @@ class ToolComments:
             if slot.users == 0:
                 del self._slots[session_key]
 
+    async def _thread(self, task: Task) -> Thread | None:
+        return None if self._threads is None else await self._threads.locate(task)
+
     async def _running(self, session_key: str) -> Task:
         task = await self._store.read(lambda c: tasks.running_in_session(c, session_key))
         if task is None:
@@ -127,17 +146,23 @@ class ToolComments:
         pending = await self._store.read(lambda c: comment_q.pending_posts_in_session(c, key))
         if not pending:
             return False
-        await self._find_posted(task, pending)
+        await self._find_posted(task, pending, await self._thread(task))
         return bool(await self._store.read(posted))
 
-    async def _find_posted(self, task: Task, rows: list[Comment]) -> dict[str, GiteaComment]:
-        """The bot's comments on the task's issue carrying the text of ``rows`` (pending
-        posts), recorded as sent; by comment key."""
+    async def _find_posted(
+        self, task: Task, rows: list[Comment], thread: Thread | None = None
+    ) -> dict[str, GiteaComment]:
+        """The bot's comments on the task's issue (or in its review thread) carrying the
+        text of ``rows`` (pending posts), recorded as sent; by comment key."""
         repo, number = task.resource.repo, task.resource.number
         since = min(r.created_at for r in rows) - _SLACK
         wanted = {r.body_hash: r.comment_key for r in rows}
         found: dict[str, GiteaComment] = {}
-        for c in await self._gitea.list_comments(repo.owner, repo.name, number, since=since):
+        if thread is not None and self._threads is not None:
+            candidates = await self._threads.comments(task, thread)
+        else:
+            candidates = await self._gitea.list_comments(repo.owner, repo.name, number, since=since)
+        for c in candidates:
             key = wanted.get(sha256_ref(c.body.encode()))
             if c.user.login.lower() == self._bot and key is not None and key not in found:
                 found[key] = c
@@ -145,7 +170,14 @@ class ToolComments:
             await self._sent(key, c.id, "found")
         return found
 
-    async def _comment(self, task: Task, comment_id: int) -> GiteaComment:
+    async def _comment(
+        self, task: Task, comment_id: int, thread: Thread | None = None
+    ) -> GiteaComment:
+        if thread is not None and self._threads is not None:
+            # GET /issues/comments/{id} answers 204 for a code comment: read the thread.
+            for c in await self._threads.comments(task, thread):
+                if c.id == comment_id:
+                    return c
         repo = task.resource.repo
         return await self._gitea.comment(repo.owner, repo.name, comment_id)
 

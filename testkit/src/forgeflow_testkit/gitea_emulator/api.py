@@ -12,7 +12,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from . import api_code, api_hooks, api_issues, api_reactions, api_reviews, git_http
+from . import api_code, api_hooks, api_issues, api_reactions, api_reviews, api_threads, git_http
 from .apibase import (
     ApiError,
     Call,
@@ -190,6 +190,7 @@ ROUTES: list[RouteSpec] = [
     *api_hooks.ROUTES,
     *api_code.ROUTES,
     *api_reviews.ROUTES,
+    *api_threads.ROUTES,
     *api_issues.ROUTES,
     *api_reactions.ROUTES,
 ]

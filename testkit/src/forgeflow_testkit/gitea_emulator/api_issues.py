@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from starlette.responses import Response
 
+from .api_reviews import CodeComment
+from .api_threads import api_comment, code_comment, edit
 from .apibase import ApiError, Call, RouteSpec, empty, json_response, not_found, paginate
 from .gitrepo import GitRepo
 from .gojson import parse_rfc3339
@@ -164,6 +166,8 @@ def _comment(call: Call) -> tuple[Access, Comment]:
 
 
 def get_comment(call: Call) -> Response:
+    if code_comment(call, call.int_param("id")) is not None:
+        return empty(204)  # GetIssueComment: not a plain comment
     _, comment = _comment(call)
     return json_response(call.convert.comment(comment))
 
@@ -177,6 +181,9 @@ def _may_change(call: Call, mode: Access, comment: Comment) -> User:
 
 
 def edit_comment(call: Call) -> Response:
+    code = code_comment(call, call.int_param("id"))
+    if code is not None:
+        return _edit_code_comment(call, code)
     mode, comment = _comment(call)
     doer = _may_change(call, mode, comment)
     body = call.form().get("body")
@@ -184,6 +191,19 @@ def edit_comment(call: Call) -> Response:
         raise ApiError(422, "[Body]: Required")
     call.deliver(call.service.edit_comment(comment, doer, body))
     return json_response(call.convert.comment(comment))
+
+
+def _edit_code_comment(call: Call, code: CodeComment) -> Response:
+    """editIssueComment of a code comment (HasContentSupport): the poster or a writer."""
+    _, mode = call.repo()
+    doer = call.doer
+    if doer is None or (doer.id != code.poster_id and mode < Access.WRITE):
+        raise ApiError(403, "only the poster or a writer may change a comment")
+    body = call.form().get("body")
+    if not isinstance(body, str) or not body:
+        raise ApiError(422, "[Body]: Required")
+    call.deliver(edit(call.service, code, doer, body))
+    return json_response(api_comment(call.convert, code))
 
 
 def delete_comment(call: Call) -> Response:

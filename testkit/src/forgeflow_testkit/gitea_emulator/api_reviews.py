@@ -34,6 +34,7 @@ from .convert import JSON, Converter
 from .delivery import Delivery
 from .gitrepo import GitRepo
 from .gojson import rfc3339
+from .hunks import diff_hunk
 from .service import Outcome, Service
 from .state import Access, Issue, State, User
 
@@ -68,6 +69,7 @@ class CodeComment:
     body: str
     commit_id: str
     created: datetime
+    diff_hunk: str = ""  # hunks.py
 
 
 def reviews_of(state: State, issue: Issue) -> list[Review]:
@@ -112,10 +114,11 @@ def comment_json(convert: Converter, c: CodeComment) -> JSON:
         "path": c.path,
         "commit_id": c.commit_id,
         "original_commit_id": c.commit_id,
-        "diff_hunk": "",
+        "diff_hunk": c.diff_hunk,
         "position": c.line if c.line > 0 else 0,
         "original_position": -c.line if c.line < 0 else 0,
-        "html_url": f"{html}/files#issuecomment-{c.id}",
+        # Comment.hashLink: a code comment of a submitted review links to the timeline.
+        "html_url": f"{html}#issuecomment-{c.id}",
         "pull_request_url": html,
     }
 
@@ -139,22 +142,25 @@ def submit(service: Service, issue: Issue, doer: User, form: JSON) -> tuple[Revi
     review = Review(
         state.next_id("review"), issue.id, doer.id, _EVENTS[event], body, commit_id, now
     )
+    git, base = GitRepo(state.repos[issue.repo_id].path), _base(state, issue)
     for raw in comments:
         if not isinstance(raw, dict):
             raise ApiError(422, "a comment must be an object")
         old, new = int(raw.get("old_position") or 0), int(raw.get("new_position") or 0)
         line = -old if old > 0 else new
+        path = str(raw.get("path") or "")
         cid = state.next_id("comment")
         state.review_comments[cid] = CodeComment(
             cid,
             review.id,
             issue.id,
             doer.id,
-            str(raw.get("path") or ""),
+            path,
             line,
             str(raw.get("body") or ""),
             commit_id,
             now,
+            diff_hunk(git, base, commit_id, path, line),
         )
     state.reviews[review.id] = review
     _consume_request(state, issue, doer)
@@ -173,6 +179,14 @@ def _consume_request(state: State, issue: Issue, reviewer: User) -> None:
     assert issue.pull is not None
     if reviewer.id in issue.pull.requested_reviewer_ids:
         issue.pull.requested_reviewer_ids.remove(reviewer.id)
+
+
+def _base(state: State, issue: Issue) -> str:
+    """The pull request's merge base (the diff a code comment's hunk is cut from)."""
+    assert issue.pull is not None
+    git = GitRepo(state.repos[issue.repo_id].path)
+    base, head = git.branch_sha(issue.pull.base_branch), _head(state, issue)
+    return (git.merge_base(base, head) if base and head else None) or ""
 
 
 def _head(state: State, issue: Issue) -> str:
@@ -294,6 +308,60 @@ class ReviewControls:
             doer, who = self._state.user_by_login(by), self._state.user_by_login(reviewer)
             _, outcome = request_review(self._service, issue, doer, who)
         return self._deliver(outcome)
+
+    def line_comment(
+        self,
+        owner: str,
+        repo: str,
+        index: int,
+        *,
+        path: str,
+        line: int,
+        body: str,
+        by: str,
+        side: str = "new",
+    ) -> list[Delivery]:
+        """``by`` adds a single comment on ``line`` of ``path`` (``side`` "new" or "old")
+        in the files view: a review of type Comment with no body (CreateCodeComment), and
+        its ``pull_request_review_comment`` hook; returns the deliveries."""
+        with self._state.lock:
+            issue = self._state.issue_by_index(self._state.repo_by_name(owner, repo), index)
+            doer = self._state.user_by_login(by)
+            where = "old_position" if side == "old" else "new_position"
+            form: JSON = {
+                "event": "COMMENT",
+                "body": "",
+                "comments": [{"path": path, "body": body, where: line}],
+            }
+            _, outcome = submit(self._service, issue, doer, form)
+        return self._deliver(outcome)
+
+    def reply_in_thread(self, comment_id: int, *, body: str, by: str) -> list[Delivery]:
+        """``by`` replies in the conversation of code comment ``comment_id`` in the
+        web UI (CreateCodeComment with replyReviewID): the ``pull_request_comment``
+        hook; returns the deliveries."""
+        from .api_threads import reply
+
+        with self._state.lock:
+            parent = self._state.review_comments[comment_id]
+            _, outcome = reply(self._service, parent, self._state.user_by_login(by), body)
+        return self._deliver(outcome)
+
+    def set_reply_api(self, available: bool) -> None:
+        """Whether the server has Gitea 1.27's review-comment reply endpoint."""
+        with self._state.lock:
+            self._state.reply_api = available
+
+    def thread_comments(self, comment_id: int) -> list[JSON]:
+        """The conversation of code comment ``comment_id`` (its file and signed line), as
+        ``PullReviewComment`` JSON, oldest first."""
+        with self._state.lock:
+            c = self._state.review_comments[comment_id]
+            return [
+                comment_json(self._convert, x)
+                for x in sorted(self._state.review_comments.values(), key=lambda x: x.id)
+                if x.issue_id == c.issue_id and (x.path, x.line) == (c.path, c.line)
+            ]
 
     def reviews(self, owner: str, repo: str, index: int) -> list[JSON]:
         """The pull request's reviews as the API lists them, each with its comments."""

@@ -210,6 +210,8 @@ class State:
         self.commit_statuses: list[Any] = []  # api_code.Status, in creation order
         self.reviews: dict[int, Any] = {}  # api_reviews.Review by id
         self.review_comments: dict[int, Any] = {}  # api_reviews.CodeComment by id
+        # Gitea 1.27's reply endpoint for review threads (api_threads.py); off: older.
+        self.reply_api = False
         self.faults: list[Fault] = []
         self.requests: list[tuple[str, str, int]] = []
         self.clock_offset = timedelta()

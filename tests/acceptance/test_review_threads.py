@@ -1,0 +1,205 @@
+"""Conversations in review threads (#24 item 4) with the real codex binary and the
+Gitea emulator:
+
+- a mention in a new line comment (Gitea's ``pull_request_review_comment`` delivery,
+  which carries no line comment) becomes a task whose prompt carries the file, the
+  line, the diff hunk and the thread; the agent changes the code as asked, and its one
+  answer lands in that thread (a review comment at the same path and line, no reply
+  endpoint on this Gitea) naming the commit forgeflow pushed;
+- a mention in a reply (``pull_request_comment``) is answered by a reply in the same
+  conversation where Gitea has the reply endpoint, the whole thread in the prompt;
+- forgeflow killed after Gitea made the answer but before it heard back posts no
+  second one: the restart finds it in the thread and runs no second turn.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from forgeflow_testkit.agents import TurnAsk, read_turn
+from forgeflow_testkit.codex_home import write_codex_home
+from forgeflow_testkit.gitea_emulator import Delivery, GiteaEmulator
+from forgeflow_testkit.model_server import RecordedRequest, ScriptedModel, last_input_is_tool_output
+from forgeflow_testkit.model_steps import Reply, ShellCall, Step, gitea_comment, message, new_id
+from tests.support.agentic import CODEX, Agentic
+from tests.support.cluster import Cluster, hook, make_cluster, wait_for
+from tests.support.world import BOT
+
+BASE = "".join(f"line {i}\n" for i in range(1, 41))
+HEAD = BASE.replace("line 3\n", "line three\n")
+
+
+def _pull(gitea: GiteaEmulator) -> int:
+    gitea.push_branch("acme", "widget", "main", {"app.txt": BASE})
+    gitea.push_branch("acme", "widget", "feature", {"app.txt": HEAD}, base="main", pusher="alice")
+    return gitea.add_pull("acme", "widget", title="Rename", head="feature", author="alice")
+
+
+def thread_agent(model: ScriptedModel, answer: str, *, command: str | None = None) -> list[TurnAsk]:
+    """Every turn: run ``command`` in the worktree first (when given), then answer with
+    add_comment and the turn's marker. Returns the turns' asks (their prompts)."""
+    asks: list[TurnAsk] = []
+    shell_id, comment_id = new_id("call"), new_id("call")
+
+    def comment(_r: RecordedRequest) -> Step:
+        ask = asks[-1]
+        body = f"{answer}\n\n{ask.marker}"
+        return gitea_comment(ask.owner, ask.repo, ask.number, body, call_id=comment_id)
+
+    def turn(request: RecordedRequest) -> Step:
+        ask = read_turn(request)
+        assert ask is not None
+        asks.append(ask)
+        if command is None:
+            return comment(request)
+        return Reply.of(ShellCall(command, call_id=shell_id))
+
+    model.respond(last_input_is_tool_output(comment_id), lambda _r: message("Answered."))
+    model.respond(last_input_is_tool_output(shell_id), comment)
+    model.respond(lambda r: read_turn(r) is not None, turn)
+    return asks
+
+
+def _task(deliveries: list[Delivery], event_type: str) -> str:
+    (d,) = [d for d in deliveries if d.event_type == event_type]
+    assert d.status_code == 202, d.response
+    task_id: str = json.loads(d.response)["taskId"]
+    return task_id
+
+
+def _bot_timeline(gitea: GiteaEmulator, pull: int) -> list[str]:
+    """The kinds of the bot's comments in the pull request's timeline."""
+    return sorted(
+        c["body"].rsplit("kind=", 1)[1].split()[0]
+        for c in gitea.comments("acme", "widget", pull)
+        if c["user"]["login"] == BOT
+    )
+
+
+def test_a_mention_in_a_new_line_comment_is_answered_in_its_thread_with_the_commit(
+    agentic: Agentic,
+) -> None:
+    gitea, model = agentic.gitea, agentic.model
+    pull = _pull(gitea)
+    before = gitea.branch_sha("acme", "widget", "feature")
+    fix = "sed -i 's/^line three$/line 3/' app.txt && git commit -qam 'Make it a digit'"
+    asks = thread_agent(model, "Made it a digit.", command=fix)
+    made = gitea.line_comment(
+        "acme",
+        "widget",
+        pull,
+        path="app.txt",
+        line=3,
+        body="@ccweb-bot make it a digit",
+        by="alice",
+    )
+    task = _task(made, "pull_request_review_comment")
+    detail = agentic.finished(task)
+    assert detail["task"]["state"] == "succeeded", detail["task"]
+    (asked,) = gitea.reviews("acme", "widget", pull)[0]["comments"]
+    assert detail["task"]["commentId"] == asked["id"]
+    thread = gitea.thread_comments(asked["id"])
+    assert [c["user"]["login"] for c in thread] == ["alice", BOT]
+    answer = thread[-1]
+    assert (answer["path"], answer["position"], answer["original_position"]) == ("app.txt", 3, 0)
+    assert answer["body"].startswith("Made it a digit.")
+    assert f"taskId={task} " in answer["body"] and "kind=final" in answer["body"]
+    # The work went to the pull request's branch, and the answer names the commit.
+    sha = gitea.branch_sha("acme", "widget", "feature")
+    assert sha and sha != before  # the agent's commit, pushed on top
+    assert gitea.branch_log("acme", "widget", "feature")[1] == before
+    assert f"pushed the work to `feature` ({sha[:10]})" in answer["body"]
+    # One answer, in the thread: the timeline has the receipt only.
+    assert _bot_timeline(gitea, pull) == ["receipt"]
+    # The prompt carried the file, the line, the hunk and the thread.
+    (ask,) = asks
+    assert "`app.txt` line 3 (new side)" in ask.prompt
+    assert "UNTRUSTED DIFF HUNK" in ask.prompt and "+line three" in ask.prompt
+    assert "UNTRUSTED THREAD" in ask.prompt
+    assert "alice (the mention): @ccweb-bot make it a digit" in ask.prompt
+
+
+def test_a_mention_in_a_reply_is_answered_by_a_reply_in_the_conversation(
+    agentic: Agentic,
+) -> None:
+    gitea, model = agentic.gitea, agentic.model
+    gitea.set_reply_api(True)  # Gitea 1.27 and later
+    pull = _pull(gitea)
+    asks = thread_agent(model, "The word reads better here.")
+    (quiet,) = gitea.line_comment(
+        "acme", "widget", pull, path="app.txt", line=3, body="Why a word?", by="alice"
+    )
+    assert json.loads(quiet.response)["reason"] == "no_mention"
+    (first,) = gitea.reviews("acme", "widget", pull)[0]["comments"]
+    task = _task(
+        gitea.reply_in_thread(first["id"], body="@ccweb-bot what do you think?", by="alice"),
+        "pull_request_comment",
+    )
+    detail = agentic.finished(task)
+    assert detail["task"]["state"] == "succeeded", detail["task"]
+    thread = gitea.thread_comments(first["id"])
+    assert [c["user"]["login"] for c in thread] == ["alice", "alice", BOT]
+    answer = thread[-1]
+    assert answer["pull_request_review_id"] == first["pull_request_review_id"]  # a reply
+    assert "kind=final" in answer["body"]
+    assert _bot_timeline(gitea, pull) == ["receipt"]
+    assert len(gitea.reviews("acme", "widget", pull)) == 1  # no review of the bot's
+    (ask,) = asks
+    assert "alice: Why a word?" in ask.prompt
+    assert "alice (the mention): @ccweb-bot what do you think?" in ask.prompt
+
+
+def test_a_crash_after_gitea_made_the_thread_answer_posts_no_second_one(
+    gitea: GiteaEmulator, model: ScriptedModel, tmp_path: Path, pg_url: str
+) -> None:
+    cluster = make_cluster(gitea, tmp_path, pg_url)
+    home = write_codex_home(tmp_path / "codex-home", model.url)
+    asks = thread_agent(model, "Once.")
+    pull = _pull(gitea)
+    # Gitea makes the answer's review, then holds its answer: forgeflow is killed then.
+    gitea.fail_next("POST", r"/pulls/\d+/reviews$", status=0, delay=30, after=True)
+    env = {
+        "FORGEFLOW_AGENT_RUNTIME": "codex",
+        "FORGEFLOW_CODEX_COMMAND": f"{CODEX} app-server",
+        "FORGEFLOW_MODEL": "scripted-model",
+        **home.env(),
+    }
+    try:
+        cluster.start(**env)
+        hook(cluster)
+        made = gitea.line_comment(
+            "acme", "widget", pull, path="app.txt", line=3, body="@ccweb-bot why?", by="alice"
+        )
+        task = _task(made, "pull_request_review_comment")
+        (asked,) = gitea.reviews("acme", "widget", pull)[0]["comments"]
+
+        def answers() -> list[dict[str, Any]]:
+            return [c for c in gitea.thread_comments(asked["id"]) if c["user"]["login"] == BOT]
+
+        wait_for(answers, timeout=90, what="Gitea made the thread answer")
+        cluster.kill9()
+        cluster.start()
+        detail = _finished(cluster, task)
+        assert detail["task"]["state"] == "succeeded", detail["task"]
+        (answer,) = answers()
+        assert f"taskId={task} " in answer["body"]
+        assert any(e["action"] == "turn.skipped_answer_exists" for e in detail["audit"])
+        assert len(asks) == 1  # no second turn
+        assert _bot_timeline(gitea, pull) == ["receipt"]
+    finally:
+        cluster.stop()
+
+
+def _finished(cluster: Cluster, task: str) -> dict[str, Any]:
+    done: Callable[[], Any]
+    with cluster.admin() as admin:
+
+        def done() -> Any:
+            d = admin.get(f"/api/gitea-workflow/tasks/{task}").json()
+            return d["terminal"] and d
+
+        detail: dict[str, Any] = wait_for(done, timeout=90, what="the task ends")
+        return detail
