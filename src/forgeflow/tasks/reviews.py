@@ -25,6 +25,7 @@ from forgeflow.agent.gitea_tools.handlers import ToolRefused
 from forgeflow.domain import modes
 from forgeflow.domain import reviews as r
 from forgeflow.domain.bookkeeping import Comment
+from forgeflow.domain.gitea_versions import renders_suggestions
 from forgeflow.domain.ids import sha256_ref, turn_key
 from forgeflow.domain.markers import Marker, MarkerKind, find_markers
 from forgeflow.domain.records import Task
@@ -81,6 +82,7 @@ class PullReviews:
         self._gitea = gitea
         self._bot = bot_login.lower()
         self._allowed = dict(allowed_events or {})
+        self._suggestions: bool | None = None  # whether Gitea reads suggestion blocks
 
     async def submit(self, session_key: str, draft: r.ReviewDraft) -> Submitted:
         """The ``submit_review`` tool: one review for the running review task."""
@@ -209,6 +211,7 @@ class PullReviews:
         # (A head that moved since the review began: no line is known to be in the diff
         # at the reviewed commit, so every comment goes into the summary.)
         placed = r.place(draft, files)
+        suggestions = await self._renders_suggestions()
         marker = Marker(
             task.task_id,
             turn_key(task.task_id, int(task.turn_count)),
@@ -218,19 +221,30 @@ class PullReviews:
         lines = tuple(
             ReviewLine(
                 c.path,
-                r.comment_body(c),
+                r.comment_body(c, suggestions=suggestions),
                 new_position=c.line if c.side == "new" else 0,
                 old_position=c.line if c.side == "old" else 0,
             )
             for c in placed.inline
         )
         request = ReviewRequest(
-            r.review_body(draft.summary, placed.moved, marker),
+            r.review_body(draft.summary, placed.moved, marker, suggestions=suggestions),
             head,
             r.review_event(draft.event, self._allowed.get(repo.full_name.lower(), frozenset())),
             lines,
         )
         return request, placed
+
+    async def _renders_suggestions(self) -> bool:
+        """Whether this Gitea reads a ``suggestion`` block (asked once per process; an
+        unanswered ask is asked again next time and meanwhile renders plain blocks)."""
+        if self._suggestions is None:
+            try:
+                version: str | None = await self._gitea.version()
+            except GiteaError:
+                return False
+            self._suggestions = renders_suggestions(version)
+        return self._suggestions
 
 
 def _intend(conn: Connection, task: Task, key: str, body: str) -> tuple[bool, Comment]:
