@@ -32,6 +32,7 @@ from forgeflow.rejections import RejectionLog
 from forgeflow.store import Store
 from forgeflow.tasks.dispatch import Wakeup
 from forgeflow.tasks.intake import WebhookIngress
+from forgeflow.tasks.review_asks import ReviewAsks
 from forgeflow.tasks.threads import ReviewThreads
 from forgeflow.workspace.manager import WorkspaceManager
 
@@ -364,6 +365,7 @@ def build_services(settings: Settings, *, migrate: bool = True, role: Role = Rol
         owner=services.owner,
         node_prefix=f"{worker_id}/",
         wake_tasks=wakeup.set,  # a pipeline queued an agent task: claim it now
+        reviews=ReviewAsks(store, services.ingress, gitea),
     )
     services.triggers = TriggerLoops(store, services.pipelines, poll_seconds=settings.poll_seconds)
     return services

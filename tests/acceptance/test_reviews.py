@@ -72,7 +72,8 @@ def _check_review(review: dict[str, Any], task_id: str) -> None:
     assert review["state"] == "COMMENT"
     positions = [(c["path"], c["position"], c["original_position"]) for c in review["comments"]]
     assert positions == [("app.txt", 3, 0), ("app.txt", 0, 3), ("app.txt", 31, 0)]
-    assert review["comments"][0]["body"] == "A digit?\n\n```suggestion\nline 3\n```"
+    # The emulated Gitea is 1.22, which reads no suggestion block: a plain one.
+    assert review["comments"][0]["body"] == "A digit?\n\nSuggested replacement:\n\n```\nline 3\n```"
     assert "- `app.txt:15 (new)`: Far from any hunk." in review["body"]
     assert f"taskId={task_id} " in review["body"].splitlines()[-1]
     assert "kind=review" in review["body"].splitlines()[-1]

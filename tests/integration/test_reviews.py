@@ -136,7 +136,8 @@ def test_one_review_with_its_line_comments_at_their_positions(world: World) -> N
     assert review["commit_id"] == world.task.refs.head_sha  # type: ignore[union-attr]
     positions = [(c["path"], c["position"], c["original_position"]) for c in review["comments"]]
     assert positions == [("app.txt", 3, 0), ("app.txt", 0, 3), ("app.txt", 31, 0)]
-    assert review["comments"][0]["body"].endswith("```suggestion\nline 3\n```")
+    # The emulated Gitea is 1.22: the suggestion is a plain block (1.26 reads the block).
+    assert review["comments"][0]["body"].endswith("Suggested replacement:\n\n```\nline 3\n```")
     # The comment outside the diff is in the summary with its location.
     assert "- `app.txt:15 (new)`: Unrelated: far from any hunk." in review["body"]
     marker = parse_marker(review["body"])
@@ -256,3 +257,10 @@ def test_a_big_pull_requests_prompt_inlines_what_fits_and_lists_the_rest(world: 
     assert "- big.txt (" in text and "- yarn.lock (" in text
     assert f"head commit {head}" in text
     assert "UNTRUSTED pull request diff" in text
+
+
+def test_a_gitea_that_reads_suggestions_gets_the_suggestion_block(world: World) -> None:
+    world.emu.set_version("1.26.1")
+    world.submit(DRAFT)
+    (review,) = world.reviews()
+    assert review["comments"][0]["body"] == "Spell it as a digit?\n\n```suggestion\nline 3\n```"

@@ -163,22 +163,29 @@ def _fence(text: str) -> str:
     return "`" * max(3, longest + 1)
 
 
-def comment_body(c: LineComment) -> str:
-    """A line comment's text; a suggested replacement in Gitea's ``suggestion`` block."""
+def comment_body(c: LineComment, *, suggestions: bool = True) -> str:
+    """A line comment's text; a suggested replacement in Gitea's ``suggestion`` block,
+    or, where Gitea does not read one (``suggestions`` false: gitea_versions.py), in a
+    plain code block under "Suggested replacement:"."""
     if c.suggestion is None:
         return c.body
     fence = _fence(c.suggestion)
-    return f"{c.body}\n\n{fence}suggestion\n{c.suggestion.rstrip(chr(10))}\n{fence}"
+    text = c.suggestion.rstrip(chr(10))
+    if not suggestions:
+        return f"{c.body}\n\nSuggested replacement:\n\n{fence}\n{text}\n{fence}"
+    return f"{c.body}\n\n{fence}suggestion\n{text}\n{fence}"
 
 
-def review_body(summary: str, moved: tuple[LineComment, ...], marker: Marker) -> str:
+def review_body(
+    summary: str, moved: tuple[LineComment, ...], marker: Marker, *, suggestions: bool = True
+) -> str:
     """The review's body: the summary, then the comments whose line is not in the diff
     (each with its location), then the hidden marker on the last line."""
     parts = [summary.strip() or "Review."]
     if moved:
         lines = ["**Comments on lines outside this pull request's diff:**", ""]
         for c in moved:
-            text = comment_body(c).replace("\n", "\n  ")
+            text = comment_body(c, suggestions=suggestions).replace("\n", "\n  ")
             lines.append(f"- `{c.location}`: {text}")
         parts.append("\n".join(lines))
     return append_marker("\n\n".join(parts), marker)

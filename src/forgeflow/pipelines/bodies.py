@@ -287,6 +287,7 @@ async def _sweep(ctx: StepContext) -> JsonObject:
 
 
 def register_builtins(registry: PipelineBodyRegistry) -> None:
+    from forgeflow.pipelines.review_step import review_pull_request
     from forgeflow.pipelines.script import bash_script
 
     for key, body in (
@@ -298,6 +299,7 @@ def register_builtins(registry: PipelineBodyRegistry) -> None:
         ("orchestration.awaitApproval", gate),
         ("flow.callPipeline", call_pipeline),
         ("conversation.promptAgent", prompt_agent),
+        ("conversation.reviewPullRequest", review_pull_request),
         ("messaging.createSpace", create_space),
         ("gitea.comment", gitea_comment),
         ("gitea.label", gitea_label),

@@ -27,7 +27,14 @@ from forgeflow.domain.pipeline_records import PipelineRun, PipelineStep
 from forgeflow.pipelines import execution, recovery, runs, snapshots, steps, templates
 from forgeflow.pipelines.definition import NodeSpec
 from forgeflow.pipelines.kinds import NODE_ROW, TERMINAL_RUN_STATUSES, RunStatus
-from forgeflow.pipelines.ports import AgentDispatchPort, ChildRun, GiteaPort, Ports, WorkspacePort
+from forgeflow.pipelines.ports import (
+    AgentDispatchPort,
+    ChildRun,
+    GiteaPort,
+    Ports,
+    ReviewPort,
+    WorkspacePort,
+)
 from forgeflow.pipelines.registry import (
     Done,
     PipelineBodyRegistry,
@@ -57,6 +64,7 @@ class PipelineEngine:
         workspace: WorkspacePort,
         agent: AgentDispatchPort | None = None,
         gitea: GiteaPort | None = None,
+        reviews: ReviewPort | None = None,
         lease_ttl: float = 30.0,
         poll_seconds: float = 5.0,
         max_parallel: int = 64,
@@ -68,7 +76,9 @@ class PipelineEngine:
         self.lease_ttl = timedelta(seconds=lease_ttl)
         self.poll_seconds = poll_seconds
         self.max_parallel = max_parallel
-        self.ports = Ports(runs=self, workspace=workspace, agent=agent, gitea=gitea)
+        self.ports = Ports(
+            runs=self, workspace=workspace, agent=agent, gitea=gitea, reviews=reviews
+        )
         self._tasks: dict[StepKey, asyncio.Task[None]] = {}
         self._lost: set[StepKey] = set()
         self._wake: asyncio.Event | None = None

@@ -13,6 +13,7 @@ from typing import Protocol
 
 from forgeflow.domain.ids import RepoRef, ResourceRef
 from forgeflow.domain.json import JsonObject
+from forgeflow.domain.review_asks import ReviewAsk, ReviewAsked, ReviewProgress
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,6 +97,21 @@ class GiteaPort(Protocol):
         ...
 
 
+class ReviewPort(Protocol):
+    """Pull request reviews as review tasks (``tasks/review_asks.py``)."""
+
+    async def ask(self, ask: ReviewAsk) -> ReviewAsked:
+        """The review task of a step execution: admitted once per ``ask.key`` as the
+        review command is (the permission rule applied to who started the run), or an
+        earlier attempt's still running or succeeded. Raises ``GiteaError`` when the
+        pull request cannot be read."""
+        ...
+
+    async def progress(self, task_id: str) -> ReviewProgress | None:
+        """The review task's state and, once posted, its Gitea review (None: no task)."""
+        ...
+
+
 class WorkspacePort(Protocol):
     async def run_script(self, request: ScriptRequest) -> ScriptOutput:
         """Run a ``pipeline.bashScript`` command in the repository's jail (read-only for
@@ -144,3 +160,4 @@ class Ports:
     workspace: WorkspacePort
     agent: AgentDispatchPort | None = None
     gitea: GiteaPort | None = None
+    reviews: ReviewPort | None = None

@@ -84,8 +84,12 @@ class StepContext:
     @property
     def key(self) -> str:
         """A stable idempotency key of this execution (run, step, item, attempt)."""
+        return self.attempt_key(self.attempt)
+
+    def attempt_key(self, attempt: int) -> str:
+        """The idempotency key of this step's (and item's) execution ``attempt``."""
         item = "" if self.item_index is None else f"#{self.item_index}"
-        return f"{self.run.run_id}:{self.step_id}{item}:{self.attempt}"
+        return f"{self.run.run_id}:{self.step_id}{item}:{attempt}"
 
     def render(self, value: Any) -> Any:
         """Render a template the body chose to take from its extras."""

@@ -11,6 +11,7 @@ from forgeflow.gitea.client import GiteaClient
 from forgeflow.pipelines.adapters import GiteaAdapter, LocalWorkspace, StoreAgentDispatch
 from forgeflow.pipelines.bodies import register_builtins
 from forgeflow.pipelines.engine import PipelineEngine
+from forgeflow.pipelines.ports import ReviewPort
 from forgeflow.pipelines.registry import PipelineBodyRegistry
 from forgeflow.store import Store
 from forgeflow.workspace.manager import WorkspaceManager
@@ -25,9 +26,11 @@ def build_engine(
     owner: str,
     node_prefix: str,
     wake_tasks: Callable[[], None] | None = None,
+    reviews: ReviewPort | None = None,
 ) -> PipelineEngine:
     """No I/O here: the loop starts with :meth:`PipelineEngine.start_loop`. ``manager``:
-    the process's one workspace manager, the tasks' too (its locks must cover both)."""
+    the process's one workspace manager, the tasks' too (its locks must cover both).
+    ``reviews``: review tasks for ``conversation.reviewPullRequest`` (tasks/review_asks)."""
     registry = PipelineBodyRegistry()
     register_builtins(registry)
     root = str(settings.resolved_workspace_root)
@@ -46,6 +49,7 @@ def build_engine(
         workspace=workspace,
         agent=StoreAgentDispatch(store, workspace_root=root, gitea=gitea, wake=wake_tasks),
         gitea=GiteaAdapter(gitea) if gitea is not None else None,
+        reviews=reviews,
         lease_ttl=settings.lease_ttl_seconds,
         poll_seconds=settings.poll_seconds,
     )

@@ -42,6 +42,9 @@ class Accept:
     permission: str
     budgets: Budgets = field(default_factory=Budgets)
     mode: str | None = None  # domain/modes.PR_REVIEW for a pull request review task
+    # No comment id (a review request): an earlier delivery of the same payload to the
+    # same repository is this one replayed (Gitea's replay resends the stored bytes).
+    replay_by_payload: bool = False
 
 
 # Gitea's replay: the same comment under a new delivery id.
@@ -49,6 +52,17 @@ _EARLIER = (
     select(webhook_deliveries.c.delivery_key, webhook_deliveries.c.task_id)
     .where(webhook_deliveries.c.repo_key == bindparam("repo_key"))
     .where(webhook_deliveries.c.comment_id == bindparam("comment_id"))
+    .where(webhook_deliveries.c.delivery_key != bindparam("key"))
+    .where(webhook_deliveries.c.status.in_(sorted(s.value for s in ANSWERED_STATUSES)))
+)
+# The replay of a delivery without a comment (a review request): the same payload, of
+# the same event type, to the same repository, under another delivery id.
+_EARLIER_PAYLOAD = (
+    select(webhook_deliveries.c.delivery_key, webhook_deliveries.c.task_id)
+    .where(webhook_deliveries.c.repo_key == bindparam("repo_key"))
+    .where(webhook_deliveries.c.comment_id.is_(None))
+    .where(webhook_deliveries.c.event_type == bindparam("event_type"))
+    .where(webhook_deliveries.c.payload_hash == bindparam("payload_hash"))
     .where(webhook_deliveries.c.delivery_key != bindparam("key"))
     .where(webhook_deliveries.c.status.in_(sorted(s.value for s in ANSWERED_STATUSES)))
 )
@@ -118,14 +132,25 @@ def _reject_disabled(conn: Connection, a: Accept) -> DeliveryRecord:
 
 
 def _replayed(conn: Connection, a: Accept) -> DeliveryRecord | None:
-    """Gitea's replay of a comment accepted before under another delivery id: answered
-    with the earlier delivery's task, or None when the comment is new."""
+    """Gitea's replay of a comment (or of a review request's payload) accepted before
+    under another delivery id: answered with the earlier delivery's task, or None when
+    the comment or request is new."""
     repo_key = a.resource.repo.key
-    if a.comment_id is None:
-        return None  # a review request: its delivery id alone identifies it
-    earlier = sql.first(
-        conn, _EARLIER, {"repo_key": repo_key, "comment_id": a.comment_id, "key": a.delivery_key}
-    )
+    if a.comment_id is not None:
+        params = {"repo_key": repo_key, "comment_id": a.comment_id, "key": a.delivery_key}
+        earlier = sql.first(conn, _EARLIER, params)
+        reason = "comment_already_accepted"
+    elif a.replay_by_payload:
+        params = {
+            "repo_key": repo_key,
+            "event_type": a.event_type,
+            "payload_hash": a.payload_hash,
+            "key": a.delivery_key,
+        }
+        earlier = sql.first(conn, _EARLIER_PAYLOAD, params)
+        reason = "request_already_accepted"
+    else:
+        return None  # a pipeline step's request: its delivery id alone identifies it
     if earlier is None:
         return None
     task_id = earlier["task_id"]
@@ -134,7 +159,7 @@ def _replayed(conn: Connection, a: Accept) -> DeliveryRecord | None:
         conn,
         a.delivery_key,
         status="duplicate",
-        reason="comment_already_accepted",
+        reason=reason,
         response_code=200,
         task_id=task_id,
     )
@@ -155,7 +180,7 @@ def _replayed(conn: Connection, a: Accept) -> DeliveryRecord | None:
         200,
         task_id,
         state,
-        "comment_already_accepted",
+        reason,
         duplicate=True,
     )
 

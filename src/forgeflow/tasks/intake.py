@@ -239,6 +239,17 @@ class WebhookIngress:
         mention = Mention(REVIEW_WORD, review_focus="")
         return await self._admit(key, event, body, mention, "webhook.review_request", found)
 
+    async def ask_review(
+        self, event: webhook.CommentEvent, focus: str, body: bytes, *, operator: bool
+    ) -> Outcome:
+        """A pipeline step's review of a pull request (tasks/review_asks.py): admitted as
+        the review command is, ``event.actor_login`` checked like a commenter unless the
+        run is the operator's. ``body``: the request as recorded (its hash)."""
+        mention = Mention(f"{REVIEW_WORD} {focus}".strip(), review_focus=focus)
+        key = delivery_key(event.delivery_id)
+        granted = Permission.ADMIN if operator else None
+        return await self._admit(key, event, body, mention, "pipeline.review_request", (), granted)
+
     async def _admit(
         self,
         key: str,
@@ -247,9 +258,11 @@ class WebhookIngress:
         mention: Mention,
         log_event: str,
         found: Sequence[DomainEvent] | None = None,
+        granted: Permission | None = None,
     ) -> Outcome:
-        """Whoever asked, checked with Gitea, then accepted or refused in one write."""
-        permission = await self._permission_for(key, event)
+        """Whoever asked, checked with Gitea (unless ``granted``: the operator's), then
+        accepted or refused in one write."""
+        permission = granted if granted is not None else await self._permission_for(key, event)
         if isinstance(permission, _Unknown):
             # Gitea could not say: refused for now, Gitea redelivers.
             return Refused(
@@ -348,6 +361,9 @@ class WebhookIngress:
             permission=permission.value,
             budgets=self._budgets,
             mode=modes.PR_REVIEW if review else None,
+            # A review request has no comment id: its payload names it (a replay under
+            # a new delivery id sends the same bytes; docs/reviews.md).
+            replay_by_payload=event.event_type == webhook.REVIEW_REQUEST,
         )
         return await self._store.write(lambda c: unit(c, accept))
 

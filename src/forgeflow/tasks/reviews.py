@@ -24,6 +24,7 @@ from forgeflow.agent.gitea_tools.handlers import ToolRefused
 from forgeflow.domain import modes
 from forgeflow.domain import reviews as r
 from forgeflow.domain.bookkeeping import Comment
+from forgeflow.domain.gitea_versions import renders_suggestions
 from forgeflow.domain.ids import sha256_ref, turn_key
 from forgeflow.domain.markers import Marker, MarkerKind, find_markers
 from forgeflow.domain.records import Task
@@ -82,6 +83,7 @@ class PullReviews:
         self._gitea = gitea
         self._bot = bot_login.lower()
         self._allowed = dict(allowed_events or {})
+        self._suggestions: bool | None = None  # whether Gitea reads suggestion blocks
 
     async def submit(self, session_key: str, draft: r.ReviewDraft) -> Submitted:
         """The ``submit_review`` tool: one review for the running review task."""
@@ -211,6 +213,7 @@ class PullReviews:
         # (A head that moved since the review began: no line is known to be in the diff
         # at the reviewed commit, so every comment goes into the summary.)
         placed = r.place(draft, files)
+        suggestions = await self._renders_suggestions()
         marker = Marker(
             task.task_id,
             turn_key(task.task_id, int(task.turn_count)),
@@ -218,19 +221,31 @@ class PullReviews:
             MarkerKind.REVIEW,
         )
         return ReviewRecord(
-            body=r.review_body(draft.summary, placed.moved, marker),
+            body=r.review_body(draft.summary, placed.moved, marker, suggestions=suggestions),
             commit_id=head,
             event=r.review_event(
                 draft.event, self._allowed.get(repo.full_name.lower(), frozenset())
             ),
-            comments=tuple(_posted(c) for c in placed.inline),
+            comments=tuple(_posted(c, suggestions) for c in placed.inline),
             summary=draft.summary,
-            moved=tuple(_posted(c) for c in placed.moved),
+            moved=tuple(_posted(c, suggestions) for c in placed.moved),
         )
 
 
-def _posted(c: r.LineComment) -> PostedLine:
-    return PostedLine(c.path, c.side, c.line, r.comment_body(c))
+    async def _renders_suggestions(self) -> bool:
+        """Whether this Gitea reads a ``suggestion`` block (asked once per process; an
+        unanswered ask is asked again next time and meanwhile renders plain blocks)."""
+        if self._suggestions is None:
+            try:
+                version: str | None = await self._gitea.version()
+            except GiteaError:
+                return False
+            self._suggestions = renders_suggestions(version)
+        return self._suggestions
+
+
+def _posted(c: r.LineComment, suggestions: bool) -> PostedLine:
+    return PostedLine(c.path, c.side, c.line, r.comment_body(c, suggestions=suggestions))
 
 
 def _gitea_request(record: ReviewRecord) -> ReviewRequest:
@@ -246,7 +261,6 @@ def _gitea_request(record: ReviewRecord) -> ReviewRequest:
         for c in record.comments
     )
     return ReviewRequest(record.body, record.commit_id, record.event, lines)
-
 
 def _intend(conn: Connection, task: Task, key: str, body: str) -> tuple[bool, Comment]:
     return comment_q.record_intent(

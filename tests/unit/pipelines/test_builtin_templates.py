@@ -18,8 +18,6 @@ from forgeflow.pipelines.seeds import (
     load_builtins,
 )
 
-GATES = {"human.gate", "orchestration.awaitApproval"}
-
 
 def _bodies() -> frozenset[str]:
     registry = PipelineBodyRegistry()
@@ -73,17 +71,31 @@ def test_safe_enabled_templates_give_no_agent_write_access_and_post_nothing() ->
         assert not bodies & {"conversation.promptAgent", "gitea.comment", "flow.callPipeline"}
 
 
-def test_pr_review_publishes_only_after_an_approval_and_only_by_hand() -> None:
+def test_pr_review_is_a_review_task_and_runs_only_by_hand() -> None:
     d = BUILTINS["pr_review"].definition
     assert [t.type for t in d.triggers] == ["manual"]
-    draft = next(n for n in d.nodes if n.body == "conversation.promptAgent")
-    space = next(n for n in d.nodes if n.body == "messaging.createSpace")
-    assert space.extras["mode"] == "review" and draft.extras["spaceId"]
-    publish = [n for n in d.nodes if n.body == "gitea.comment"]
-    assert len(publish) == 1
-    trigger = next(n.id for n in d.nodes if n.kind is StepKind.TRIGGER)
-    paths = _paths(d, trigger, publish[0].id)
-    assert paths and all(any(d.node(x).body in GATES for x in p) for p in paths)
+    bodies = {n.body for n in d.nodes if n.kind is StepKind.LISTEN}
+    # The review command's task (forgeflow posts its one review): no draft, no comment.
+    assert bodies == {"conversation.reviewPullRequest"}
+    review = d.node("review")
+    assert set(review.inputs) == {"repo", "number", "focus"}
+
+
+def test_the_review_family_posts_reviews_through_review_tasks_only() -> None:
+    for key in ("pr_review", "cross_review"):
+        bodies = [n.body for n in BUILTINS[key].definition.nodes]
+        assert "gitea.comment" not in bodies
+        assert bodies.count("conversation.reviewPullRequest") == 1
+    cross = BUILTINS["cross_review"].definition
+    trigger = next(n.id for n in cross.nodes if n.kind is StepKind.TRIGGER)
+    publish = next(n.id for n in cross.nodes if n.body == "conversation.reviewPullRequest")
+    # The lens drafts and their consolidation run in a review (draft) space before it.
+    (path,) = _paths(cross, trigger, publish)
+    drafts = [cross.node(x) for x in path if cross.node(x).body == "conversation.promptAgent"]
+    assert len(drafts) == 2 and all(n.extras.get("spaceId") for n in drafts)
+    gate = BUILTINS["pre_merge_gate"].definition
+    call = next(n for n in gate.nodes if n.body == "flow.callPipeline")
+    assert call.extras["templateKey"] == "pr_review"
 
 
 def test_pr_merged_cleanup_is_garbage_collection_with_a_daily_schedule_on() -> None:

@@ -198,11 +198,13 @@ def request_review(
     service: Service, issue: Issue, doer: User, reviewer: User
 ) -> tuple[Review, Outcome]:
     """A review request (pull_service.ReviewRequest): a REQUEST_REVIEW review row and
-    the ``pull_request_review_request`` hook."""
+    the ``pull_request_review_request`` hook. Its ReviewRequest comment moves the pull
+    request's ``updated_at`` (models/issues/comment.go updateCommentInfos)."""
     state = service.state
     review = Review(
         state.next_id("review"), issue.id, reviewer.id, "REQUEST_REVIEW", "", "", state.now()
     )
+    issue.updated = review.created
     state.reviews[review.id] = review
     assert issue.pull is not None
     if reviewer.id not in issue.pull.requested_reviewer_ids:

@@ -31,7 +31,11 @@ class GiteaEmulator(EmulatorControls, LegacyDeliveries, ReviewControls):
     Changes made through the REST API are answered first and delivered by a background
     worker, as Gitea's hook queue does; `flush_deliveries()` waits for them."""
 
-    def __init__(self, git_root: Path, *, flavour: str = "gitea") -> None:
+    def __init__(
+        self, git_root: Path, *, flavour: str = "gitea", version: str | None = None
+    ) -> None:
+        """``version``: what ``GET /version`` answers (default: the flavour's release,
+        whose behaviour the emulator follows; another number only changes that answer)."""
         if flavour not in _VERSIONS:
             raise ValueError(f"unknown flavour {flavour!r}")
         self.git_root = Path(git_root)
@@ -41,7 +45,14 @@ class GiteaEmulator(EmulatorControls, LegacyDeliveries, ReviewControls):
         self._deliverer = Deliverer(self._state, flavour)
         self._convert = Converter(self._state, "")
         self._service = Service(self._state, self._convert, self._deliverer)
-        core = Core(self._state, self._convert, self._service, self._deliverer, _VERSIONS[flavour])
+        core = Core(
+            self._state,
+            self._convert,
+            self._service,
+            self._deliverer,
+            version or _VERSIONS[flavour],
+        )
+        self._core = core
         self._server = BackgroundServer(build_app(core))
         self._convert.app_url = f"{self._server.url}/"  # Gitea's AppURL ends with a slash
 
@@ -50,6 +61,10 @@ class GiteaEmulator(EmulatorControls, LegacyDeliveries, ReviewControls):
     @property
     def url(self) -> str:
         return self._server.url
+
+    def set_version(self, version: str) -> None:
+        """What ``GET /version`` answers from now on (an upgrade of the instance)."""
+        self._core.version = version
 
     def start(self) -> GiteaEmulator:
         self._server.start()
