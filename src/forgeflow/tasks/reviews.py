@@ -231,7 +231,6 @@ class PullReviews:
             moved=tuple(_posted(c, suggestions) for c in placed.moved),
         )
 
-
     async def _renders_suggestions(self) -> bool:
         """Whether this Gitea reads a ``suggestion`` block (asked once per process; an
         unanswered ask is asked again next time and meanwhile renders plain blocks)."""
@@ -261,6 +260,7 @@ def _gitea_request(record: ReviewRecord) -> ReviewRequest:
         for c in record.comments
     )
     return ReviewRequest(record.body, record.commit_id, record.event, lines)
+
 
 def _intend(conn: Connection, task: Task, key: str, body: str) -> tuple[bool, Comment]:
     return comment_q.record_intent(
