@@ -194,25 +194,7 @@ def review_request(
         return None
     if reviewer.login.lower() != bot_login.lower():
         return None
-    try:
-        repo = RepoRef(hook.repository.owner.login, hook.repository.name)
-    except InvalidName as exc:
-        raise InvalidPayload(str(exc)) from None
-    pull = hook.pull_request
-    return CommentEvent(
-        delivery_id=delivery_id,
-        event_type=REVIEW_REQUEST,
-        action=hook.action,
-        resource=ResourceRef(repo, ResourceKind.PULL_REQUEST, pull.number),
-        clone_url=hook.repository.clone_url or "",
-        default_branch=hook.repository.default_branch or "main",
-        html_url=pull.html_url or "",
-        comment_id=0,
-        comment_body="",
-        comment_created_at=None,
-        actor_login=hook.sender.login,
-        refs=_refs(pull),
-    )
+    return _pull_event(delivery_id, REVIEW_REQUEST, hook.action, hook, hook.sender.login)
 
 
 def reviewed(delivery_id: str, payload: Mapping[str, Any]) -> CommentEvent | None:
@@ -226,6 +208,19 @@ def reviewed(delivery_id: str, payload: Mapping[str, Any]) -> CommentEvent | Non
         raise _invalid(exc, ReviewedPayload) from None
     if hook.sender is None:
         return None
+    action = "created" if hook.action == "reviewed" else hook.action
+    return _pull_event(delivery_id, REVIEW_COMMENT, action, hook, hook.sender.login)
+
+
+def _pull_event(
+    delivery_id: str,
+    event_type: str,
+    action: str,
+    hook: ReviewRequestPayload | ReviewedPayload,
+    actor: str,
+) -> CommentEvent:
+    """The event of a pull-request payload that no comment of its own started
+    (``comment_id`` 0, no body)."""
     try:
         repo = RepoRef(hook.repository.owner.login, hook.repository.name)
     except InvalidName as exc:
@@ -233,8 +228,8 @@ def reviewed(delivery_id: str, payload: Mapping[str, Any]) -> CommentEvent | Non
     pull = hook.pull_request
     return CommentEvent(
         delivery_id=delivery_id,
-        event_type=REVIEW_COMMENT,
-        action="created" if hook.action == "reviewed" else hook.action,
+        event_type=event_type,
+        action=action,
         resource=ResourceRef(repo, ResourceKind.PULL_REQUEST, pull.number),
         clone_url=hook.repository.clone_url or "",
         default_branch=hook.repository.default_branch or "main",
@@ -242,7 +237,7 @@ def reviewed(delivery_id: str, payload: Mapping[str, Any]) -> CommentEvent | Non
         comment_id=0,
         comment_body="",
         comment_created_at=None,
-        actor_login=hook.sender.login,
+        actor_login=actor,
         refs=_refs(pull),
     )
 
