@@ -253,6 +253,8 @@ class PipelineEngine:
         self._started = True
         for seen in await self.store.read(lambda c: recovery.overdue(c, utcnow())):
             await self._after(await self.store.write(partial(recovery.expire, seen=seen)))
+        for child in await self.store.read(lambda c: q.children_done_unseen(c, utcnow())):
+            await self._after(child)  # wakes the step still waiting for it
 
     async def _recover(self, *, startup: bool) -> None:
         # Read first (on SQLite every write transaction takes the one write lock), then

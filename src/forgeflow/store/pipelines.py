@@ -390,3 +390,27 @@ def suspended_since(conn: Connection, before: datetime) -> list[PipelineStep]:
         .order_by(steps.c.suspended_at)
     )
     return [pipeline_step(r) for r in rows]
+
+
+def children_done_unseen(conn: Connection, now: datetime) -> list[PipelineRun]:
+    """Finished child runs whose parent step still sleeps until a later poll: their
+    wake-up (a transaction after the child's own) was lost to a crash between the two."""
+    child = runs.alias("child")
+    rows = conn.execute(
+        select(child, steps.c.suspend)
+        .join(
+            steps,
+            and_(
+                steps.c.run_id == child.c.parent_run_id,
+                steps.c.step_id == child.c.parent_step_id,
+                steps.c.item_index == child.c.parent_item_index,
+            ),
+        )
+        .join(runs, runs.c.run_id == steps.c.run_id)
+        .where(runs.c.status == "running", steps.c.status == "suspended")
+        .where(or_(steps.c.next_attempt_at.is_(None), steps.c.next_attempt_at > now))
+        .where(child.c.status.in_(("succeeded", "failed", "cancelled")))
+    )
+    # Only the child the step waits for: an earlier attempt's child must not wake it.
+    waited = [(r, (r[-1] or {}).get("data") or {}) for r in rows]
+    return [pipeline_run(r[:-1]) for r, data in waited if data.get("childRunId") == r[0]]

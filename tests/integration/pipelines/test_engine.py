@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from forgeflow.pipelines import steps
+from forgeflow.pipelines.kinds import NODE_ROW
 from forgeflow.pipelines.runs import PipelineError
 from forgeflow.store import Store
 from tests.integration.pipelines.harness import Harness, harness, max_overlap, run_async
@@ -366,6 +369,59 @@ def test_suspended_step_timeout_fails_a_gate_but_not_an_approval_step(
         assert status == 200 and answer["decision"] == "approved"
         row = await h.finished(waiting)
         assert row.status == "succeeded"
+
+    run(store, tmp_path, scenario)
+
+
+def test_a_child_that_ended_without_waking_its_parent_still_wakes_it(
+    store: Store, tmp_path: Path
+) -> None:
+    """The crash case: a child run ends in a transaction whose process dies before the
+    next one wakes the parent's call step (an hour's poll). The engine notices the
+    finished child and wakes the step itself."""
+    child = dag_doc(
+        "t>g", key="child", g={"kind": "listen", "bodyKey": "human.gate", "outputKey": "gate"}
+    )
+    parent = dag_doc(
+        "t>call call>end",
+        call={
+            "kind": "listen",
+            "bodyKey": "flow.callPipeline",
+            "outputKey": "child",
+            "extras": {"templateKey": "child", "pollSeconds": 3600},
+        },
+    )
+
+    async def scenario(h: Harness) -> None:
+        for doc in (child, parent):
+            await h.add(doc)
+        parent_id = await h.start("p")
+
+        async def waiting_child() -> str | None:
+            call = (await h.steps(parent_id))["call"]
+            child_id = ((call.suspend or {}).get("data") or {}).get("childRunId")
+            if call.status != "suspended" or not child_id:
+                return None
+            gate = (await h.steps(child_id)).get("g")
+            return str(child_id) if gate is not None and gate.status == "suspended" else None
+
+        child_id = await h.wait(waiting_child, what="the child's gate waits")
+        # The decision as the dying process made it: committed, and nobody woken.
+        status, _ = await h.store.write(
+            partial(
+                steps.decide,
+                run_id=child_id,
+                step_id="g",
+                item_index=NODE_ROW,
+                approve=True,
+                actor="admin:bob",
+                reason=None,
+            )
+        )
+        assert status == 200 and (await h.get(child_id)).status == "succeeded"
+        row = await h.finished(parent_id, timeout=30)
+        assert row.status == "succeeded", row.error
+        assert row.state["child"]["gate"]["decision"] == "approved"
 
     run(store, tmp_path, scenario)
 
