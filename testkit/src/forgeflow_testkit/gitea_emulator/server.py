@@ -23,6 +23,10 @@ class BackgroundServer:
         config = uvicorn.Config(
             app,
             log_level="warning",
+            # Not uvloop: a test runs forgeflow's own uvloop loop in the same process, and
+            # uvloop refuses two loops spawning processes at once ("Racing with another
+            # loop to spawn a process"); the emulator's git backend spawns git.
+            loop="asyncio",
             lifespan="off",
             access_log=False,
             timeout_graceful_shutdown=2,
