@@ -11,10 +11,8 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from datetime import timedelta
 from functools import partial
-from typing import Literal
 
 import structlog
 from sqlalchemy import Connection
@@ -37,23 +35,15 @@ from forgeflow.domain.paths import repo_workspace
 from forgeflow.domain.permissions import Permission
 from forgeflow.gitea import events as gitea_events
 from forgeflow.gitea import webhook
-from forgeflow.gitea.client import GiteaError, GiteaPermissionDenied, PermissionCache
+from forgeflow.gitea.client import GiteaError, PermissionCache
 from forgeflow.rejections import Rejection, RejectionLog, cut
 from forgeflow.store import Store, acceptance, commands, deliveries
 from forgeflow.store import events as store_events
+from forgeflow.tasks.commenters import Commenters, Unknown
 from forgeflow.tasks.threads import ReviewThreads
 
 log = structlog.get_logger("forgeflow.tasks.intake")
 _Unit = Callable[[Connection, acceptance.Accept], DeliveryRecord]
-
-
-@dataclass(frozen=True, slots=True)
-class _Unknown:
-    """Why the commenter's permission is not known (a :class:`Refused` to be)."""
-
-    kind: Literal["not_configured", "unavailable"]
-    code: str
-    message: str
 
 
 def _printable(value: str, limit: int) -> str:
@@ -87,7 +77,7 @@ class WebhookIngress:
         self._rejections = rejections
         self._settings = settings
         self._store = store
-        self._permissions = permissions
+        self._commenters = Commenters(settings, store, permissions)
         self._retention = timedelta(days=settings.delivery_retention_days)
         self._root = str(settings.resolved_workspace_root)
         self._budgets = settings.budgets()
@@ -262,8 +252,10 @@ class WebhookIngress:
     ) -> Outcome:
         """Whoever asked, checked with Gitea (unless ``granted``: the operator's), then
         accepted or refused in one write."""
-        permission = granted if granted is not None else await self._permission_for(key, event)
-        if isinstance(permission, _Unknown):
+        permission = (
+            granted if granted is not None else await self._commenters.permission_for(key, event)
+        )
+        if isinstance(permission, Unknown):
             # Gitea could not say: refused for now, Gitea redelivers.
             return Refused(
                 permission.kind,
@@ -297,26 +289,6 @@ class WebhookIngress:
         if event.actor_login.lower() == self._bot.lower() or parse_marker(event.comment_body):
             return "bot_comment"
         return None
-
-    async def _permission_for(
-        self, key: str, event: webhook.CommentEvent
-    ) -> Permission | DeliveryRecord | _Unknown:
-        """The commenter's permission on the repository, asked of Gitea when not known."""
-        permission = self._known_permission(event)
-        if permission is not None:
-            return permission
-        # Gitea must be asked. One read first answers a redelivery and a disabled
-        # repository without that lookup; the acceptance transaction decides both
-        # again, so the read only saves work (and is skipped when nothing is asked).
-        repo_key = event.repo.key
-        seen, repo_status = await self._store.read(
-            lambda c: (deliveries.get(c, key), deliveries.repo_status(c, repo_key))
-        )
-        if seen is not None:
-            return seen
-        if repo_status == "disabled":
-            return Permission.NONE
-        return await self._permission(event)
 
     async def _accept(
         self,
@@ -366,42 +338,6 @@ class WebhookIngress:
             replay_by_payload=event.event_type == webhook.REVIEW_REQUEST,
         )
         return await self._store.write(lambda c: unit(c, accept))
-
-    def _known_permission(self, event: webhook.CommentEvent) -> Permission | None:
-        if self._settings.trigger_permission is Permission.NONE:
-            return Permission.NONE
-        if self._permissions is None:
-            return None
-        return self._permissions.cached(event.repo.owner, event.repo.name, event.actor_login)
-
-    async def _permission(self, event: webhook.CommentEvent) -> Permission | _Unknown:
-        s = self._settings
-        if s.trigger_permission is Permission.NONE:
-            return Permission.NONE
-        if self._permissions is None:
-            return _Unknown(
-                "not_configured",
-                "not_configured",
-                "FORGEFLOW_GITEA_URL is not set: commenter permission cannot be checked",
-            )
-        try:
-            return await self._permissions.permission(
-                event.repo.owner, event.repo.name, event.actor_login
-            )
-        except GiteaError as exc:
-            log.warning(
-                "webhook.permission_unavailable",
-                delivery_id=event.delivery_id,
-                error=str(exc),
-                code=exc.code,
-            )
-            if isinstance(exc, GiteaPermissionDenied):
-                return _Unknown("unavailable", exc.code, str(exc))
-            return _Unknown(
-                "unavailable",
-                "gitea_unavailable",
-                "commenter permission could not be checked; redeliver later",
-            )
 
     async def _ignore(
         self,
