@@ -44,6 +44,7 @@ from forgeflow.pipelines.registry import (
 from forgeflow.pipelines.runs import Parent, PipelineError, Started
 from forgeflow.redaction import redact_text
 from forgeflow.store import Store
+from forgeflow.store import pipeline_recovery as qr
 from forgeflow.store import pipelines as q
 from forgeflow.store.pipelines import StepKey
 from forgeflow.store.types import utcnow
@@ -242,7 +243,7 @@ class PipelineEngine:
         keys = sorted(self._tasks, key=lambda k: (k.run_id, k.step_id, k.item_index))
         if keys:
             until = utcnow() + self.lease_ttl
-            held = await self.store.write(lambda c: q.renew_leases(c, self.owner, keys, until))
+            held = await self.store.write(lambda c: qr.renew_leases(c, self.owner, keys, until))
             for key in keys:
                 task = self._tasks.get(key)
                 if key not in held and task is not None:
@@ -253,14 +254,14 @@ class PipelineEngine:
         self._started = True
         for seen in await self.store.read(lambda c: recovery.overdue(c, utcnow())):
             await self._after(await self.store.write(partial(recovery.expire, seen=seen)))
-        for child in await self.store.read(lambda c: q.children_done_unseen(c, utcnow())):
+        for child in await self.store.read(lambda c: qr.children_done_unseen(c, utcnow())):
             await self._after(child)  # wakes the step still waiting for it
 
     async def _recover(self, *, startup: bool) -> None:
         # Read first (on SQLite every write transaction takes the one write lock), then
         # one transaction per step, so each locks only its own run.
         now = utcnow()
-        for seen in await self.store.read(q.claimed_steps):
+        for seen in await self.store.read(qr.claimed_steps):
             if not recovery.abandoned(
                 seen,
                 owner=self.owner,

@@ -13,6 +13,7 @@ from forgeflow.domain.pipeline_records import PipelineRun, PipelineStep
 from forgeflow.pipelines import nodes, runs, snapshots
 from forgeflow.pipelines.kinds import Code, RunStatus, StepStatus
 from forgeflow.pipelines.steps import current_rows, node_of
+from forgeflow.store import pipeline_recovery as qr
 from forgeflow.store import pipelines as q
 from forgeflow.store.pipelines import StepKey
 from forgeflow.store.types import utcnow
@@ -86,7 +87,7 @@ def overdue(conn: Connection, now: datetime) -> list[PipelineStep]:
     """Suspended steps past their run's ``suspendedStepTimeout`` (read-only), except
     those with ``extras.awaitApproval: true``."""
     out = []
-    for row in q.suspended_since(conn, now):
+    for row in qr.suspended_since(conn, now):
         d = snapshots.definition_for(conn, row.run_id)
         if d is None or d.node(row.step_id).awaits_approval:
             continue

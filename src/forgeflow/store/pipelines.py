@@ -48,7 +48,7 @@ class StepKey:
         return cls(row.run_id, row.step_id, row.item_index)
 
 
-def _where_step(key: StepKey) -> Any:
+def where_step(key: StepKey) -> Any:
     return and_(
         steps.c.run_id == key.run_id,
         steps.c.step_id == key.step_id,
@@ -287,7 +287,7 @@ def update_step_if(
 def wake_at(conn: Connection, key: StepKey, at: datetime) -> None:
     """Ask for a step to be called again by ``at`` (no version bump: a running body's
     own result must still find its row as it claimed it)."""
-    conn.execute(update(steps).where(_where_step(key)).values(next_attempt_at=at))
+    conn.execute(update(steps).where(where_step(key)).values(next_attempt_at=at))
 
 
 def due_steps(conn: Connection, now: datetime, limit: int = 200) -> list[PipelineStep]:
@@ -348,69 +348,3 @@ def run_counts(conn: Connection, run_id: str) -> tuple[int, int]:
     started so far in the run: every attempt of every step and item), in one statement."""
     row = conn.execute(_RUN_COUNTS, {"k_run_id": run_id}).one()
     return int(row[0]), int(row[1])
-
-
-def claimed_steps(conn: Connection) -> list[PipelineStep]:
-    """Every step whose body some engine claims to execute."""
-    rows = conn.execute(
-        select(steps)
-        .where(steps.c.status == "running")
-        .where(steps.c.claimed_by.is_not(None))
-        .order_by(steps.c.run_id, steps.c.step_id, steps.c.item_index)
-    )
-    return [pipeline_step(r) for r in rows]
-
-
-def renew_leases(
-    conn: Connection, owner: str, keys: list[StepKey], until: datetime
-) -> set[StepKey]:
-    """Extend the leases this owner holds; returns the keys it still holds."""
-    held = set()
-    for key in keys:
-        result = conn.execute(
-            update(steps)
-            .where(_where_step(key))
-            .where(steps.c.status == "running")
-            .where(steps.c.claimed_by == owner)
-            .values(lease_expires_at=until)
-        )
-        if result.rowcount == 1:
-            held.add(key)
-    return held
-
-
-def suspended_since(conn: Connection, before: datetime) -> list[PipelineStep]:
-    """Suspended steps (of running runs) that were first suspended before ``before``."""
-    rows = conn.execute(
-        select(steps)
-        .join(runs, runs.c.run_id == steps.c.run_id)
-        .where(runs.c.status == "running")
-        .where(steps.c.status == "suspended")
-        .where(steps.c.suspended_at < before)
-        .order_by(steps.c.suspended_at)
-    )
-    return [pipeline_step(r) for r in rows]
-
-
-def children_done_unseen(conn: Connection, now: datetime) -> list[PipelineRun]:
-    """Finished child runs whose parent step still sleeps until a later poll: their
-    wake-up (a transaction after the child's own) was lost to a crash between the two."""
-    child = runs.alias("child")
-    rows = conn.execute(
-        select(child, steps.c.suspend)
-        .join(
-            steps,
-            and_(
-                steps.c.run_id == child.c.parent_run_id,
-                steps.c.step_id == child.c.parent_step_id,
-                steps.c.item_index == child.c.parent_item_index,
-            ),
-        )
-        .join(runs, runs.c.run_id == steps.c.run_id)
-        .where(runs.c.status == "running", steps.c.status == "suspended")
-        .where(or_(steps.c.next_attempt_at.is_(None), steps.c.next_attempt_at > now))
-        .where(child.c.status.in_(("succeeded", "failed", "cancelled")))
-    )
-    # Only the child the step waits for: an earlier attempt's child must not wake it.
-    waited = [(r, (r[-1] or {}).get("data") or {}) for r in rows]
-    return [pipeline_run(r[:-1]) for r, data in waited if data.get("childRunId") == r[0]]
