@@ -81,6 +81,9 @@ class PipelineEngine:
             runs=self, workspace=workspace, agent=agent, gitea=gitea, reviews=reviews
         )
         self._tasks: dict[StepKey, asyncio.Task[None]] = {}
+        # The bodies running now; only these are cancelled when a lease is lost, never
+        # the recording of a result (its write may already be committing, with claims).
+        self._bodies: dict[StepKey, asyncio.Task[Done | Suspend | execution.Failed]] = {}
         self._lost: set[StepKey] = set()
         self._wake: asyncio.Event | None = None
         self._loop_task: asyncio.Task[None] | None = None
@@ -245,11 +248,11 @@ class PipelineEngine:
             until = utcnow() + self.lease_ttl
             held = await self.store.write(lambda c: qr.renew_leases(c, self.owner, keys, until))
             for key in keys:
-                task = self._tasks.get(key)
-                if key not in held and task is not None:
+                body = self._bodies.get(key)
+                if key not in held and body is not None:
                     # Cancelled, decided or recovered elsewhere: the result would be dropped.
                     self._lost.add(key)
-                    task.cancel()
+                    body.cancel()
         await self._recover(startup=not self._started)
         self._started = True
         for seen in await self.store.read(lambda c: recovery.overdue(c, utcnow())):
@@ -324,7 +327,12 @@ class PipelineEngine:
             await self._fail(step, node, prepared)
             return
         inputs = prepared.ctx.inputs
-        outcome = await execution.call(prepared)
+        key = StepKey.of(step)
+        body = self._bodies[key] = asyncio.ensure_future(execution.call(prepared))
+        try:
+            outcome = await body
+        finally:
+            self._bodies.pop(key, None)
         if isinstance(outcome, execution.Failed):
             await self._fail(step, node, outcome, inputs=inputs)
         elif isinstance(outcome, Suspend):
