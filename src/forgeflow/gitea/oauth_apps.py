@@ -1,0 +1,108 @@
+"""forgeflow's OAuth2 application in Gitea, made or repaired by ``forgeflow gitea connect
+--oauth`` as the bot's account: ``/api/v1/user/applications/oauth2`` (Gitea 1.22
+routers/api/v1/user/app.go; structs.OAuth2Application, CreateOAuth2ApplicationOptions).
+
+Gitea shows a client secret once, when it makes one: on create, and on every update
+("this includes regenerating the client secret"). So repairing the application always
+yields a new secret, which is stored at once.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from pydantic import BaseModel, SecretStr
+
+from forgeflow.gitea.client import GiteaClient
+
+APP_NAME = "forgeflow"
+CLIENT_FILE = "gitea_oauth.json"  # in the data folder, 0600, like the admin token
+
+
+class OAuthApplication(BaseModel):
+    id: int
+    name: str
+    client_id: str
+    client_secret: str = ""
+    confidential_client: bool = False
+    redirect_uris: list[str] = []
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    action: str  # "create", "update" or "none"
+    app: OAuthApplication
+    why: str = ""
+
+
+async def applications(client: GiteaClient) -> list[OAuthApplication]:
+    found: list[OAuthApplication] = []
+    page = 1
+    while True:
+        params = {"page": str(page), "limit": "50"}
+        batch = await client._many(
+            OAuthApplication, "GET", "/user/applications/oauth2", (200,), params=params
+        )
+        found += batch
+        if len(batch) < 50:
+            return found
+        page += 1
+
+
+async def connect(
+    client: GiteaClient, redirect_uri: str, stored_client_id: str | None, *, dry_run: bool
+) -> Outcome:
+    """Create the application, or update it (a new secret) when its redirect URI is not
+    exactly ours, it is not confidential, or forgeflow holds no secret for it."""
+    body = {"name": APP_NAME, "confidential_client": True, "redirect_uris": [redirect_uri]}
+    mine = [a for a in await applications(client) if a.name == APP_NAME]
+    app = next((a for a in mine if a.client_id == stored_client_id), mine[0] if mine else None)
+    if app is None:
+        if dry_run:
+            return Outcome("create", OAuthApplication(id=0, name=APP_NAME, client_id=""))
+        made = await client._one(
+            OAuthApplication, "POST", "/user/applications/oauth2", (201,), json=body
+        )
+        return Outcome("create", made)
+    reasons = []
+    if app.redirect_uris != [redirect_uri]:
+        reasons.append(f"redirect URI {app.redirect_uris} → {redirect_uri}")
+    if not app.confidential_client:
+        reasons.append("not a confidential client")
+    if app.client_id != stored_client_id:
+        reasons.append("forgeflow holds no secret for it")
+    if not reasons:
+        return Outcome("none", app)
+    if dry_run:
+        return Outcome("update", app, "; ".join(reasons))
+    path = f"/user/applications/oauth2/{app.id}"
+    updated = await client._one(OAuthApplication, "PATCH", path, (200,), json=body)
+    return Outcome("update", updated, "; ".join(reasons))
+
+
+def read_client(data_dir: Path) -> tuple[str, SecretStr] | None:
+    """The stored client id and secret, or None."""
+    path = data_dir / CLIENT_FILE
+    if not path.is_file():
+        return None
+    try:
+        data = json.loads(path.read_text())
+        return str(data["client_id"]), SecretStr(str(data["client_secret"]))
+    except (ValueError, KeyError, TypeError):
+        return None
+
+
+def store_client(data_dir: Path, client_id: str, secret: str) -> Path:
+    """Write the client id and secret (0600, replaced atomically)."""
+    data_dir.mkdir(parents=True, exist_ok=True)
+    path = data_dir / CLIENT_FILE
+    tmp = data_dir / (CLIENT_FILE + ".tmp")
+    tmp.unlink(missing_ok=True)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        json.dump({"client_id": client_id, "client_secret": secret}, fh)
+    os.replace(tmp, path)
+    return path
