@@ -35,6 +35,11 @@ class EmulatorControls:
             uid = self._state.user_by_login(owner).id
             return [vars(a).copy() for a in self._state.oauth.apps.values() if a.uid == uid]
 
+    def oauth_tokens(self) -> list[str]:
+        """Every OAuth2 access and refresh token issued so far (tests look for leaks)."""
+        with self._state.lock:
+            return [*self._state.oauth.access, *self._state.oauth.refresh]
+
     def oauth_access_seconds(self, seconds: int) -> None:
         """setting.OAuth2.AccessTokenExpirationTime for tokens issued from now on."""
         with self._state.lock:
