@@ -66,6 +66,7 @@ def _cache(request: Request, services: Services) -> AccessCache:
     if not isinstance(cache, AccessCache):
         cache = AccessCache(services.settings.oauth_access_cache_seconds)
         request.app.state.gitea_access = cache
+    cache.seconds = services.settings.oauth_access_cache_seconds  # the setting of now
     return cache
 
 

@@ -205,7 +205,7 @@ async def task_page(request: Request, session: Session, task_id: str) -> Respons
     if not may.allows(Permission.READ):
         raise NotFound(f"no task {task_id}")  # the same answer as for no task at all
     if not may.allows(Permission.WRITE):
-        page = replace(page, can_cancel=False, can_abort=False, can_release=False)
+        page = replace(page, can_cancel=False, can_abort=False, can_release=False, read_only=True)
     return render(request, "task.html", page, session=session, stamp=stamp)
 
 
