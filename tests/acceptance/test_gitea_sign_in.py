@@ -223,3 +223,34 @@ def test_connect_oauth_is_idempotent_and_repairs_a_changed_redirect(
     assert now["redirect_uris"] == [site.world.public_url + "/ui/oauth/callback"]
     stored = json.loads((data / "gitea_oauth.json").read_text())
     assert stored["client_secret"] == now["client_secret"] != app["client_secret"]
+
+
+def test_an_expiring_token_is_refreshed_and_a_refused_refresh_signs_out(site: Site) -> None:
+    gitea = site.world.gitea
+    site.ff.settings.oauth_access_cache_seconds = 0.0  # every page asks Gitea
+    gitea.oauth_access_seconds(30)  # inside forgeflow's refresh margin: refresh each time
+    reader = signed_in_client(site.world, site.ff.url, "rita")
+    refreshes = len(gitea.oauth_tokens())
+    assert reader.get(f"/ui/tasks/{site.widget_task}").status_code == 200
+    assert len(gitea.oauth_tokens()) == refreshes + 2  # a new access and refresh token
+    assert reader.get(f"/ui/tasks/{site.widget_task}").status_code == 200
+    # The application is deleted in Gitea: its grants go, the refresh is refused, the
+    # session ends and the reader is sent to sign in again.
+    [app] = gitea.oauth_apps("ccweb-bot")
+    with httpx.Client(
+        base_url=gitea.url, headers={"Authorization": f"token {site.world.bot_token}"}
+    ) as c:
+        c.delete(f"/api/v1/user/applications/oauth2/{app['id']}").raise_for_status()
+    gone = reader.get(f"/ui/tasks/{site.widget_task}")
+    assert gone.status_code == 303 and gone.headers["location"].startswith("/ui/login")
+    assert reader.get("/ui/tasks").status_code == 303  # the session itself ended
+
+
+def test_a_listed_login_is_an_operator(site: Site) -> None:
+    site.ff.settings.oauth_operators = "Wendy, someone-else"
+    operator = signed_in_client(site.world, site.ff.url, "wendy")
+    assert operator.get("/ui/repos").status_code == 200
+    listing = operator.get("/ui/tasks").text
+    assert site.widget_task in listing and site.secret_task in listing
+    reader = signed_in_client(site.world, site.ff.url, "rita")
+    assert reader.get("/ui/repos").status_code == 404

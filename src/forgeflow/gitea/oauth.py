@@ -20,7 +20,7 @@ from pydantic import BaseModel, ValidationError
 
 from forgeflow.domain.oauth import Tokens
 from forgeflow.domain.permissions import Permission
-from forgeflow.gitea.transport import GiteaError, GiteaUnavailable, Pool, _proxy_for
+from forgeflow.gitea.transport import GiteaError, GiteaUnavailable, Pool, proxy_for
 
 CONNECTIONS = 8
 
@@ -74,7 +74,7 @@ class OAuthClient:
         self.client_id = client_id
         self._secret = client_secret
         headers = {"Accept": "application/json", "User-Agent": "forgeflow"}
-        self._pool = Pool(CONNECTIONS, timeout, headers, _proxy_for(gitea_url))
+        self._pool = Pool(CONNECTIONS, timeout, headers, proxy_for(gitea_url))
 
     async def aclose(self) -> None:
         await self._pool.aclose()

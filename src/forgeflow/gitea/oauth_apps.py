@@ -16,7 +16,8 @@ from pathlib import Path
 
 from pydantic import BaseModel, SecretStr
 
-from forgeflow.gitea.client import GiteaClient
+from forgeflow.domain.json import JsonObject
+from forgeflow.gitea.transport import Transport
 
 APP_NAME = "forgeflow"
 CLIENT_FILE = "gitea_oauth.json"  # in the data folder, 0600, like the admin token
@@ -38,35 +39,47 @@ class Outcome:
     why: str = ""
 
 
-async def applications(client: GiteaClient) -> list[OAuthApplication]:
-    found: list[OAuthApplication] = []
-    page = 1
-    while True:
-        params = {"page": str(page), "limit": "50"}
-        batch = await client._many(
-            OAuthApplication, "GET", "/user/applications/oauth2", (200,), params=params
-        )
-        found += batch
-        if len(batch) < 50:
-            return found
-        page += 1
+APPS = "/user/applications/oauth2"
+
+
+class OAuthAppsApi(Transport):
+    """The token's account's OAuth2 applications (a part of the Gitea client)."""
+
+    async def oauth_applications(self) -> list[OAuthApplication]:
+        found: list[OAuthApplication] = []
+        page = 1
+        while True:
+            params = {"page": str(page), "limit": "50"}
+            batch = await self._many(OAuthApplication, "GET", APPS, (200,), params=params)
+            found += batch
+            if len(batch) < 50:
+                return found
+            page += 1
+
+    async def create_oauth_application(self, body: JsonObject) -> OAuthApplication:
+        return await self._one(OAuthApplication, "POST", APPS, (201,), json=body)
+
+    async def update_oauth_application(self, app_id: int, body: JsonObject) -> OAuthApplication:
+        path = f"{APPS}/{int(app_id)}"
+        return await self._one(OAuthApplication, "PATCH", path, (200,), json=body)
 
 
 async def connect(
-    client: GiteaClient, redirect_uri: str, stored_client_id: str | None, *, dry_run: bool
+    client: OAuthAppsApi, redirect_uri: str, stored_client_id: str | None, *, dry_run: bool
 ) -> Outcome:
     """Create the application, or update it (a new secret) when its redirect URI is not
     exactly ours, it is not confidential, or forgeflow holds no secret for it."""
-    body = {"name": APP_NAME, "confidential_client": True, "redirect_uris": [redirect_uri]}
-    mine = [a for a in await applications(client) if a.name == APP_NAME]
+    body: JsonObject = {
+        "name": APP_NAME,
+        "confidential_client": True,
+        "redirect_uris": [redirect_uri],
+    }
+    mine = [a for a in await client.oauth_applications() if a.name == APP_NAME]
     app = next((a for a in mine if a.client_id == stored_client_id), mine[0] if mine else None)
     if app is None:
         if dry_run:
             return Outcome("create", OAuthApplication(id=0, name=APP_NAME, client_id=""))
-        made = await client._one(
-            OAuthApplication, "POST", "/user/applications/oauth2", (201,), json=body
-        )
-        return Outcome("create", made)
+        return Outcome("create", await client.create_oauth_application(body))
     reasons = []
     if app.redirect_uris != [redirect_uri]:
         reasons.append(f"redirect URI {app.redirect_uris} → {redirect_uri}")
@@ -78,8 +91,7 @@ async def connect(
         return Outcome("none", app)
     if dry_run:
         return Outcome("update", app, "; ".join(reasons))
-    path = f"/user/applications/oauth2/{app.id}"
-    updated = await client._one(OAuthApplication, "PATCH", path, (200,), json=body)
+    updated = await client.update_oauth_application(app.id, body)
     return Outcome("update", updated, "; ".join(reasons))
 
 
