@@ -90,6 +90,11 @@ def test_a_callback_with_a_wrong_state_is_refused_before_gitea_is_asked(site: Si
     # The flow is over: the real callback, after a refused one, starts nothing either.
     assert ff.get(callback).status_code == 400
     assert ff.get("/ui/tasks").status_code == 303  # still signed out
+    with site.ff.admin() as admin:
+        events = admin.get(
+            "/api/gitea-workflow/audit", params={"action": "ui.signin.reject"}
+        ).json()["items"]
+    assert {e["errorCode"] for e in events} == {"oauth_bad_state", "oauth_no_flow"}
 
 
 def test_a_code_from_another_sign_in_fails_pkce(site: Site) -> None:

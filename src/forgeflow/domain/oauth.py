@@ -27,7 +27,12 @@ STATE_CHARS = 43
 
 
 class OAuthRefused(Exception):
-    """A callback forgeflow does not accept; ``str()`` says why, for the page."""
+    """A callback forgeflow does not accept; ``str()`` says why, for the page, and
+    ``code`` names it for the audit of refusals (``ui.signin.reject``)."""
+
+    def __init__(self, message: str, code: str = "oauth_refused") -> None:
+        super().__init__(message)
+        self.code = code
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,14 +85,19 @@ def check_callback(
     """The authorization code of a callback that answers ``pending``, else
     :class:`OAuthRefused`. The state is compared in constant time."""
     if pending is None:
-        raise OAuthRefused("this sign-in was not started here or took too long; start again")
+        raise OAuthRefused(
+            "this sign-in was not started here or took too long; start again",
+            "oauth_no_flow",
+        )
     given = (state or "").encode("utf-8", "replace")
     if not hmac.compare_digest(given, pending.state.encode("ascii")):
-        raise OAuthRefused("the answer from Gitea does not belong to this sign-in (state)")
+        raise OAuthRefused(
+            "the answer from Gitea does not belong to this sign-in (state)", "oauth_bad_state"
+        )
     if error:
-        raise OAuthRefused(f"Gitea did not grant access ({error[:80]})")
+        raise OAuthRefused(f"Gitea did not grant access ({error[:80]})", "oauth_denied")
     if not code or len(code) > 2048:
-        raise OAuthRefused("the answer from Gitea carries no authorization code")
+        raise OAuthRefused("the answer from Gitea carries no authorization code", "oauth_no_code")
     return code
 
 

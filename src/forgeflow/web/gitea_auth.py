@@ -19,6 +19,7 @@ from forgeflow.domain import oauth
 from forgeflow.gitea.oauth import OAuthClient, TokenInvalid, TokenRefused
 from forgeflow.gitea.transport import GiteaError
 from forgeflow.redaction import register_secrets
+from forgeflow.rejections import Rejection
 from forgeflow.web.render import UiRoute, error_page, render, services
 from forgeflow.web.sealing import seal
 from forgeflow.web.security import (
@@ -111,11 +112,13 @@ async def callback(
         register_secrets([tokens.access_token, tokens.refresh_token])
         user = await _user(client, tokens, request)
     except oauth.OAuthRefused as exc:
-        return _refused(request, str(exc))
+        return await _refused(request, str(exc), exc.code)
     except (TokenRefused, TokenInvalid):
-        return _refused(request, "Gitea refused the sign-in (code, verifier or client)")
+        why = "Gitea refused the sign-in (code, verifier or client)"
+        return await _refused(request, why, "oauth_token_refused")
     except GiteaError as exc:
-        return _refused(request, f"Gitea cannot be asked now ({exc.status or 'unreachable'})")
+        why = f"Gitea cannot be asked now ({exc.status or 'unreachable'})"
+        return await _refused(request, why, "gitea_unavailable")
     sealed = seal(services(request).admin_token, tokens)
     # A page, not a redirect: the session cookie is SameSite=Strict, and a browser does
     # not send it on a redirect chain that started on Gitea's site.
@@ -130,7 +133,10 @@ async def callback(
     return response
 
 
-def _refused(request: Request, why: str) -> Response:
+async def _refused(request: Request, why: str, code: str) -> Response:
+    """The failed sign-in's page; the refusal goes to the bounded audit of refusals."""
+    address = request.client.host if request.client else "unknown"
+    await services(request).rejections.record(Rejection("ui.signin.reject", code, address))
     response = error_page(request, 400, "Sign-in with Gitea failed", why)
     response.delete_cookie(FLOW_COOKIE, path=FLOW_PATH)
     return response
