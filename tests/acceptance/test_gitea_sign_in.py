@@ -45,7 +45,8 @@ def mention(gitea: GiteaEmulator, repo: str, issue: int) -> str:
 
 
 @pytest.fixture
-def site(tmp_path: Path, sqlite_url: str) -> Iterator[Site]:
+def site(tmp_path: Path, db_url: str) -> Iterator[Site]:
+    """On SQLite and on PostgreSQL (the sealed tokens' table, the filtered reads)."""
     gitea = GiteaEmulator(tmp_path / "gitea-repos")
     gitea.start()
     try:
@@ -53,7 +54,7 @@ def site(tmp_path: Path, sqlite_url: str) -> Iterator[Site]:
         # Ingress only: the tasks stay queued, which is all these pages need.
         with run_forgeflow(
             tmp_path / "ff",
-            sqlite_url,
+            db_url,
             role=Role.INGRESS,
             listen_port=world.port,
             gitea_url=gitea.url,
