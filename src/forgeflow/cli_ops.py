@@ -78,8 +78,16 @@ def _gitea_failed(s: Settings, exc: Exception) -> typer.Exit:
 
 @gitea_app.command()
 def connect(
-    target: Annotated[str, typer.Argument(help="OWNER/REPO or ORG")],
+    target: Annotated[str | None, typer.Argument(help="OWNER/REPO or ORG")] = None,
     url: Annotated[str | None, typer.Option(help="forgeflow's public base URL.")] = None,
+    oauth: Annotated[
+        bool,
+        typer.Option(
+            "--oauth",
+            help="Create or repair forgeflow's OAuth2 application (Sign in with Gitea) "
+            "and store its client secret in the data folder.",
+        ),
+    ] = False,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Only say what would change.")] = False,
     update_secret: Annotated[
         bool,
@@ -89,12 +97,22 @@ def connect(
     ] = False,
     config: ConfigOption = None,
 ) -> None:
-    """Create or update the webhook of a repository or organisation (idempotent)."""
+    """Create or update the webhook of a repository or organisation, and with --oauth
+    forgeflow's OAuth2 application (idempotent)."""
     from forgeflow.domain.ids import InvalidName
     from forgeflow.gitea import hooks
     from forgeflow.gitea.client import GiteaClient, GiteaError
 
     s = settings_or_exit(config)
+    if oauth:
+        from forgeflow.cli_oauth import connect_oauth
+
+        connect_oauth(s, url, dry_run, _client, _gitea_failed)
+    if target is None:
+        if not oauth:
+            typer.echo("forgeflow: give OWNER/REPO or ORG, or --oauth", err=True)
+            raise typer.Exit(2)
+        return
     if s.webhook_secret is None:
         typer.echo("forgeflow: FORGEFLOW_WEBHOOK_SECRET is needed", err=True)
         raise typer.Exit(2)

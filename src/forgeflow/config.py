@@ -151,6 +151,15 @@ class Settings(BaseSettings):
     rejection_retention_days: int = Field(default=30, ge=1)
     auth_failures_allowed: int = Field(default=10, ge=1)
     auth_failure_window_seconds: float = Field(default=300.0, gt=0)
+    # Sign in with Gitea (docs/ui.md "Signing in with Gitea"): the OAuth2 application's
+    # client; unset, the one `forgeflow gitea connect --oauth` stored in the data folder.
+    oauth_client_id: str | None = None
+    oauth_client_secret: SecretStr | None = None
+    # Gitea users who are operators too: listed logins, and site administrators if true.
+    oauth_operators: str = ""
+    oauth_admins_are_operators: bool = False
+    # How long a user's permission on a repository, as Gitea answered it, is reused.
+    oauth_access_cache_seconds: float = Field(default=30.0, ge=0, le=600)
     # Tests only: a page reading a value its data lacks fails instead of rendering empty.
     ui_strict_templates: bool = False
 
@@ -167,6 +176,9 @@ class Settings(BaseSettings):
     def review_allowed(self) -> dict[str, frozenset[str]]:
         """The review events each repository allows besides COMMENT, by "owner/repo"."""
         return {k.lower(): frozenset(v) for k, v in self.review_events.items()}
+
+    def oauth_operator_logins(self) -> frozenset[str]:
+        return frozenset(x.strip().lower() for x in self.oauth_operators.split(",") if x.strip())
 
     def review_skipped(self) -> tuple[str, ...]:
         return tuple(p.strip() for p in self.review_skip.split(",") if p.strip())
@@ -313,7 +325,13 @@ class Settings(BaseSettings):
         """Every secret this process knows, for log and audit redaction."""
         values = [
             s.get_secret_value()
-            for s in (self.gitea_token, self.webhook_secret, self.admin_token, self.model_api_key)
+            for s in (
+                self.gitea_token,
+                self.webhook_secret,
+                self.admin_token,
+                self.model_api_key,
+                self.oauth_client_secret,
+            )
             if s is not None and s.get_secret_value()
         ]
         if self.database_url is not None:

@@ -22,6 +22,8 @@ from forgeflow.agent.port import AgentRuntime
 from forgeflow.config import Role, Settings
 from forgeflow.domain.retry import RetryPolicy
 from forgeflow.gitea.client import GiteaClient, PermissionCache
+from forgeflow.gitea.oauth import OAuthClient
+from forgeflow.gitea.oauth_apps import read_client
 from forgeflow.metrics import Metrics
 from forgeflow.pipelines.engine import PipelineEngine
 from forgeflow.pipelines.seeds import seed_builtins
@@ -76,6 +78,8 @@ class Services:
     triggers: TriggerLoops | None = field(default=None)
     # Review threads (#24 item 4): shared by the intake, the prompts and the answers.
     threads: ReviewThreads | None = field(default=None)
+    # Sign in with Gitea (web/gitea_auth.py): None while no OAuth2 client is configured.
+    oauth: OAuthClient | None = field(default=None)
 
     @property
     def retry(self) -> RetryPolicy:
@@ -274,6 +278,8 @@ class Services:
             await self.runtime.aclose()
         if self.gitea is not None:
             await self.gitea.aclose()
+        if self.oauth is not None:
+            await self.oauth.aclose()
         self.store.close()
 
 
@@ -321,6 +327,7 @@ def default_worker_id(settings: Settings) -> str:
 def build_services(settings: Settings, *, migrate: bool = True, role: Role = Role.ALL) -> Services:
     admin_token, _ = ensure_admin_token(settings)
     settings.admin_token = SecretStr(admin_token)
+    oauth = _oauth_client(settings)
     register_secrets(settings.secret_values(), usernames=(settings.bot_login,))
     store = Store(settings.resolved_database_url)
     if migrate:
@@ -355,6 +362,7 @@ def build_services(settings: Settings, *, migrate: bool = True, role: Role = Rol
         worker_id=worker_id,
         owner=f"{worker_id}/{uuid.uuid4().hex[:12]}",
         threads=threads,
+        oauth=oauth,
     )
 
     services.pipelines = build_engine(
@@ -369,3 +377,18 @@ def build_services(settings: Settings, *, migrate: bool = True, role: Role = Rol
     )
     services.triggers = TriggerLoops(store, services.pipelines, poll_seconds=settings.poll_seconds)
     return services
+
+
+def _oauth_client(settings: Settings) -> OAuthClient | None:
+    """The OAuth2 client of "Sign in with Gitea": configured, or the one ``forgeflow gitea
+    connect --oauth`` stored in the data folder; None without Gitea or a public URL."""
+    if settings.oauth_client_id is None:
+        stored = read_client(Path(settings.data_dir))
+        if stored is not None:
+            settings.oauth_client_id, settings.oauth_client_secret = stored
+    secret = settings.oauth_client_secret
+    if settings.gitea_url is None or settings.public_url is None:
+        return None
+    if settings.oauth_client_id is None or secret is None:
+        return None
+    return OAuthClient(settings.gitea_url, settings.oauth_client_id, secret.get_secret_value())

@@ -37,9 +37,15 @@ class Running:
 
 @contextmanager
 def run_forgeflow(
-    data_dir: Path, db_url: str, *, role: Role = Role.INGRESS, **overrides: Any
+    data_dir: Path,
+    db_url: str,
+    *,
+    role: Role = Role.INGRESS,
+    listen_port: int = 0,
+    **overrides: Any,
 ) -> Iterator[Running]:
-    """forgeflow on a loopback socket; ``role=Role.ALL`` also runs its scheduler."""
+    """forgeflow on a loopback socket (``listen_port``, or a free one); ``role=Role.ALL``
+    also runs its scheduler."""
     values: dict[str, Any] = {
         "data_dir": data_dir,
         "database_url": db_url,
@@ -50,5 +56,5 @@ def run_forgeflow(
     values.update(overrides)
     settings = load_settings(**{k: v for k, v in values.items() if v is not None})
     services = build_services(settings, role=role)
-    with serve_app(create_app(services)) as url:
+    with serve_app(create_app(services), listen_port) as url:
         yield Running(url, services, settings)

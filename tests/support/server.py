@@ -12,9 +12,11 @@ import uvicorn
 
 
 @contextmanager
-def serve_app(app: Any) -> Iterator[str]:
+def serve_app(app: Any, port: int = 0) -> Iterator[str]:
+    """``port`` 0: a free one; a test that must know the address before start (a
+    public URL registered elsewhere first) picks one with :func:`free_port`."""
     config = uvicorn.Config(
-        app, host="127.0.0.1", port=0, log_level="warning", access_log=False, lifespan="on"
+        app, host="127.0.0.1", port=port, log_level="warning", access_log=False, lifespan="on"
     )
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, daemon=True)

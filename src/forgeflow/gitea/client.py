@@ -19,6 +19,7 @@ from forgeflow.domain.permissions import Permission
 from forgeflow.gitea.code import CodeApi
 from forgeflow.gitea.issues import IssuesApi
 from forgeflow.gitea.models import Hook, HookOption, RepoPermission, ServerVersion, User
+from forgeflow.gitea.oauth_apps import OAuthAppsApi
 from forgeflow.gitea.reviews import ReviewsApi
 from forgeflow.gitea.transport import GiteaError, GiteaPermissionDenied, GiteaUnavailable
 
@@ -40,7 +41,7 @@ _PERMISSIONS = {
 }
 
 
-class GiteaClient(IssuesApi, CodeApi, ReviewsApi):
+class GiteaClient(IssuesApi, CodeApi, ReviewsApi, OAuthAppsApi):
     async def current_user(self) -> User:
         return await self._one(User, "GET", "/user", (200,))
 

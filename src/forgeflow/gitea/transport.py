@@ -59,7 +59,7 @@ class Answer:
         return json.loads(self.content)
 
 
-def _proxy_for(url: str) -> str | None:
+def proxy_for(url: str) -> str | None:
     """The proxy HTTP(S)_PROXY / NO_PROXY name for ``url`` (as httpx applied them), or None."""
     parts = urlsplit(url)
     if parts.hostname and urllib.request.proxy_bypass(parts.hostname):
@@ -89,7 +89,7 @@ class Pool:
                 timeout=self._timeout,
                 connector=aiohttp.TCPConnector(limit=self._connections),
                 # aiohttp's trust_env reads the environment and ~/.netrc in a thread for
-                # every request; the proxy is looked up once instead (_proxy_for).
+                # every request; the proxy is looked up once instead (proxy_for).
                 trust_env=False,
             )
             self._loop = loop
@@ -110,7 +110,7 @@ class Transport:
         if token:
             headers["Authorization"] = f"token {token}"
         self._base = base_url.rstrip("/") + "/api/v1"
-        proxy = _proxy_for(base_url)
+        proxy = proxy_for(base_url)
         self._pool = Pool(CONNECTIONS, timeout, headers, proxy)
         self._lookups = Pool(LOOKUP_CONNECTIONS, timeout, headers, proxy)
 

@@ -101,6 +101,19 @@ def query(conn: Connection, q: AuditQuery) -> list[AuditEntry]:
     return rows.every(AuditEntry, conn, stmt, {})
 
 
+def change_marker_of(conn: Connection, repo_keys: frozenset[str]) -> str:
+    """:func:`change_marker` of these repositories' events only: a Gitea user's list
+    pages must not move when a repository they cannot see changes."""
+    mine = audit_events.c.repo_key.in_(sorted(repo_keys))
+    top = conn.execute(
+        select(func.coalesce(func.max(audit_events.c.seq), 0)).where(mine)
+    ).scalar_one()
+    recent = conn.execute(
+        select(func.count()).select_from(audit_events).where(mine, audit_events.c.seq > top - 1000)
+    ).scalar_one()
+    return f"r{int(top)}.{int(recent)}"
+
+
 def change_marker(conn: Connection) -> str:
     """A value that changes whenever an event is committed (live pages poll it).
 

@@ -336,6 +336,18 @@ ui_sessions = Table(
     Index("ix_ui_sessions_expires", "expires_at"),
 )
 
+# A sign-in session of a Gitea user (Sign in with Gitea): the user's tokens, sealed with
+# a key derived from the admin token (web/sealing.py), never shown or logged.
+ui_gitea_logins = Table(
+    "ui_gitea_logins",
+    metadata,
+    Column("session_id", String(64), primary_key=True),
+    Column("login", String(100), nullable=False),
+    Column("operator", Boolean, nullable=False),
+    Column("sealed_tokens", Text, nullable=False),
+    Column("updated_at", UTCDateTime(), nullable=False),
+)
+
 # The pipeline tables live in their own module on this same metadata; importing it here
 # keeps ``metadata`` complete for whoever imports only this module (migrations, tests).
 from forgeflow.store import pipeline_schema as _pipeline_schema  # noqa: E402, F401

@@ -127,10 +127,17 @@ def get(conn: Connection, session_key: str) -> Session | None:
 
 
 def list_page(
-    conn: Connection, repo_key: str | None, limit: int, offset: int
+    conn: Connection,
+    repo_key: str | None,
+    limit: int,
+    offset: int,
+    repo_keys: frozenset[str] | None = None,
 ) -> tuple[list[Session], int]:
-    """Sessions, most recently active first, optionally of one repository."""
+    """Sessions, most recently active first, optionally of one repository, and only of
+    ``repo_keys`` when given (a Gitea user's readable repositories)."""
     conds = [sessions.c.repo_key == repo_key] if repo_key is not None else []
+    if repo_keys is not None:
+        conds.append(sessions.c.repo_key.in_(sorted(repo_keys)))
     total = conn.execute(select(func.count()).select_from(sessions).where(*conds)).scalar_one()
     stmt = (
         select(sessions)

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from sqlalchemy import Connection, func, select
+from sqlalchemy.sql.elements import ColumnElement
 
 from forgeflow.domain.records import Task
 from forgeflow.domain.states import TaskState
@@ -22,10 +23,14 @@ class TaskFilter:
     state: str | None = None
     limit: int = 50
     offset: int = 0
+    # Only these repositories (a Gitea user's readable ones); None: every repository.
+    repo_keys: frozenset[str] | None = None
 
 
 def list_page(conn: Connection, f: TaskFilter) -> tuple[list[Task], int]:
-    conds = []
+    conds: list[ColumnElement[bool]] = []
+    if f.repo_keys is not None:
+        conds.append(tasks.c.repo_key.in_(sorted(f.repo_keys)))
     if f.repo_key is not None:
         conds.append(tasks.c.repo_key == f.repo_key)
     if f.resource_key is not None:

@@ -9,6 +9,7 @@ from sqlalchemy import Connection, delete, insert, select, update
 
 from forgeflow.domain.bookkeeping import UiSession
 from forgeflow.store import rows
+from forgeflow.store.schema import ui_gitea_logins
 from forgeflow.store.schema import ui_sessions as t
 from forgeflow.store.types import utcnow
 
@@ -46,6 +47,8 @@ def end(conn: Connection, session_id: str, by: str) -> bool:
         .where(t.c.session_id == session_id, t.c.ended_at.is_(None))
         .values(ended_at=utcnow(), ended_by=by[:200])
     )
+    # A Gitea user's tokens are of no use once the session ended: gone with it.
+    conn.execute(delete(ui_gitea_logins).where(ui_gitea_logins.c.session_id == session_id))
     return bool(done.rowcount)
 
 

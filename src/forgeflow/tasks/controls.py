@@ -27,10 +27,12 @@ class ControlRequest:
     request_id: str
     operator: str
     reason: str | None
+    # "admin" for the admin token; "gitea" for a user signed in with Gitea.
+    kind: str = "admin"
 
     @property
     def actor(self) -> str:
-        return f"admin:{self.operator}"
+        return f"{self.kind}:{self.operator}"
 
 
 def run(

@@ -7,7 +7,15 @@ from collections.abc import Callable
 
 from fastapi import APIRouter, Request, Response
 
-from forgeflow.web import actions, conversation, feeds, pages, pipeline_hooks, pipelines
+from forgeflow.web import (
+    actions,
+    conversation,
+    feeds,
+    gitea_auth,
+    pages,
+    pipeline_hooks,
+    pipelines,
+)
 from forgeflow.web.render import not_found_page
 
 router = APIRouter()
@@ -15,6 +23,7 @@ router.include_router(pages.entry)
 router.include_router(pages.router)
 router.include_router(conversation.router)
 router.include_router(actions.router)
+router.include_router(gitea_auth.router)
 router.include_router(pipelines.router)
 router.include_router(pipeline_hooks.router)
 router.include_router(feeds.router)

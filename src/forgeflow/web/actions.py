@@ -16,11 +16,13 @@ from sqlalchemy import Connection
 
 from forgeflow.domain.json import JsonObject
 from forgeflow.guard import TokenGuard
-from forgeflow.store import repos
+from forgeflow.store import repos, tasks
 from forgeflow.tasks import controls
+from forgeflow.web import access
 from forgeflow.web.render import UiRoute, render, services
 from forgeflow.web.security import (
     OPERATOR_RE,
+    NotFound,
     Posted,
     check_login_nonce,
     check_same_site,
@@ -29,6 +31,7 @@ from forgeflow.web.security import (
     login_nonce,
     read_form,
     remember_login_nonce,
+    require_operator_post,
     require_post,
     safe_next,
     set_flash,
@@ -37,6 +40,7 @@ from forgeflow.web.security import (
 
 router = APIRouter(prefix="/ui", route_class=UiRoute, include_in_schema=False)
 Post = Annotated[Posted, Depends(require_post)]
+OperatorPost = Annotated[Posted, Depends(require_operator_post)]
 ControlFn = Callable[[Connection, controls.ControlRequest], controls.Outcome]
 
 
@@ -44,7 +48,13 @@ def _login_page(
     request: Request, next_url: str, operator: str, error: str | None, status: int
 ) -> Response:
     nonce = login_nonce(request)
-    context = {"next": next_url, "operator": operator, "error": error, "csrf": nonce}
+    context = {
+        "next": next_url,
+        "operator": operator,
+        "error": error,
+        "csrf": nonce,
+        "gitea_sign_in": services(request).oauth is not None,
+    }
     response = render(request, "login.html", context, session=None, status=status)
     remember_login_nonce(request, response, nonce)
     return response
@@ -120,7 +130,8 @@ async def run_control(
         response = RedirectResponse(safe_next(posted.form.get("next")), status_code=303)
         set_flash(request, response, False, "invalid_request: the form had no requestId")
         return response
-    req = controls.ControlRequest(request_id, posted.session.operator, reason)
+    kind = "gitea" if posted.session.gitea else "admin"
+    req = controls.ControlRequest(request_id, posted.session.operator, reason, kind)
     status, body = await services(request).store.write(
         lambda c: controls.run(c, req, action, target, fn)
     )
@@ -139,6 +150,17 @@ async def run_control(
     return response
 
 
+async def _may_control(request: Request, posted: Posted, task_id: str) -> None:
+    """A Gitea user controls a task only with write permission on its repository (and
+    finds no task of a repository they cannot read)."""
+    if posted.session.operator_rights:
+        return
+    task = await services(request).store.read(lambda c: tasks.get(c, task_id))
+    if task is None:
+        raise NotFound(f"no task {task_id}")
+    await access.require_write(request, posted.session, task.repo_key, f"no task {task_id}")
+
+
 async def _control(
     request: Request, posted: Posted, action: str, target: str, fn: ControlFn
 ) -> Response:
@@ -146,37 +168,40 @@ async def _control(
 
 
 @router.post("/control/pause")
-async def pause(request: Request, posted: Post) -> Response:
+async def pause(request: Request, posted: OperatorPost) -> Response:
     return await _control(request, posted, "pause", "global", controls.pause)
 
 
 @router.post("/control/resume")
-async def resume(request: Request, posted: Post) -> Response:
+async def resume(request: Request, posted: OperatorPost) -> Response:
     return await _control(request, posted, "resume", "global", controls.resume)
 
 
 @router.post("/repos/{repo_key:path}/disable")
-async def disable_repo(request: Request, posted: Post, repo_key: str) -> Response:
+async def disable_repo(request: Request, posted: OperatorPost, repo_key: str) -> Response:
     fn = controls.set_repo_status(repos.DISABLED, repo_key)
     return await _control(request, posted, "repo.disable", repo_key, fn)
 
 
 @router.post("/repos/{repo_key:path}/enable")
-async def enable_repo(request: Request, posted: Post, repo_key: str) -> Response:
+async def enable_repo(request: Request, posted: OperatorPost, repo_key: str) -> Response:
     fn = controls.set_repo_status(repos.ACTIVE, repo_key)
     return await _control(request, posted, "repo.enable", repo_key, fn)
 
 
 @router.post("/tasks/{task_id}/cancel")
 async def cancel_task(request: Request, posted: Post, task_id: str) -> Response:
+    await _may_control(request, posted, task_id)
     return await _control(request, posted, "task.cancel", task_id, controls.cancel(task_id))
 
 
 @router.post("/tasks/{task_id}/abort")
 async def abort_task(request: Request, posted: Post, task_id: str) -> Response:
+    await _may_control(request, posted, task_id)
     return await _control(request, posted, "task.abort", task_id, controls.abort(task_id))
 
 
 @router.post("/tasks/{task_id}/release")
 async def release_task(request: Request, posted: Post, task_id: str) -> Response:
+    await _may_control(request, posted, task_id)
     return await _control(request, posted, "task.release", task_id, controls.release(task_id))

@@ -84,6 +84,7 @@ class TaskPage:
     stamp_url: str
     review: BotReview | None  # a review task's review as forgeflow recorded it
     nav: str = "tasks"
+    read_only: bool = False  # a Gitea user who may read the repository, not write it
 
 
 @dataclass(frozen=True, slots=True)

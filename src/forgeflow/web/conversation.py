@@ -18,6 +18,7 @@ from forgeflow.domain.transcript import DIFF_LIMIT, clip
 from forgeflow.redaction import redact_text
 from forgeflow.services import Services
 from forgeflow.store import audit, details, pushes, repos, reviews, sessions
+from forgeflow.web import access
 from forgeflow.web.render import UiRoute, render, services
 from forgeflow.web.security import NotFound, UiSession, require_session
 from forgeflow.workspace.git import WorkspaceError
@@ -93,5 +94,10 @@ async def session_page(request: Request, session: Session, session_key: str) -> 
     if found is None:
         raise NotFound(f"no session {session_key}")
     stamp, page = found
+    what = f"no session {session_key}"  # the same answer as for no session at all
+    await access.require_read(request, session, page.thread.repo_key, what)
+    if not session.operator_rights:
+        keys = frozenset({page.thread.repo_key})
+        stamp = await ff.store.read(lambda c: audit.change_marker_of(c, keys))
     page = replace(page, diff=await published_diff(ff, page.repo, page.exchanges))
     return render(request, "session.html", page, session=session, stamp=stamp)

@@ -13,15 +13,17 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
-from forgeflow.store import audit
-from forgeflow.web.pages import audit_params, task_marker
+from forgeflow.store import audit, tasks
+from forgeflow.web import access
+from forgeflow.web.pages import audit_params, marker, task_marker
 from forgeflow.web.pipelines import run_marker
 from forgeflow.web.render import UiRoute, services
-from forgeflow.web.security import NotFound, UiSession, require_session
+from forgeflow.web.security import NotFound, UiSession, require_operator, require_session
 
 router = APIRouter(prefix="/ui", route_class=UiRoute, include_in_schema=False)
 assets = APIRouter(prefix="/ui/static", include_in_schema=False)
 Session = Annotated[UiSession, Depends(require_session)]
+Operator = Annotated[UiSession, Depends(require_operator)]
 
 EXPORT_BATCH = 1000
 _ASSETS = {"app.css": "text/css; charset=utf-8", "live.js": "text/javascript; charset=utf-8"}
@@ -29,23 +31,33 @@ _ASSETS = {"app.css": "text/css; charset=utf-8", "live.js": "text/javascript; ch
 
 @router.get("/live")
 async def live(
-    request: Request, _session: Session, run: str | None = None, task: str | None = None
+    request: Request, session: Session, run: str | None = None, task: str | None = None
 ) -> JSONResponse:
     """The change marker: a page refreshes its live regions when it moves. A run page
     adds its run, whose steps change without audit events; a task page its transcript."""
+    store = services(request).store
+    scoped = not session.operator_rights
     if task is not None:
-        stamp = await services(request).store.read(partial(task_marker, task_id=task))
+        if scoped:  # a Gitea user follows only a task of a repository they can read
+            found = await store.read(lambda c: tasks.get(c, task))
+            if found is None:
+                raise NotFound(f"no task {task}")
+            await access.require_read(request, session, found.repo_key, f"no task {task}")
+        stamp = await store.read(partial(task_marker, task_id=task, scoped=scoped))
     elif run is not None:
-        stamp = await services(request).store.read(partial(run_marker, run_id=run))
+        if scoped:
+            raise NotFound("no page has this address")
+        stamp = await store.read(partial(run_marker, run_id=run))
     else:
-        stamp = await services(request).store.read(audit.change_marker)
+        visible = await access.readable(request, session)
+        stamp = await store.read(lambda c: marker(c, visible))
     return JSONResponse({"stamp": stamp})
 
 
 @router.get("/audit/export.jsonl")
 async def audit_export(
     request: Request,
-    _session: Session,
+    _session: Operator,
     task: str | None = None,
     session_key: Annotated[str | None, Query(alias="session")] = None,
     repo: str | None = None,

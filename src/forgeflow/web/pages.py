@@ -18,6 +18,7 @@ from forgeflow.domain.ids import InvalidName, parse_resource_key
 from forgeflow.domain.intake import DeliveryStatus
 from forgeflow.domain.json import JsonObject
 from forgeflow.domain.paths import session_worktree
+from forgeflow.domain.permissions import Permission
 from forgeflow.domain.states import (
     ACTIVE_STATES,
     CANCELLABLE_STATES,
@@ -32,10 +33,12 @@ from forgeflow.store import (
     reviews,
     sessions,
     task_reads,
+    tasks,
     transcripts,
 )
 from forgeflow.store.details import overview, running_json, task_detail
 from forgeflow.tasks import egress
+from forgeflow.web import access
 from forgeflow.web.contexts import (
     AuditPage,
     DeliveriesPage,
@@ -48,11 +51,12 @@ from forgeflow.web.contexts import (
     TasksPage,
 )
 from forgeflow.web.render import PAGE_SIZE, UiRoute, render, services
-from forgeflow.web.security import NotFound, UiSession, require_session
+from forgeflow.web.security import NotFound, UiSession, require_operator, require_session
 
 router = APIRouter(prefix="/ui", route_class=UiRoute, include_in_schema=False)
 entry = APIRouter(include_in_schema=False)  # the bare address leads to the pages
 Session = Annotated[UiSession, Depends(require_session)]
+Operator = Annotated[UiSession, Depends(require_operator)]
 Offset = Annotated[int, Query(ge=0, le=10_000_000)]
 
 STATES = [s.value for s in TaskState]
@@ -69,8 +73,14 @@ def paging(offset: int, total: int) -> Paging:
     return Paging.at(offset, total, PAGE_SIZE)
 
 
-def _repo_keys(conn: Connection) -> list[str]:
-    return [r.repo_key for r in repos.list_all(conn)]
+def _repo_keys(conn: Connection, visible: frozenset[str] | None = None) -> list[str]:
+    return [r.repo_key for r in repos.list_all(conn) if visible is None or r.repo_key in visible]
+
+
+def marker(conn: Connection, visible: frozenset[str] | None) -> str:
+    """The change marker of a list page: every event for an operator, only those of the
+    readable repositories for a Gitea user."""
+    return audit.change_marker(conn) if visible is None else audit.change_marker_of(conn, visible)
 
 
 @entry.get("/")
@@ -80,6 +90,9 @@ async def root() -> Response:
 
 @router.get("/")
 async def overview_page(request: Request, session: Session) -> Response:
+    if not session.operator_rights:  # the counts are of every repository
+        return RedirectResponse("/ui/tasks", status_code=303)
+
     def _read(conn: Connection) -> tuple[str, OverviewPage]:
         stamp = audit.change_marker(conn)
         midnight = datetime.now(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
@@ -111,17 +124,18 @@ async def task_list(
     params: Params = {"repo": opt(repo), "resource": opt(resource), "state": opt(state)}
     if params["state"] not in (None, *STATES):
         params["state"] = None
+    visible = await access.readable(request, session)
     f = task_reads.TaskFilter(
-        params["repo"], params["resource"], params["state"], PAGE_SIZE, offset
+        params["repo"], params["resource"], params["state"], PAGE_SIZE, offset, visible
     )
 
     def _read(conn: Connection) -> tuple[str, TasksPage]:
-        stamp = audit.change_marker(conn)
+        stamp = marker(conn, visible)
         rows, total = task_reads.list_page(conn, f)
         page = TasksPage(
             rows=[r.json() for r in rows],
             page=paging(offset, total),
-            repo_keys=_repo_keys(conn),
+            repo_keys=_repo_keys(conn, visible),
             params=params,
             states=STATES,
         )
@@ -135,10 +149,17 @@ async def task_list(
 TRANSCRIPT_SHOWN = 1000
 
 
-def task_marker(conn: Connection, task_id: str) -> str:
+def task_marker(conn: Connection, task_id: str, scoped: bool = False) -> str:
     """The task page's change marker: the audit's, and its newest transcript entry (a
-    turn's items are recorded without an audit event each)."""
-    return f"{audit.change_marker(conn)}.{transcripts.last_seq(conn, task_id)}"
+    turn's items are recorded without an audit event each). ``scoped`` (a Gitea user):
+    the audit of the task's repository only, so the marker says nothing of the others."""
+    if scoped:
+        task = tasks.get(conn, task_id)
+        keys = frozenset({task.repo_key}) if task is not None else frozenset()
+        events = audit.change_marker_of(conn, keys)
+    else:
+        events = audit.change_marker(conn)
+    return f"{events}.{transcripts.last_seq(conn, task_id)}"
 
 
 @router.get("/tasks/{task_id}")
@@ -146,7 +167,7 @@ async def task_page(request: Request, session: Session, task_id: str) -> Respons
     root = str(services(request).settings.resolved_workspace_root)
 
     def _read(conn: Connection) -> tuple[str, TaskPage] | None:
-        stamp = task_marker(conn, task_id)
+        stamp = task_marker(conn, task_id, scoped=not session.operator_rights)
         detail = task_detail(conn, task_id)
         if detail is None:
             return None
@@ -179,6 +200,12 @@ async def task_page(request: Request, session: Session, task_id: str) -> Respons
     if found is None:
         raise NotFound(f"no task {task_id}")
     stamp, page = found
+    repo_key = str(page.task["repoKey"])
+    may = await access.permission(request, session, repo_key)
+    if not may.allows(Permission.READ):
+        raise NotFound(f"no task {task_id}")  # the same answer as for no task at all
+    if not may.allows(Permission.WRITE):
+        page = replace(page, can_cancel=False, can_abort=False, can_release=False, read_only=True)
     return render(request, "task.html", page, session=session, stamp=stamp)
 
 
@@ -194,14 +221,15 @@ async def session_list(
     request: Request, session: Session, repo: str | None = None, offset: Offset = 0
 ) -> Response:
     repo_key = opt(repo)
+    visible = await access.readable(request, session)
 
     def _read(conn: Connection) -> tuple[str, SessionsPage]:
-        stamp = audit.change_marker(conn)
-        rows, total = sessions.list_page(conn, repo_key, PAGE_SIZE, offset)
+        stamp = marker(conn, visible)
+        rows, total = sessions.list_page(conn, repo_key, PAGE_SIZE, offset, visible)
         page = SessionsPage(
             rows=[r.json() for r in rows],
             page=paging(offset, total),
-            repo_keys=_repo_keys(conn),
+            repo_keys=_repo_keys(conn, visible),
             params={"repo": repo_key},
         )
         return stamp, page
@@ -211,7 +239,7 @@ async def session_list(
 
 
 @router.get("/repos")
-async def repo_list(request: Request, session: Session) -> Response:
+async def repo_list(request: Request, session: Operator) -> Response:
     def _read(conn: Connection) -> tuple[str, ReposPage]:
         stamp = audit.change_marker(conn)
         blocked_filter = task_reads.TaskFilter(state=TaskState.BLOCKED_WORKSPACE.value, limit=200)
@@ -237,7 +265,7 @@ async def repo_list(request: Request, session: Session) -> Response:
 @router.get("/deliveries")
 async def delivery_list(
     request: Request,
-    session: Session,
+    session: Operator,
     status: str | None = None,
     repo: str | None = None,
     offset: Offset = 0,
@@ -309,7 +337,7 @@ def audit_params(
 @router.get("/audit")
 async def audit_search(
     request: Request,
-    session: Session,
+    session: Operator,
     task: str | None = None,
     session_key: Annotated[str | None, Query(alias="session")] = None,
     repo: str | None = None,

@@ -23,11 +23,17 @@ from forgeflow.web.actions import run_control
 from forgeflow.web.contexts import Params, PipelineTriggerPage
 from forgeflow.web.pages import Offset, opt, paging
 from forgeflow.web.render import PAGE_SIZE, UiRoute, render, services
-from forgeflow.web.security import NotFound, Posted, UiSession, require_post, require_session
+from forgeflow.web.security import (
+    NotFound,
+    Posted,
+    UiSession,
+    require_operator,
+    require_operator_post,
+)
 
 router = APIRouter(prefix="/ui/pipelines", route_class=UiRoute, include_in_schema=False)
-Session = Annotated[UiSession, Depends(require_session)]
-Post = Annotated[Posted, Depends(require_post)]
+Session = Annotated[UiSession, Depends(require_operator)]
+Post = Annotated[Posted, Depends(require_operator_post)]
 
 
 @router.get("/triggers/{trigger_id}")

@@ -25,6 +25,7 @@ from forgeflow.web.security import (
     NotFound,
     SignInRequired,
     UiSession,
+    Unavailable,
     clear_flash,
     read_flash,
     read_session,
@@ -218,6 +219,8 @@ class UiRoute(APIRoute):
                 response = error_page(request, 400, "Bad request", exc.why)
             except NotFound as exc:
                 response = error_page(request, 404, "Not found", exc.what)
+            except Unavailable as exc:
+                response = error_page(request, 503, "Gitea unavailable", exc.why)
             except RequestValidationError as exc:
                 fields = ", ".join(".".join(str(p) for p in e["loc"]) for e in exc.errors())
                 response = error_page(request, 400, "Bad request", f"check: {fields}")

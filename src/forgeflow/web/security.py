@@ -23,10 +23,11 @@ from urllib.parse import parse_qs
 
 from fastapi import Request
 from fastapi.responses import Response
+from sqlalchemy import Connection
 
 from forgeflow.domain.json import JsonObject
 from forgeflow.guard import same_secret
-from forgeflow.store import ui_sessions
+from forgeflow.store import gitea_logins, ui_sessions
 from forgeflow.store.types import utcnow
 
 SESSION_COOKIE = "ff_session"
@@ -85,15 +86,40 @@ class NotFound(UiError):
         self.what = what
 
 
+class Unavailable(UiError):
+    """Gitea, which decides what a signed-in Gitea user may see, cannot be asked now."""
+
+    def __init__(self, why: str) -> None:
+        super().__init__(why)
+        self.why = why
+
+
 @dataclass(frozen=True, slots=True)
 class UiSession:
+    """A signed-in person: an operator with the admin token (``operator`` is the name
+    they gave), or a Gitea user (``gitea``: ``operator`` is their login), who is an
+    operator too only when the operator's settings say so (``operator_rights``)."""
+
     operator: str
     csrf: str
     session_id: str = ""
+    gitea: bool = False
+    operator_rights: bool = True
 
     @property
     def actor(self) -> str:
-        return f"admin:{self.operator}"
+        return f"gitea:{self.operator}" if self.gitea else f"admin:{self.operator}"
+
+
+@dataclass(frozen=True, slots=True)
+class GiteaSignIn:
+    """What a Gitea user's new session keeps: operator or not, and the sealed tokens."""
+
+    operator: bool
+    sealed: str
+
+    def __repr__(self) -> str:
+        return f"GiteaSignIn(operator={self.operator})"
 
 
 def _b64(data: bytes) -> str:
@@ -142,6 +168,11 @@ def _key(request: Request) -> bytes:
     return signing_key(token)
 
 
+def cookie_key(request: Request) -> bytes:
+    """The key every cookie of the pages is signed with."""
+    return _key(request)
+
+
 def read_session(request: Request) -> UiSession | None:
     payload = unsign(_key(request), "s", request.cookies.get(SESSION_COOKIE), SESSION_SECONDS)
     if payload is None:
@@ -154,7 +185,9 @@ def read_session(request: Request) -> UiSession | None:
     sid = payload.get("sid")
     if not isinstance(sid, str) or not 16 <= len(sid) <= 64:
         return None
-    return UiSession(operator, csrf, sid)
+    gitea = payload.get("g") is True
+    rights = payload.get("opr") is True or not gitea
+    return UiSession(operator, csrf, sid, gitea, rights)
 
 
 async def live_session(request: Request) -> UiSession | None:
@@ -193,12 +226,28 @@ def _clear_cookie(request: Request, response: Response, name: str) -> None:
     _set_cookie(request, response, name, "", 0)
 
 
-async def start_session(request: Request, response: Response, operator: str) -> None:
+async def start_session(
+    request: Request,
+    response: Response,
+    operator: str,
+    *,
+    gitea: GiteaSignIn | None = None,
+) -> None:
+    """A new session row (and, for a Gitea user, the sealed tokens beside it, in the
+    same transaction) and its cookie."""
     sid = secrets.token_urlsafe(24)
     address = request.client.host if request.client else "unknown"
     store = request.app.state.services.store
-    await store.write(lambda c: ui_sessions.start(c, sid, operator, address, SESSION_SECONDS))
-    payload = {"op": operator, "csrf": secrets.token_urlsafe(32), "sid": sid}
+
+    def _start(conn: Connection) -> None:
+        ui_sessions.start(conn, sid, operator, address, SESSION_SECONDS)
+        if gitea is not None:
+            gitea_logins.put(conn, sid, operator, gitea.operator, gitea.sealed)
+
+    await store.write(_start)
+    payload: dict[str, str | bool] = {"op": operator, "csrf": secrets.token_urlsafe(32), "sid": sid}
+    if gitea is not None:
+        payload.update({"g": True, "opr": gitea.operator})
     _set_cookie(
         request, response, SESSION_COOKIE, sign(_key(request), "s", payload), SESSION_SECONDS
     )
@@ -306,3 +355,20 @@ def safe_next(value: str | None) -> str:
     if not value or not value.startswith("/ui/") or "//" in value or "\\" in value:
         return "/ui/"
     return value
+
+
+async def require_operator(request: Request) -> UiSession:
+    """Dependency of the operators' pages (overview counts aside: pipelines, settings,
+    deliveries, audit): a Gitea user without operator rights finds nothing there."""
+    session = await require_session(request)
+    if not session.operator_rights:
+        raise NotFound("no page has this address")
+    return session
+
+
+async def require_operator_post(request: Request) -> Posted:
+    """:func:`require_post` for the global and pipeline controls: operators only."""
+    posted = await require_post(request)
+    if not posted.session.operator_rights:
+        raise NotFound("no page has this address")
+    return posted

@@ -22,6 +22,29 @@ class EmulatorControls:
             org.is_org = True
             org.org_owner_ids.update(self._state.user_by_login(o).id for o in owners)
 
+    # -- OAuth2 (Gitea as a provider: oauth_state.py, web_oauth.py) ---------------------
+
+    def set_password(self, login: str, password: str) -> None:
+        """The password the user signs in with on the emulator's web pages."""
+        with self._state.lock:
+            self._state.oauth.passwords[self._state.user_by_login(login).id] = password
+
+    def oauth_apps(self, owner: str) -> list[dict[str, Any]]:
+        """The OAuth2 applications of ``owner`` (with their secrets: for assertions)."""
+        with self._state.lock:
+            uid = self._state.user_by_login(owner).id
+            return [vars(a).copy() for a in self._state.oauth.apps.values() if a.uid == uid]
+
+    def oauth_tokens(self) -> list[str]:
+        """Every OAuth2 access and refresh token issued so far (tests look for leaks)."""
+        with self._state.lock:
+            return [*self._state.oauth.access, *self._state.oauth.refresh]
+
+    def oauth_access_seconds(self, seconds: int) -> None:
+        """setting.OAuth2.AccessTokenExpirationTime for tokens issued from now on."""
+        with self._state.lock:
+            self._state.oauth.access_seconds = seconds
+
     # -- reactions and comment edits ----------------------------------------------------
 
     def allow_reactions(self, *allowed: str) -> None:

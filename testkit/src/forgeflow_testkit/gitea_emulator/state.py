@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from .gojson import utcnow
+from .oauth_state import OAuthStore
 
 
 class Access(IntEnum):
@@ -209,6 +210,7 @@ class State:
         self.allowed_reactions: tuple[str, ...] = DEFAULT_REACTIONS
         self.commit_statuses: list[Any] = []  # api_code.Status, in creation order
         self.reviews: dict[int, Any] = {}  # api_reviews.Review by id
+        self.oauth = OAuthStore()  # Gitea as an OAuth2 provider (oauth_state.py)
         self.review_comments: dict[int, Any] = {}  # api_reviews.CodeComment by id
         # Gitea 1.27's reply endpoint for review threads (api_threads.py); off: older.
         self.reply_api = False
@@ -271,6 +273,8 @@ class State:
 
     def user_for_token(self, token: str) -> User | None:
         user_id = self.tokens.get(token)
+        if self.oauth.expired(token, self.now()):
+            return None
         return None if user_id is None else self.users.get(user_id)
 
     # -- repositories ---------------------------------------------------------------
