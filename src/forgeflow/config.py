@@ -109,7 +109,13 @@ class Settings(BaseSettings):
     model_api_key: SecretStr | None = None
     codex_home: Path | None = None
     model: str | None = None
+    # The models a mention may ask for (``--model NAME``, comma-separated); the
+    # configured FORGEFLOW_MODEL is always one of them (docs/commands.md "Options").
+    allowed_models: str = ""
     reasoning_effort: str | None = None
+    # Images of the conversation handed to the model (docs/security.md "Attachments").
+    image_max_count: int = Field(default=4, ge=0, le=20)
+    image_max_bytes: int = Field(default=5 * 1024 * 1024, ge=1024, le=20 * 1024 * 1024)
     trigger_permission: Permission = Permission.WRITE
     permission_cache_seconds: float = Field(default=60.0, ge=0)
     delivery_retention_days: int = Field(default=30, ge=1)
@@ -163,6 +169,12 @@ class Settings(BaseSettings):
             self.price_input_per_mtok,
             self.price_output_per_mtok,
         )
+
+    def allowed_model_list(self) -> tuple[str, ...]:
+        """The models ``--model`` may name: the configured one first, then the list."""
+        listed = [m.strip() for m in self.allowed_models.split(",") if m.strip()]
+        ordered = ([self.model] if self.model else []) + listed
+        return tuple(dict.fromkeys(ordered))
 
     def review_allowed(self) -> dict[str, frozenset[str]]:
         """The review events each repository allows besides COMMENT, by "owner/repo"."""

@@ -53,17 +53,29 @@ def sandbox_policy(read_only: bool, *, jailed: bool = True, network: bool = True
 
 
 def turn_params(
-    cfg: CodexConfig, thread_id: str, prompt: str, policy: Json, collaboration: bool
+    cfg: CodexConfig,
+    thread_id: str,
+    prompt: str,
+    policy: Json,
+    collaboration: bool,
+    *,
+    model: str | None = None,
+    images: tuple[str, ...] = (),
 ) -> Json:
-    """``turn/start``'s parameters; ``collaborationMode`` (the operator's model and
-    effort) only where the app-server takes it and a model is set."""
-    params: Json = {
-        "threadId": thread_id,
-        "input": [{"type": "text", "text": prompt, "text_elements": []}],
-        "sandboxPolicy": policy,
-    }
-    if collaboration and cfg.model:
-        settings: Json = {"model": cfg.model}
+    """``turn/start``'s parameters; ``collaborationMode`` (the model and the operator's
+    effort) only where the app-server takes it and a model is set. ``model``: the task's
+    own (a mention's ``--model``), else the operator's; it is sent with every turn, as
+    0.171.0's ``model`` overrides "this turn and subsequent turns" and
+    ``collaborationMode`` takes precedence over it. ``images``: data URLs, sent as
+    ``image`` input items after the prompt (the jail never fetches them)."""
+    chosen = model or cfg.model
+    items: list[Json] = [{"type": "text", "text": prompt, "text_elements": []}]
+    items += [{"type": "image", "url": url} for url in images]
+    params: Json = {"threadId": thread_id, "input": items, "sandboxPolicy": policy}
+    if chosen:
+        params["model"] = chosen
+    if collaboration and chosen:
+        settings: Json = {"model": chosen}
         if cfg.reasoning_effort:
             settings["reasoning_effort"] = cfg.reasoning_effort
         params["collaborationMode"] = {"mode": "default", "settings": settings}
