@@ -12,7 +12,16 @@ from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from . import api_code, api_hooks, api_issues, api_reactions, api_reviews, api_threads, git_http
+from . import (
+    api_attachments,
+    api_code,
+    api_hooks,
+    api_issues,
+    api_reactions,
+    api_reviews,
+    api_threads,
+    git_http,
+)
 from .apibase import (
     ApiError,
     Call,
@@ -193,6 +202,7 @@ ROUTES: list[RouteSpec] = [
     *api_threads.ROUTES,
     *api_issues.ROUTES,
     *api_reactions.ROUTES,
+    *api_attachments.ROUTES,
 ]
 
 
@@ -293,6 +303,7 @@ def build_app(core: Core) -> ASGIApp:
         for method, path, handler in ROUTES
     ]
     routes.append(Route("/api/v1/{rest:path}", _endpoint(core, _no_route), methods=_ALL_METHODS))
+    routes += api_attachments.web_routes(core)
     routes += git_http.routes(core)
     app = Starlette(routes=routes)
     return Instrumentation(app, core)

@@ -1,0 +1,146 @@
+"""Per-mention options and the conversation's images (#25 items 4 and 5), with the real
+codex app-server, the scripted model and the Gitea emulator."""
+
+from __future__ import annotations
+
+import base64
+import json
+import struct
+import zlib
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from forgeflow_testkit.agents import answering_agent
+from forgeflow_testkit.gitea_emulator import GiteaEmulator
+from forgeflow_testkit.model_server import RecordedRequest, ScriptedModel
+from tests.support.agentic import Agentic, start_agentic
+from tests.support.cluster import wait_for
+from tests.support.world import BOT
+
+
+@pytest.fixture
+def optioned(
+    gitea: GiteaEmulator,
+    model: ScriptedModel,
+    tmp_path: Path,
+    sqlite_url: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> Iterator[Agentic]:
+    yield from start_agentic(
+        gitea, model, tmp_path, sqlite_url, monkeypatch, allowed_models="other-model"
+    )
+
+
+def _png() -> bytes:
+    """A real 1×1 PNG (signature, IHDR, IDAT, IEND)."""
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        crc = zlib.crc32(kind + data) & 0xFFFFFFFF
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", crc)
+
+    header = struct.pack(">IIBBBBB", 1, 1, 8, 2, 0, 0, 0)
+    pixels = zlib.compress(b"\x00\xff\x00\x00")
+    return (
+        b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", pixels) + chunk(b"IEND", b"")
+    )
+
+
+def _images(request: RecordedRequest) -> list[str]:
+    """The image URLs of the request's user messages (Responses API ``input_image``)."""
+    found = []
+    for item in request.input:
+        if item.get("type") == "message" and item.get("role") == "user":
+            for part in item.get("content") or []:
+                if isinstance(part, dict) and part.get("type") == "input_image":
+                    found.append(str(part.get("image_url")))
+    return found
+
+
+def _receipt(agentic: Agentic) -> str:
+    receipts = [c for c in agentic.bot_comments() if "kind=receipt" in c["body"]]
+    assert len(receipts) == 1, receipts
+    return str(receipts[0]["body"])
+
+
+def test_the_chosen_model_reaches_the_model_and_the_receipt_shows_it(optioned: Agentic) -> None:
+    agentic = optioned
+    answering_agent(agentic.model)
+    task_id = agentic.mention("@ccweb-bot --model other-model --max-tokens 100000 explain it")
+    done = agentic.finished(task_id)
+    assert done["task"]["state"] == "succeeded", (done["task"], agentic.model.errors)
+    assert done["task"]["model"] == "other-model" and done["task"]["maxTokens"] == 100000
+    requests = agentic.model.requests
+    assert requests and all(r.body.get("model") == "other-model" for r in requests)
+    # The instruction the agent got is the text after the options.
+    assert "explain it" in requests[0].texts("user")[-1]
+    assert "--max-tokens" not in requests[0].texts("user")[-1]
+    body = _receipt(agentic)
+    assert "模型 / model: `other-model`" in body and "上限 / cap: 100000 tokens" in body
+
+
+def test_a_cap_that_is_exceeded_stops_the_task(optioned: Agentic) -> None:
+    agentic = optioned
+    # The first answer costs 110 tokens (the scripted usage) and starts a long command:
+    # the cap of 50 is over before the command ends, and the turn is interrupted.
+    agentic.model.reply_with_shell_then_message("sleep 60", "finished")
+    task_id = agentic.mention("@ccweb-bot --max-tokens 50 run the slow thing")
+    done = agentic.finished(task_id)
+    task = done["task"]
+    assert task["state"] == "failed" and task["errorCode"] == "budget_exceeded", task
+    assert "token cap of 50 tokens" in task["executionError"]
+    assert task["inputTokens"] + task["outputTokens"] >= 50
+    notice = wait_for(
+        lambda: next((c for c in agentic.bot_comments() if "kind=result" in c["body"]), None),
+        what="the failure notice",
+    )
+    assert "token cap of 50 tokens for this task" in notice["body"]
+    # The command's output never reached the model: the turn stopped first.
+    assert len(agentic.model.requests) == 1
+
+
+def test_unknown_and_disallowed_options_are_answered_once_without_a_turn(
+    optioned: Agentic,
+) -> None:
+    agentic = optioned
+    comment = agentic.gitea.post_comment(
+        "acme",
+        "widget",
+        agentic.issue,
+        author="alice",
+        body="@ccweb-bot --model huge --frobnicate yes fix it",
+    )
+    answer: dict[str, Any] = json.loads(agentic.gitea.delivery_of_comment(comment["id"]).response)
+    assert answer["status"] == "rejected" and answer["reason"] == "invalid_options"
+    reply = wait_for(
+        lambda: next(iter(agentic.bot_comments()), None), what="the answer to the options"
+    )
+    body = reply["body"]
+    assert "unknown option `--frobnicate`" in body
+    assert "--model `huge` is not allowed" in body
+    assert "`scripted-model`, `other-model`" in body and "--max-tokens N" in body
+    assert agentic.detail(answer["taskId"])["task"]["state"] == "rejected"
+    assert [c["user"]["login"] for c in agentic.bot_comments()] == [BOT]
+    assert agentic.model.requests == []
+
+
+def test_an_image_attached_to_the_issue_reaches_the_model(optioned: Agentic) -> None:
+    agentic = optioned
+    png = _png()
+    agentic.gitea.attach("acme", "widget", agentic.issue, name="shot.png", data=png, author="alice")
+    # Not an image, whatever its name says: never handed over.
+    agentic.gitea.attach(
+        "acme", "widget", agentic.issue, name="fake.png", data=b"%PDF-1.7", author="alice"
+    )
+    answering_agent(agentic.model)
+    task_id = agentic.mention("@ccweb-bot what is in the screenshot?")
+    done = agentic.finished(task_id)
+    assert done["task"]["state"] == "succeeded", (done["task"], agentic.model.errors)
+    first = agentic.model.requests[0]
+    assert _images(first) == ["data:image/png;base64," + base64.b64encode(png).decode()]
+    skipped = [e["metadata"] for e in done["audit"] if e["action"] == "prompt.image_skipped"]
+    assert skipped == [
+        {"name": "fake.png", "where": "issue", "why": "not an image (its first bytes)"}
+    ]
