@@ -183,9 +183,7 @@ class Services:
         tracker = Tracker(store, gitea, replies, every_seconds=s.tracking_edit_seconds)
         outbox = Outbox(store, replies, dispatcher, gitea=gitea, tracker=tracker)
         moves = TaskMoves(store, self.retry, dispatcher)
-        images = ConversationImages(
-            gitea, moves, max_count=s.image_max_count, max_bytes=s.image_max_bytes
-        )
+        images = ConversationImages(store, gitea, moves, s.image_bounds())
         prompts = Prompts(
             store,
             workspace,

@@ -16,6 +16,7 @@ import pytest
 from forgeflow_testkit.agents import answering_agent
 from forgeflow_testkit.gitea_emulator import GiteaEmulator
 from forgeflow_testkit.model_server import RecordedRequest, ScriptedModel
+from forgeflow_testkit.model_steps import Reply, ShellCall, delay, message, new_id
 from tests.support.agentic import Agentic, start_agentic
 from tests.support.cluster import wait_for
 from tests.support.world import BOT
@@ -34,15 +35,15 @@ def optioned(
     )
 
 
-def _png() -> bytes:
-    """A real 1×1 PNG (signature, IHDR, IDAT, IEND)."""
+def _png(pixel: bytes = b"\xff\x00\x00") -> bytes:
+    """A real 1×1 PNG of one ``pixel`` (signature, IHDR, IDAT, IEND)."""
 
     def chunk(kind: bytes, data: bytes) -> bytes:
         crc = zlib.crc32(kind + data) & 0xFFFFFFFF
         return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", crc)
 
     header = struct.pack(">IIBBBBB", 1, 1, 8, 2, 0, 0, 0)
-    pixels = zlib.compress(b"\x00\xff\x00\x00")
+    pixels = zlib.compress(b"\x00" + pixel)
     return (
         b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", pixels) + chunk(b"IEND", b"")
     )
@@ -83,22 +84,25 @@ def test_the_chosen_model_reaches_the_model_and_the_receipt_shows_it(optioned: A
 
 def test_a_cap_that_is_exceeded_stops_the_task(optioned: Agentic) -> None:
     agentic = optioned
-    # The first answer costs 110 tokens (the scripted usage) and starts a long command:
-    # the cap of 50 is over before the command ends, and the turn is interrupted.
-    agentic.model.reply_with_shell_then_message("sleep 60", "finished")
+    # The first answer costs 110 tokens (the scripted usage) and runs a command; codex
+    # reports them as it asks for the next answer, which the model holds back: the cap
+    # of 50 is over while the turn still runs, and forgeflow interrupts it.
+    call_id = new_id("call")
+    agentic.model.enqueue(Reply.of(ShellCall("true", call_id=call_id)))
+    agentic.model.after_tool_output(delay(60, message("never")), call_id=call_id)
     task_id = agentic.mention("@ccweb-bot --max-tokens 50 run the slow thing")
-    done = agentic.finished(task_id)
+    done = agentic.finished(task_id, timeout=40)
     task = done["task"]
     assert task["state"] == "failed" and task["errorCode"] == "budget_exceeded", task
     assert "token cap of 50 tokens" in task["executionError"]
     assert task["inputTokens"] + task["outputTokens"] >= 50
+    assert done["turns"][0]["status"] == "interrupted"
     notice = wait_for(
         lambda: next((c for c in agentic.bot_comments() if "kind=result" in c["body"]), None),
         what="the failure notice",
     )
     assert "token cap of 50 tokens for this task" in notice["body"]
-    # The command's output never reached the model: the turn stopped first.
-    assert len(agentic.model.requests) == 1
+    assert not [c for c in agentic.bot_comments() if "kind=final" in c["body"]]
 
 
 def test_unknown_and_disallowed_options_are_answered_once_without_a_turn(
@@ -144,3 +148,24 @@ def test_an_image_attached_to_the_issue_reaches_the_model(optioned: Agentic) -> 
     assert skipped == [
         {"name": "fake.png", "where": "issue", "why": "not an image (its first bytes)"}
     ]
+    # The next mention on the same thread: the issue's image was sent already (it is
+    # in the thread's history once), a comment's new one is sent with this turn.
+    later = _png(b"\x00\x00\xff")
+    note = agentic.gitea.post_comment(
+        "acme", "widget", agentic.issue, author="alice", body="another screenshot"
+    )
+    agentic.gitea.attach(
+        "acme",
+        "widget",
+        agentic.issue,
+        name="b.png",
+        data=later,
+        author="alice",
+        comment_id=int(note["id"]),
+    )
+    count = len(agentic.model.requests)
+    second = agentic.mention("@ccweb-bot and this one?")
+    assert agentic.finished(second)["task"]["state"] == "succeeded"
+    sent = _images(agentic.model.requests[count])
+    urls = ["data:image/png;base64," + base64.b64encode(p).decode() for p in (png, later)]
+    assert sent == urls  # the first from the history, the second new

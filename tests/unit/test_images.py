@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from forgeflow.agent.codexconfig import CodexConfig, turn_params
@@ -22,8 +23,7 @@ def test_the_mention_first_then_the_issue_then_the_newest_comments() -> None:
         [_l(U1, where="mention")],
         [_l(U2)],
         [[_l(U3, where="comment")], [_l(U4, where="comment")]],
-        max_count=3,
-        max_bytes=100,
+        images.Bounds(count=3, each=100, total=1000),
     )
     assert [t.uuid for t in take] == [U1, U2, U4]
     assert [(s.uuid, why) for s, why in skipped] == [(U3, "more than 3 images")]
@@ -33,12 +33,28 @@ def test_bounds_and_names() -> None:
     take, skipped = images.chosen(
         [],
         [_l(U1, size=101), _l(U2, name="log.txt"), _l("../../etc", name="x.png"), _l(U3)],
-        [[_l(U3)]],  # the same attachment twice is taken once
-        max_count=5,
-        max_bytes=100,
+        [[_l(U3)], [_l(U4, size=95)]],  # the same attachment twice is taken once
+        images.Bounds(count=5, each=100, total=100),
     )
     assert [t.uuid for t in take] == [U3]
-    assert [why for _, why in skipped] == ["larger than 100 bytes", "not a Gitea attachment id"]
+    assert [why for _, why in skipped] == [
+        "larger than 100 bytes",
+        "not a Gitea attachment id",
+        "more than 100 bytes of images",
+    ]
+
+
+def test_a_thread_that_saw_the_conversation_gets_only_what_is_new() -> None:
+    at = datetime(2026, 1, 1, 12, tzinfo=UTC)
+    before, after = at - timedelta(minutes=1), at + timedelta(minutes=1)
+    take, _ = images.chosen(
+        [images.Listed(U1, "m.png", 1, "mention", before)],
+        [images.Listed(U2, "old.png", 1, "issue", before)],
+        [[images.Listed(U3, "new.png", 1, "comment", after)]],
+        images.Bounds(count=5, each=100, total=100),
+        seen_at=at,
+    )
+    assert [t.uuid for t in take] == [U1, U3]
 
 
 def test_an_image_is_known_by_its_first_bytes() -> None:

@@ -16,6 +16,7 @@ import base64
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import datetime
 
 # Gitea's attachment UUIDs (models/repo/attachment.go: gouuid.New().String()).
 _UUID_RE = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
@@ -32,35 +33,57 @@ class Listed:
     name: str
     size: int
     where: str  # "mention", "issue" or "comment"
+    created: datetime | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Bounds:
+    """How many images, how large each, and all of them together (bytes)."""
+
+    count: int
+    each: int
+    total: int
 
 
 def chosen(
     mention: Sequence[Listed],
     issue: Sequence[Listed],
     comments: Sequence[Sequence[Listed]],
+    bounds: Bounds,
     *,
-    max_count: int,
-    max_bytes: int,
+    seen_at: datetime | None = None,
 ) -> tuple[list[Listed], list[tuple[Listed, str]]]:
-    """The attachments to fetch, in order, and the skipped ones with why."""
+    """The attachments to fetch, in order, and the skipped ones with why. ``seen_at``:
+    when the session's thread last saw the conversation; what was attached before was
+    sent with that turn and is not sent again (the mention's own always is)."""
     ordered = [*mention, *issue]
     for listed in reversed(comments):  # newest comments first
         ordered += listed
     take: list[Listed] = []
     skipped: list[tuple[Listed, str]] = []
     seen: set[str] = set()
+    total = 0
     for item in ordered:
-        if item.uuid in seen:
+        if item.uuid in seen or _sent_before(item, seen_at):
             continue
         seen.add(item.uuid)
-        why = _why_not(item, max_bytes)
-        if why is None and len(take) >= max_count:
-            why = f"more than {max_count} images"
+        why = _why_not(item, bounds.each)
+        if why is None and len(take) >= bounds.count:
+            why = f"more than {bounds.count} images"
+        if why is None and total + item.size > bounds.total:
+            why = f"more than {bounds.total} bytes of images"
         if why is None:
             take.append(item)
+            total += item.size
         elif why != "not an image name":
             skipped.append((item, why))
     return take, skipped
+
+
+def _sent_before(item: Listed, seen_at: datetime | None) -> bool:
+    if seen_at is None or item.where == "mention" or item.created is None:
+        return False
+    return item.created <= seen_at
 
 
 def _why_not(item: Listed, max_bytes: int) -> str | None:

@@ -44,6 +44,7 @@ class Attachment(_Shape):
     size: int = 0
     uuid: str = ""
     browser_download_url: str = ""
+    created_at: datetime | None = None
 
 
 class PullMeta(_Shape):

@@ -74,6 +74,7 @@ class TurnFollower:
         needs_user: NeedsUser | None = None
         aborted = asyncio.Event()
         capped = False
+        stopping: asyncio.Task[None] | None = None
         watcher = asyncio.create_task(self._watch_abort(task.task_id, handle, aborted))
         if self.tracker is not None:
             self.tracker.begin(task)
@@ -89,11 +90,11 @@ class TurnFollower:
                     if self.tracker is not None:
                         self.tracker.saw(task.task_id, event)
                     if isinstance(event, TokenUsage) and not capped and await self._over_cap(task):
-                        # Like an abort: the turn is interrupted and has a while to stop.
+                        # Like an abort: the turn is interrupted (beside this loop, which
+                        # reads on) and has a while to stop.
                         capped = True
                         aborted.set()
-                        with contextlib.suppress(AgentError):
-                            await self.runtime.interrupt(handle)
+                        stopping = asyncio.create_task(self._interrupt(handle))
                     if isinstance(event, NeedsUser):
                         needs_user = event
                     elif isinstance(event, ToolCall) and _asks_user(event, task.task_id):
@@ -106,10 +107,16 @@ class TurnFollower:
         finally:
             if self.tracker is not None:
                 await self.tracker.end(task.task_id)
-            watcher.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await watcher
+            for helper in (watcher, stopping):
+                if helper is not None:
+                    helper.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await helper
         return completed, needs_user, aborted.is_set() and not capped, capped
+
+    async def _interrupt(self, handle: TurnHandle) -> None:
+        with contextlib.suppress(AgentError):
+            await self.runtime.interrupt(handle)
 
     async def _over_cap(self, task: Task) -> bool:
         """Whether the task's tokens reached its own cap (never without one)."""

@@ -16,37 +16,42 @@ from forgeflow.domain import images as rules
 from forgeflow.domain.records import Task
 from forgeflow.gitea.client import GiteaClient, GiteaError
 from forgeflow.gitea.models import Attachment, Comment, Issue
+from forgeflow.store import Store, sessions
 from forgeflow.tasks.moves import TaskMoves
 
 log = structlog.get_logger("forgeflow.tasks.images")
 
 
 def _listed(assets: Sequence[Attachment] | None, where: str) -> list[rules.Listed]:
-    return [rules.Listed(a.uuid, a.name, a.size, where) for a in assets or ()]
+    return [rules.Listed(a.uuid, a.name, a.size, where, a.created_at) for a in assets or ()]
 
 
 class ConversationImages:
     def __init__(
-        self, gitea: GiteaClient, moves: TaskMoves, *, max_count: int, max_bytes: int
+        self, store: Store, gitea: GiteaClient, moves: TaskMoves, bounds: rules.Bounds
     ) -> None:
+        self.store = store
         self.gitea = gitea
         self.moves = moves
-        self.max_count = max_count
-        self.max_bytes = max_bytes
+        self.bounds = bounds
 
     async def of(self, task: Task, issue: Issue, comments: Sequence[Comment]) -> tuple[str, ...]:
         """The images of ``issue`` and ``comments`` (the mention's, ``task.comment_id``,
-        first) as data URLs, at most ``max_count``."""
-        if self.max_count == 0:
+        first) as data URLs, within the bounds; on a thread that saw the conversation
+        before, only what was attached since (and the mention's)."""
+        if self.bounds.count == 0:
             return ()
+        seen_at = await self.store.read(
+            lambda c: sessions.conversation_seen_at(c, task.session_key, task.task_id)
+        )
         mention = [c for c in comments if c.id == task.comment_id]
         others = [c for c in comments if c.id != task.comment_id]
         take, skipped = rules.chosen(
             [x for c in mention for x in _listed(c.assets, "mention")],
             _listed(issue.assets, "issue"),
             [_listed(c.assets, "comment") for c in others],
-            max_count=self.max_count,
-            max_bytes=self.max_bytes,
+            self.bounds,
+            seen_at=seen_at,
         )
         urls: list[str] = []
         for item in take:
@@ -67,7 +72,7 @@ class ConversationImages:
 
     async def _fetch(self, item: rules.Listed) -> tuple[str | None, str]:
         try:
-            data = await self.gitea.attachment(item.uuid, self.max_bytes)
+            data = await self.gitea.attachment(item.uuid, self.bounds.each)
         except GiteaError as exc:
             log.info("images.fetch_failed", error=str(exc), code=exc.code)
             return None, str(exc)
