@@ -127,6 +127,23 @@ def test_unknown_and_disallowed_options_are_answered_once_without_a_turn(
     assert "`scripted-model`, `other-model`" in body and "--max-tokens N" in body
     assert agentic.detail(answer["taskId"])["task"]["state"] == "rejected"
     assert [c["user"]["login"] for c in agentic.bot_comments()] == [BOT]
+    # A cap above the repository's budget is refused the same way, naming the budget.
+    with agentic.ff.admin() as admin:
+        r = admin.put(
+            "/api/gitea-workflow/repos/default:acme/widget/budget",
+            json={"requestId": "b1", "dailyTokens": 5000},
+        )
+        assert r.status_code == 200
+    over = agentic.gitea.post_comment(
+        "acme", "widget", agentic.issue, author="alice", body="@ccweb-bot --max-tokens 9000 go"
+    )
+    refused = json.loads(agentic.gitea.delivery_of_comment(over["id"]).response)
+    assert refused["reason"] == "invalid_options"
+    second = wait_for(
+        lambda: (found := agentic.bot_comments())[1:] and found[1], what="the second answer"
+    )
+    assert "--max-tokens 9000 is over the repository's token budget" in second["body"]
+    assert "from 1 to 5000" in second["body"]
     assert agentic.model.requests == []
 
 
