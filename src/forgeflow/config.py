@@ -28,6 +28,7 @@ from forgeflow.domain.egress import (
     parse_pins,
     parse_ports,
 )
+from forgeflow.domain.images import Bounds as ImageBounds
 from forgeflow.domain.permissions import Permission
 from forgeflow.domain.reviews import DEFAULT_SKIP as REVIEW_SKIP
 
@@ -109,7 +110,16 @@ class Settings(BaseSettings):
     model_api_key: SecretStr | None = None
     codex_home: Path | None = None
     model: str | None = None
+    # The models a mention may ask for (``--model NAME``, comma-separated); the
+    # configured FORGEFLOW_MODEL is always one of them (docs/commands.md "Options").
+    allowed_models: str = ""
     reasoning_effort: str | None = None
+    # Images of the conversation handed to the model (docs/security.md "Attachments").
+    image_max_count: int = Field(default=4, ge=0, le=20)
+    image_max_bytes: int = Field(default=2 * 1024 * 1024, ge=1024, le=20 * 1024 * 1024)
+    # All of a turn's images together: their data URLs stay in the thread's rollout,
+    # which forgeflow keeps up to 8 MiB (domain/rollout.py).
+    image_max_total_bytes: int = Field(default=4 * 1024 * 1024, ge=1024, le=64 * 1024 * 1024)
     trigger_permission: Permission = Permission.WRITE
     permission_cache_seconds: float = Field(default=60.0, ge=0)
     delivery_retention_days: int = Field(default=30, ge=1)
@@ -172,6 +182,15 @@ class Settings(BaseSettings):
             self.price_input_per_mtok,
             self.price_output_per_mtok,
         )
+
+    def image_bounds(self) -> ImageBounds:
+        return ImageBounds(self.image_max_count, self.image_max_bytes, self.image_max_total_bytes)
+
+    def allowed_model_list(self) -> tuple[str, ...]:
+        """The models ``--model`` may name: the configured one first, then the list."""
+        listed = [m.strip() for m in self.allowed_models.split(",") if m.strip()]
+        ordered = ([self.model] if self.model else []) + listed
+        return tuple(dict.fromkeys(ordered))
 
     def review_allowed(self) -> dict[str, frozenset[str]]:
         """The review events each repository allows besides COMMENT, by "owner/repo"."""

@@ -155,6 +155,7 @@ class Services:
     ) -> Scheduler:
         """The objects that run tasks, each given its collaborators as it is built."""
         from forgeflow.tasks.dispatch import Dispatcher
+        from forgeflow.tasks.images import ConversationImages
         from forgeflow.tasks.moves import TaskMoves
         from forgeflow.tasks.outbox import Outbox
         from forgeflow.tasks.prepare import Preparer
@@ -186,8 +187,15 @@ class Services:
         tracker = Tracker(store, gitea, replies, every_seconds=s.tracking_edit_seconds)
         outbox = Outbox(store, replies, dispatcher, gitea=gitea, tracker=tracker)
         moves = TaskMoves(store, self.retry, dispatcher)
+        images = ConversationImages(store, gitea, moves, s.image_bounds())
         prompts = Prompts(
-            store, workspace, gitea, moves, bot_login=s.bot_login, threads=self.threads
+            store,
+            workspace,
+            gitea,
+            moves,
+            bot_login=s.bot_login,
+            threads=self.threads,
+            images=images,
         )
         verifier = Verifier(store, replies, moves, reviews)
         preparer = Preparer(store, workspace, gitea, outbox, moves, prompts, dispatcher)

@@ -97,7 +97,7 @@ TASK_KEYS = {
     "instruction", "state", "attempt", "replyAttempt", "threadId", "turnId", "leaseId",
     "nextRetryAt", "errorCode", "executionError", "replyError", "refs", "retryStep",
     "turnCount", "claimedBy", "inputTokens", "outputTokens", "createdAt", "updatedAt",
-    "stateVersion", "mode",
+    "stateVersion", "mode", "model", "maxTokens",
 }  # fmt: skip
 REPOSITORY_KEYS = {
     "repoKey", "instanceId", "owner", "name", "cloneUrl", "workspacePath", "defaultBranch",

@@ -53,21 +53,42 @@ def sandbox_policy(read_only: bool, *, jailed: bool = True, network: bool = True
 
 
 def turn_params(
-    cfg: CodexConfig, thread_id: str, prompt: str, policy: Json, collaboration: bool
+    cfg: CodexConfig,
+    thread_id: str,
+    prompt: str,
+    policy: Json,
+    collaboration: bool,
+    *,
+    model: str | None = None,
+    images: tuple[str, ...] = (),
 ) -> Json:
-    """``turn/start``'s parameters; ``collaborationMode`` (the operator's model and
-    effort) only where the app-server takes it and a model is set."""
-    params: Json = {
-        "threadId": thread_id,
-        "input": [{"type": "text", "text": prompt, "text_elements": []}],
-        "sandboxPolicy": policy,
-    }
-    if collaboration and cfg.model:
-        settings: Json = {"model": cfg.model}
+    """``turn/start``'s parameters; ``collaborationMode`` (the model and the operator's
+    effort) only where the app-server takes it and a model is set. ``model``: the task's
+    own (a mention's ``--model``), else the operator's; it is sent with every turn, as
+    0.171.0's ``model`` overrides "this turn and subsequent turns" and
+    ``collaborationMode`` takes precedence over it (without either, the model of the
+    operator's config.toml). ``images``: data URLs, sent as
+    ``image`` input items after the prompt (the jail never fetches them)."""
+    chosen = model or cfg.model
+    items: list[Json] = [{"type": "text", "text": prompt, "text_elements": []}]
+    items += [{"type": "image", "url": url} for url in images]
+    params: Json = {"threadId": thread_id, "input": items, "sandboxPolicy": policy}
+    sent = chosen or _configured_model(cfg)
+    if sent:
+        params["model"] = sent
+    if collaboration and chosen:
+        settings: Json = {"model": chosen}
         if cfg.reasoning_effort:
             settings["reasoning_effort"] = cfg.reasoning_effort
         params["collaborationMode"] = {"mode": "default", "settings": settings}
     return params
+
+
+def _configured_model(cfg: CodexConfig) -> str | None:
+    """The model of the operator's config.toml, sent when FORGEFLOW_MODEL is unset so
+    that a turn after one with ``--model`` is back on the operator's choice."""
+    found = cfg.provider.top.get("model")
+    return found if isinstance(found, str) and found else None
 
 
 def server_key(owner: str, repo: str, read_only: bool) -> str:

@@ -68,6 +68,9 @@ class TurnSpec:
     # A draft turn (review/plan mode): read-only sandbox for this turn, nothing posted;
     # its answer is the turn's last agent message.
     read_only: bool = False
+    model: str | None = None  # the task's own model (a mention's ``--model``)
+    # The conversation's images as data URLs (tasks/images.py), image input items.
+    images: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,7 +17,15 @@ def start_params(
     """``turn/start``'s parameters and the turn's sandbox policy; a turn sent without
     ``collaborationMode`` is reported once as a downgrade of its app-server."""
     policy = sandbox_policy(turn.read_only, jailed=cfg.jailed, network=cfg.network != "off")
-    params = turn_params(cfg, thread_id, turn.prompt, policy, server.collaboration)
+    params = turn_params(
+        cfg,
+        thread_id,
+        turn.prompt,
+        policy,
+        server.collaboration,
+        model=turn.model,
+        images=turn.images,
+    )
     if "collaborationMode" not in params and "collaborationMode" not in server.downgraded:
         server.downgrade(
             "collaborationMode",

@@ -12,6 +12,8 @@ import re
 from dataclasses import dataclass
 from enum import StrEnum
 
+from forgeflow.domain import options as opts
+
 _FENCE_RE = re.compile(r"^ {0,3}(?P<fence>`{3,}|~{3,})")
 _QUOTE_RE = re.compile(r"^ {0,3}>")
 _INLINE_CODE_RE = re.compile(r"(?P<ticks>`+)(?:(?!(?P=ticks)).)+?(?P=ticks)", re.DOTALL)
@@ -38,6 +40,9 @@ class Mention:
     command: Command | None = None
     # Set when the instruction asks for a review: the reviewer's focus ("" for none).
     review_focus: str | None = None
+    # The leading ``--model``/``--max-tokens`` options (domain/options.py); the
+    # instruction above is what follows them.
+    options: opts.Parsed | None = None
 
 
 def _mask(text: str) -> str:
@@ -84,10 +89,13 @@ def find_mention(text: str, bot_login: str) -> Mention | None:
         return None
     instruction = text[match.end() :].strip()
     instruction = instruction.lstrip(",:;.!?)").strip()
+    parsed = opts.parse(instruction)
+    instruction = parsed.rest
     return Mention(
         instruction=instruction,
         command=_command(instruction),
         review_focus=review_focus(instruction),
+        options=parsed if parsed.problems or not parsed.options.empty else None,
     )
 
 

@@ -132,6 +132,8 @@ class Task(Record):
     updated_at: datetime
     state_version: int
     mode: str | None  # a pipeline task's conversation mode; None for a mention
+    model: str | None = None  # the mention's ``--model`` (None: the configured one)
+    max_tokens: int | None = None  # the mention's ``--max-tokens`` cap (None: none)
 
     @property
     def resource(self) -> ResourceRef:

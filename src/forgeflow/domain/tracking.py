@@ -56,6 +56,7 @@ class View:
     """What the receipt shows now. ``outcome`` set: the task is over (the final edit)."""
 
     header: str
+    options: str | None = None  # the task's model and cap (domain/options.receipt_line)
     plan: tuple[tuple[str, str], ...] = ()
     doing: str | None = None
     elapsed_seconds: float | None = None
@@ -74,6 +75,8 @@ def _elapsed(seconds: float) -> str:
 def render(view: View) -> str:
     """The receipt's text (without its marker), at most MAX_BODY characters."""
     lines = [view.header]
+    if view.options:
+        lines.append(view.options)
     if view.plan:
         lines.append("")
         lines += [f"- [{_MARKS[status]}] {step}" for step, status in view.plan]

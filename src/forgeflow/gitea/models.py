@@ -1,8 +1,8 @@
 """The Gitea REST API's answers forgeflow reads, as pydantic models; the webhook
 payloads, read with stricter rules, are their sibling gitea/payloads.py.
 
-Fields follow Gitea's ``modules/structs`` (``issue.go`` Issue, ``issue_comment.go``
-Comment, ``pull.go`` PullRequest/PRBranchInfo, ``issue_label.go`` Label,
+Fields follow Gitea's ``modules/structs`` (``attachment.go`` Attachment, ``issue.go``
+Issue, ``issue_comment.go`` Comment, ``pull.go`` PullRequest/PRBranchInfo, ``issue_label.go`` Label,
 ``repo.go`` Repository, ``user.go`` User, ``hook.go`` Hook, ``repo_branch.go``
 Branch, ``status.go`` CommitStatus/CombinedStatus, ``pull.go`` ChangedFile).
 Unknown fields are ignored: Gitea adds fields between releases.
@@ -34,6 +34,19 @@ class Label(_Shape):
     description: str = ""
 
 
+class Attachment(_Shape):
+    """``Attachment`` (modules/structs/attachment.go), an issue's or a comment's
+    ``assets``. ``browser_download_url`` is never fetched: the download URL is built
+    from the configured Gitea and the ``uuid`` (gitea/transport.attachment)."""
+
+    id: int = 0
+    name: str = ""
+    size: int = 0
+    uuid: str = ""
+    browser_download_url: str = ""
+    created_at: datetime | None = None
+
+
 class PullMeta(_Shape):
     """``Issue.pull_request``: present when the issue is a pull request."""
 
@@ -50,6 +63,7 @@ class Issue(_Shape):
     labels: list[Label] = Field(default_factory=list)
     html_url: str = ""
     comments: int = 0
+    assets: list[Attachment] | None = None  # Gitea sends null for none
     pull_request: PullMeta | None = None
     created_at: datetime | None = None
     updated_at: datetime | None = None
@@ -61,6 +75,7 @@ class Comment(_Shape):
     user: User = Field(default_factory=User)
     html_url: str = ""
     issue_url: str = ""
+    assets: list[Attachment] | None = None
     created_at: datetime | None = None
     updated_at: datetime | None = None
 

@@ -109,7 +109,8 @@ class Transport:
         headers = {"Accept": "application/json", "User-Agent": "forgeflow"}
         if token:
             headers["Authorization"] = f"token {token}"
-        self._base = base_url.rstrip("/") + "/api/v1"
+        self._root = base_url.rstrip("/")
+        self._base = self._root + "/api/v1"
         proxy = proxy_for(base_url)
         self._pool = Pool(CONNECTIONS, timeout, headers, proxy)
         self._lookups = Pool(LOOKUP_CONNECTIONS, timeout, headers, proxy)
@@ -188,6 +189,31 @@ class Transport:
         if answer.status_code != 200:
             raise GiteaError(f"GET {path}: HTTP {answer.status_code}", answer.status_code)
         return answer.content
+
+    async def attachment(self, uuid: str, limit: int) -> bytes:
+        """An attachment's bytes from ``<gitea>/attachments/<uuid>`` (the route Gitea
+        lets a token read, services/auth ``isAttachmentDownload``), at most ``limit``
+        of them. Never a redirect: with object storage's ServeDirect Gitea answers with
+        one, and the token is not sent anywhere but the configured Gitea."""
+        path = f"/attachments/{quote(uuid, safe='')}"
+        try:
+            async with self._pool.session().get(
+                self._root + path, allow_redirects=False, proxy=self._pool.proxy
+            ) as response:
+                if response.status != 200:
+                    raise GiteaError(f"GET {path}: HTTP {response.status}", response.status)
+                if (response.content_length or 0) > limit:
+                    raise GiteaError(f"GET {path}: larger than {limit} bytes")
+                body = bytearray()
+                async for chunk in response.content.iter_chunked(64 * 1024):
+                    body += chunk
+                    if len(body) > limit:
+                        raise GiteaError(f"GET {path}: larger than {limit} bytes")
+                return bytes(body)
+        except aiohttp.ClientError as exc:
+            raise GiteaUnavailable(f"GET {path}: {type(exc).__name__}") from None
+        except TimeoutError:
+            raise GiteaUnavailable(f"GET {path}: timed out") from None
 
     async def _no_content(self, method: str, path: str, ok: tuple[int, ...]) -> None:
         answer = await self._request(method, path)

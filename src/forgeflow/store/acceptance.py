@@ -8,6 +8,7 @@ from datetime import timedelta
 
 from sqlalchemy import Connection, bindparam, select
 
+from forgeflow.domain import options as opts
 from forgeflow.domain.admission import admit
 from forgeflow.domain.budgets import Budgets
 from forgeflow.domain.ids import ResourceRef, task_id_for
@@ -18,7 +19,7 @@ from forgeflow.store import audit, deliveries, repos, sessions, sql
 from forgeflow.store import tasks as task_q
 from forgeflow.store.schema import webhook_deliveries
 from forgeflow.store.sql import notify_tasks
-from forgeflow.store.usage import exceeded
+from forgeflow.store.usage import exceeded, limits
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,6 +46,9 @@ class Accept:
     # No comment id (a review request): an earlier delivery of the same payload to the
     # same repository is this one replayed (Gitea's replay resends the stored bytes).
     replay_by_payload: bool = False
+    # The mention's ``--`` options (None: none) and the models they may name.
+    options: opts.Parsed | None = None
+    allowed_models: tuple[str, ...] = ()
 
 
 # Gitea's replay: the same comment under a new delivery id.
@@ -207,10 +211,14 @@ def accept(conn: Connection, a: Accept) -> DeliveryRecord:
             "instruction": a.instruction,
             "refs": None if a.refs is None else a.refs.json(),
             "mode": a.mode,
+            "model": a.options.options.model if a.options else None,
+            "max_tokens": a.options.options.max_tokens if a.options else None,
         },
     )
     admission = admit(
-        permitted=a.permitted, over_budget=lambda: exceeded(conn, repo.key, a.budgets, opened)
+        permitted=a.permitted,
+        over_budget=lambda: exceeded(conn, repo.key, a.budgets, opened),
+        bad_options=lambda: _bad_options(conn, a, opened),
     )
     refusal = admission.refusal
     to_state = TaskState.QUEUED if refusal is None else TaskState.REJECTED
@@ -235,3 +243,11 @@ def accept(conn: Connection, a: Accept) -> DeliveryRecord:
         return DeliveryRecord(a.delivery_id, "accepted", 202, task_id, to_state.value)
     deliveries.finish(conn, a.delivery_key, status="rejected", reason=refusal, response_code=200)
     return DeliveryRecord(a.delivery_id, "rejected", 200, task_id, to_state.value, refusal)
+
+
+def _bad_options(conn: Connection, a: Accept, repo: Repository) -> str | None:
+    """What is wrong with the mention's options (domain/options.refusal), or None."""
+    if a.options is None:
+        return None
+    budgets = limits(conn, repo.repo_key, a.budgets, repo)
+    return opts.refusal(a.options, a.allowed_models, budgets)

@@ -7,6 +7,7 @@ from typing import Any
 
 from sqlalchemy import Connection, Select, and_, or_, select, update
 
+from forgeflow.domain.admission import ANSWERED
 from forgeflow.domain.bookkeeping import Comment
 from forgeflow.domain.ids import sha256_ref
 from forgeflow.domain.modes import DRAFT_MODES
@@ -59,9 +60,9 @@ def receipts_owed(conn: Connection) -> list[Task]:
 
 def results_owed(conn: Connection) -> list[Task]:
     owed = rows.every(Task, conn, _RESULTS_OWED, {})
-    # A rejected mention is answered only when a budget refused it; an unauthorised
-    # commenter gets no reply from the bot.
-    return [t for t in owed if t.state != TaskState.REJECTED or t.error_code == "budget_exceeded"]
+    # A rejected mention is answered only when a budget or its options refused it; an
+    # unauthorised commenter gets no reply from the bot.
+    return [t for t in owed if t.state != TaskState.REJECTED or t.error_code in ANSWERED]
 
 
 def command_replies_owed(conn: Connection) -> list[Comment]:
@@ -97,6 +98,8 @@ def result_text(task: Task) -> str:
             "回复未能确认 / the answer could not be confirmed on Gitea "
             f"({task.error_code or 'reply_unknown'}); nothing was re-posted."
         )
+    if task.error_code == "budget_exceeded" and task.execution_error:
+        return f"任务失败 / the task was stopped: {task.execution_error}."
     return f"任务失败 / the task failed ({task.error_code or 'failed'})."
 
 

@@ -126,6 +126,9 @@ tasks = Table(
     Column("state_version", Integer, nullable=False),
     # The conversation mode of a pipeline task (from its space); NULL for mentions (0004).
     Column("mode", String(16)),
+    # A mention's ``--model`` and ``--max-tokens`` (0010); NULL: the defaults.
+    Column("model", String(100)),
+    Column("max_tokens", BigInteger),
     # Gitea's replay sends the same comment under a new delivery id.
     Index("ux_tasks_repo_comment", "repo_key", "comment_id", unique=True),
     Index("ix_tasks_state_created", "state", "created_at"),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+from datetime import datetime
 
 from sqlalchemy import Connection, bindparam, func, select, update
 
@@ -10,7 +11,7 @@ from forgeflow.domain.ids import ResourceRef
 from forgeflow.domain.json import JsonObject
 from forgeflow.domain.records import Session
 from forgeflow.store import audit, events, rows
-from forgeflow.store.schema import sessions
+from forgeflow.store.schema import sessions, tasks
 from forgeflow.store.sql import insert_ignore
 from forgeflow.store.types import utcnow
 
@@ -147,3 +148,23 @@ def list_page(
         .offset(offset)
     )
     return rows.every(Session, conn, stmt, {}), int(total)
+
+
+def conversation_seen_at(conn: Connection, session_key: str, task_id: str) -> datetime | None:
+    """When the session's thread last saw the conversation: the creation of its newest
+    earlier task that ran a turn, while the session has a thread; None for a thread
+    yet to start (it sees everything). What was attached before that was sent to the
+    thread with that task's turn (tasks/images.py)."""
+    found = conn.execute(
+        select(func.max(tasks.c.created_at))
+        .select_from(tasks.join(sessions, sessions.c.session_key == tasks.c.session_key))
+        .where(tasks.c.session_key == session_key)
+        .where(sessions.c.thread_id.is_not(None))
+        .where(tasks.c.turn_count > 0)
+        .where(tasks.c.task_id != task_id)
+        .where(
+            tasks.c.created_at
+            < select(tasks.c.created_at).where(tasks.c.task_id == task_id).scalar_subquery()
+        )
+    ).scalar()
+    return found if isinstance(found, datetime) else None

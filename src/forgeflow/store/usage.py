@@ -27,6 +27,14 @@ def used(conn: Connection, repo_key: str, since: datetime) -> int:
     return int(total)
 
 
+def task_tokens(conn: Connection, task_id: str) -> int:
+    """The tokens one task used so far (all its turns)."""
+    total = conn.execute(
+        select(tasks.c.input_tokens + tasks.c.output_tokens).where(tasks.c.task_id == task_id)
+    ).scalar()
+    return int(total or 0)
+
+
 def limits(
     conn: Connection, repo_key: str, defaults: Budgets, repo: Repository | None = None
 ) -> dict[Period, int | None]:

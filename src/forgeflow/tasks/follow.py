@@ -26,6 +26,7 @@ from forgeflow.agent.port import (
     TurnCompleted,
     TurnHandle,
 )
+from forgeflow.domain import options
 from forgeflow.domain.budgets import Budgets
 from forgeflow.domain.markers import parse_marker
 from forgeflow.domain.records import Task
@@ -65,10 +66,15 @@ class TurnFollower:
 
     async def follow(
         self, task: Task, key: str, handle: TurnHandle
-    ) -> tuple[TurnCompleted | None, NeedsUser | None, bool]:
+    ) -> tuple[TurnCompleted | None, NeedsUser | None, bool, bool]:
+        """The turn's end as seen: its completion (None: it did not stop in time), the
+        agent's question, whether an operator aborted it and whether the task's own
+        token cap (``--max-tokens``) stopped it."""
         completed: TurnCompleted | None = None
         needs_user: NeedsUser | None = None
         aborted = asyncio.Event()
+        capped = False
+        stopping: asyncio.Task[None] | None = None
         watcher = asyncio.create_task(self._watch_abort(task.task_id, handle, aborted))
         if self.tracker is not None:
             self.tracker.begin(task)
@@ -83,6 +89,12 @@ class TurnFollower:
                         continue  # a duplicate notification: handled once already
                     if self.tracker is not None:
                         self.tracker.saw(task.task_id, event)
+                    if isinstance(event, TokenUsage) and not capped and await self._over_cap(task):
+                        # Like an abort: the turn is interrupted (beside this loop, which
+                        # reads on) and has a while to stop.
+                        capped = True
+                        aborted.set()
+                        stopping = asyncio.create_task(self._interrupt(handle))
                     if isinstance(event, NeedsUser):
                         needs_user = event
                     elif isinstance(event, ToolCall) and _asks_user(event, task.task_id):
@@ -95,10 +107,23 @@ class TurnFollower:
         finally:
             if self.tracker is not None:
                 await self.tracker.end(task.task_id)
-            watcher.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await watcher
-        return completed, needs_user, aborted.is_set()
+            for helper in (watcher, stopping):
+                if helper is not None:
+                    helper.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await helper
+        return completed, needs_user, aborted.is_set() and not capped, capped
+
+    async def _interrupt(self, handle: TurnHandle) -> None:
+        with contextlib.suppress(AgentError):
+            await self.runtime.interrupt(handle)
+
+    async def _over_cap(self, task: Task) -> bool:
+        """Whether the task's tokens reached its own cap (never without one)."""
+        if task.max_tokens is None:
+            return False
+        used = await self.store.read(lambda c: usage.task_tokens(c, task.task_id))
+        return options.cap_reached(task.max_tokens, used)
 
     async def _watch_abort(self, task_id: str, handle: TurnHandle, flag: asyncio.Event) -> None:
         await self.aborts.wait(task_id)

@@ -82,6 +82,7 @@ class WebhookIngress:
         self._root = str(settings.resolved_workspace_root)
         self._budgets = settings.budgets()
         self._bot = settings.bot_login
+        self._models = settings.allowed_model_list()
 
     async def handle(self, headers: Mapping[str, str], body: bytes, source: str = "-") -> Outcome:
         """``source``: the client address, for the audit of a refusal. A :class:`Refused`
@@ -336,6 +337,8 @@ class WebhookIngress:
             # A review request has no comment id: its payload names it (a replay under
             # a new delivery id sends the same bytes; docs/reviews.md).
             replay_by_payload=event.event_type == webhook.REVIEW_REQUEST,
+            options=mention.options,
+            allowed_models=self._models,
         )
         return await self._store.write(lambda c: unit(c, accept))
 

@@ -31,7 +31,7 @@ from forgeflow.tasks import lost
 from forgeflow.tasks.dispatch import Dispatcher
 from forgeflow.tasks.moves import TaskMoves, task_event
 from forgeflow.tasks.outbox import Outbox, Receipt
-from forgeflow.tasks.prompting import Context, Discussion, Prompts
+from forgeflow.tasks.prompting import Context, Conversation, Prompts
 from forgeflow.workspace.manager import (
     PullRequestRefs,
     RepoCheckout,
@@ -79,7 +79,7 @@ class Preparer:
             repo_row = await self.store.read(lambda c: repos.get(c, task.repo_key))
         assert repo_row is not None
         # Side by side with the workspace work: only requests to Gitea.
-        discussion = asyncio.create_task(self.prompts.discussion(task, resource))
+        discussion = asyncio.create_task(self.prompts.conversation(task, resource))
         receipt = asyncio.create_task(self.outbox.receipt(task, claimed=True))
         try:
             return await self._prepare(task, resource, repo_row, receipt, discussion)
@@ -96,7 +96,7 @@ class Preparer:
         resource: ResourceRef,
         repo_row: Repository,
         receipt: asyncio.Task[Receipt],
-        discussion: asyncio.Task[Discussion],
+        discussion: asyncio.Task[Conversation],
     ) -> Prepared:
         """The workspace made ready, then the move that ends the step; the move waits
         for the receipt, so it is on Gitea (or its failure noted) before the turn, and

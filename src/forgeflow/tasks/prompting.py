@@ -27,6 +27,7 @@ from forgeflow.domain.records import Refs, Repository, Task
 from forgeflow.domain.threads import thread_prompt
 from forgeflow.gitea.client import GiteaClient, GiteaError
 from forgeflow.store import Store, pushes, repos
+from forgeflow.tasks.images import ConversationImages
 from forgeflow.tasks.moves import TaskMoves
 from forgeflow.tasks.threads import ReviewThreads
 from forgeflow.workspace.manager import WorkspaceManager, WorktreeStatus
@@ -36,12 +37,21 @@ Discussion = tuple[str | None, list[tuple[str, str]]]
 
 
 @dataclass(frozen=True, slots=True)
+class Conversation:
+    """What was said: the issue's discussion for the prompt and its images (data URLs,
+    tasks/images.py) for the turn's input."""
+
+    discussion: Discussion
+    images: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
 class Context:
     """What the preparation read for the prompt in the same run: the worktree's status
-    and the issue's discussion."""
+    and the issue's conversation."""
 
     status: WorktreeStatus
-    discussion: Discussion
+    conversation: Conversation
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,6 +62,7 @@ class TurnPlan:
     kind: str  # "normal", or "reply_retry": the agent only posts the answer it gave
     marker: str
     prompt: str
+    images: tuple[str, ...] = ()  # the conversation's, as image input items
 
 
 class Prompts:
@@ -64,8 +75,10 @@ class Prompts:
         *,
         bot_login: str,
         threads: ReviewThreads | None = None,
+        images: ConversationImages | None = None,
     ) -> None:
         self.threads = threads  # a mention in a review thread: the thread in the prompt
+        self.images = images  # the conversation's attachments (None: no images)
         self.store = store
         self.workspace = workspace
         self.gitea = gitea
@@ -95,14 +108,14 @@ class Prompts:
             return TurnPlan(key, "reply_retry", marker, text)
         waiting = dataclasses.replace(final, state="waiting_user").render()
         if context is None:
-            status, discussion = await asyncio.gather(
-                self.workspace.worktree_status(cwd), self.discussion(task, resource)
+            status, conversation = await asyncio.gather(
+                self.workspace.worktree_status(cwd), self.conversation(task, resource)
             )
-            context = Context(status, discussion)
+            context = Context(status, conversation)
         text = await self._turn_prompt(
             task, resource, cwd, (marker, waiting), tool, context, draft, rebuilt
         )
-        return TurnPlan(key, "normal", marker, text)
+        return TurnPlan(key, "normal", marker, text, context.conversation.images)
 
     async def _turn_prompt(
         self,
@@ -118,7 +131,7 @@ class Prompts:
         """The turn's prompt: the task, its workspace, its discussion and where its work
         goes."""
         refs = task.refs or Refs(None, None, None, None)
-        title, discussion = context.discussion
+        title, discussion = context.conversation.discussion
         publishing, last_push, thread = "", None, None
         if not draft:
             publishing, last_push = await self._where_work_goes(task, resource)
@@ -182,11 +195,13 @@ class Prompts:
             refused = f"the last push of your branch to {last.target} was refused: {last.error}"
         return where, refused
 
-    async def discussion(self, task: Task, resource: ResourceRef) -> Discussion:
-        """The issue's title and description and its recent comments, from Gitea.
+    async def conversation(self, task: Task, resource: ResourceRef) -> Conversation:
+        """The issue's title and description and its recent comments, from Gitea, and
+        the images attached to them (the mention's too).
 
         The bot's own comments and the comment that triggered this task are left out
-        (the latter is shown on its own); a Gitea failure only costs the context.
+        of the discussion (the latter is shown on its own); a Gitea failure only costs
+        the context.
         """
         owner, name, number = resource.repo.owner, resource.repo.name, resource.number
         try:
@@ -198,7 +213,8 @@ class Prompts:
             await self.moves.audit(
                 task, "prompt.discussion_unavailable", metadata={"error": str(exc)}
             )
-            return None, []
+            return Conversation((None, []))
+        images = () if self.images is None else await self.images.of(task, issue, comments)
         bot = self.bot_login.lower()
         thread = [(issue.user.login or "?", issue.body)]
         for c in comments:
@@ -207,4 +223,4 @@ class Prompts:
                 continue
             thread.append((login, c.body))
         recent = [(who, body[:4000]) for who, body in thread if body.strip()][-10:]
-        return issue.title or None, recent
+        return Conversation((issue.title or None, recent), images)

@@ -25,6 +25,7 @@ from sqlalchemy import Connection
 from forgeflow.domain.bookkeeping import Comment
 from forgeflow.domain.ids import RepoRef, parse_resource_key, sha256_ref, turn_key
 from forgeflow.domain.markers import Marker, MarkerKind, append_marker, parse_marker
+from forgeflow.domain.options import receipt_line
 from forgeflow.domain.records import Task
 from forgeflow.domain.threads import Thread
 from forgeflow.gitea.client import GiteaClient, GiteaError
@@ -327,6 +328,9 @@ class Replies:
                 f"（前面还有 {queue_position} 个任务 / {queue_position} task(s) ahead "
                 "in this repository's queue）"
             )
+        chosen = receipt_line(task.model, task.max_tokens)
+        if chosen:
+            text += "\n" + chosen
         return await self.post_once(
             task,
             key=f"{task.task_id}:receipt",

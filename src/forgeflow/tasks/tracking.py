@@ -23,6 +23,7 @@ from sqlalchemy import Connection
 from forgeflow.agent.port import AgentEvent, Progress, TokenUsage
 from forgeflow.domain.ids import turn_key
 from forgeflow.domain.markers import Marker, MarkerKind, append_marker
+from forgeflow.domain.options import receipt_line
 from forgeflow.domain.records import Task
 from forgeflow.domain.states import TERMINAL_STATES, TaskState
 from forgeflow.domain.tracking import View, render
@@ -129,6 +130,7 @@ class Tracker:
         task = live.task
         view = View(
             header=RECEIPT_TEXT,
+            options=receipt_line(task.model, task.max_tokens),
             plan=live.plan,
             doing=live.doing,
             elapsed_seconds=loop.time() - live.started,
@@ -148,6 +150,7 @@ class Tracker:
             where.append(f"拉取请求 / pull request: #{task.resource.number}")
         view = View(
             header=RECEIPT_TEXT,
+            options=receipt_line(task.model, task.max_tokens),
             elapsed_seconds=(task.updated_at - task.created_at).total_seconds(),
             input_tokens=task.input_tokens,
             output_tokens=task.output_tokens,

@@ -26,7 +26,7 @@ from forgeflow.agent.port import (
     TurnSpec,
     TurnStatus,
 )
-from forgeflow.domain import prompt
+from forgeflow.domain import options, prompt
 from forgeflow.domain.ids import ResourceRef, parse_resource_key
 from forgeflow.domain.paths import session_worktree
 from forgeflow.domain.records import Session, Task
@@ -56,6 +56,7 @@ class _End:
     completed: TurnCompleted | None
     needs_user: NeedsUser | None
     aborted: bool
+    capped: bool = False  # the task's own token cap interrupted it
 
     @property
     def answered(self) -> bool:
@@ -265,6 +266,8 @@ class TurnRunner:
                     fields={"execution_error": "turn did not stop in time"},
                 )
             return await self.moves.move(task, S.ABORTED, action="task.aborted")
+        if end.capped and (completed is None or completed.status is not TurnStatus.COMPLETED):
+            return await self._capped(task)
         if completed is None:
             return await self.moves.retry_or_fail(
                 task, "app_server_timeout", "the turn ended without turn/completed"
@@ -285,6 +288,18 @@ class TurnRunner:
             )
         code = completed.error_code or "turn_failed"
         return await self.moves.retry_or_fail(task, code, completed.error or code)
+
+    async def _capped(self, task: Task) -> Task:
+        """The task's ``--max-tokens`` stopped its turn: failed as over a budget, no
+        retry (another try would spend past the cap again)."""
+        assert task.max_tokens is not None
+        return await self.moves.move(
+            task,
+            S.FAILED,
+            action="task.fail",
+            error_code="budget_exceeded",
+            fields={"execution_error": options.cap_text(task.max_tokens)},
+        )
 
     async def _ask_user(self, task: Task, needs_user: NeedsUser) -> Task:
         """Post the agent's question (unless it posted it itself) and wait for the user."""
@@ -325,6 +340,8 @@ def _turn_spec(task: Task, plan: TurnPlan, resource: ResourceRef, *, read_only: 
         repo=resource.repo.name,
         number=resource.number,
         read_only=read_only,
+        model=task.model,
+        images=plan.images,
     )
 
 

@@ -13,6 +13,7 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from . import (
+    api_attachments,
     api_code,
     api_hooks,
     api_issues,
@@ -204,6 +205,7 @@ ROUTES: list[RouteSpec] = [
     *api_issues.ROUTES,
     *api_reactions.ROUTES,
     *api_oauth.ROUTES,
+    *api_attachments.ROUTES,
 ]
 
 
@@ -305,6 +307,7 @@ def build_app(core: Core) -> ASGIApp:
     ]
     routes.append(Route("/api/v1/{rest:path}", _endpoint(core, _no_route), methods=_ALL_METHODS))
     routes += OAuthWeb(core).routes()  # before git's /{owner}/{repo}... paths
+    routes += api_attachments.web_routes(core)
     routes += git_http.routes(core)
     app = Starlette(routes=routes)
     return Instrumentation(app, core)

@@ -9,7 +9,7 @@ from urllib.parse import quote, urlsplit
 
 from .gitrepo import GitRepo
 from .gojson import EPOCH_TIME, ZERO_TIME, opt_rfc3339, rfc3339
-from .state import Access, Comment, Hook, Issue, Label, Pull, Release, Repo, State, User
+from .state import Access, Attachment, Comment, Hook, Issue, Label, Pull, Release, Repo, State, User
 
 JSON = dict[str, Any]
 
@@ -172,7 +172,7 @@ class Converter:
             "title": issue.title,
             "body": issue.body,
             "ref": "",
-            "assets": [],
+            "assets": [self.attachment(a) for a in self.state.attachments_of(issue.id)],
             "labels": [self.label(self.state.labels[lid]) for lid in issue.label_ids],
             "milestone": None,
             "assignee": assignees[0] if assignees else None,
@@ -195,6 +195,19 @@ class Converter:
             "pin_order": 0,
         }
 
+    def attachment(self, attachment: Attachment) -> JSON:
+        """Gitea services/convert/attachment.go ToAttachment (an issue's: the download
+        URL is Attachment.DownloadURL(), AppURL + "attachments/" + uuid)."""
+        return {
+            "id": attachment.id,
+            "name": attachment.name,
+            "size": len(attachment.data),
+            "download_count": attachment.download_count,
+            "created_at": rfc3339(attachment.created),
+            "uuid": attachment.uuid,
+            "browser_download_url": f"{self.app_url}attachments/{quote(attachment.uuid)}",
+        }
+
     def comment(self, comment: Comment) -> JSON:
         """Gitea services/convert/issue_comment.go ToAPIComment (poster via ToUser(.., nil))."""
         issue = self.state.issues[comment.issue_id]
@@ -209,7 +222,9 @@ class Converter:
             "original_author": "",
             "original_author_id": 0,
             "body": comment.body,
-            "assets": [],
+            "assets": [
+                self.attachment(a) for a in self.state.attachments_of(comment.issue_id, comment.id)
+            ],
             "created_at": rfc3339(comment.created),
             "updated_at": rfc3339(comment.updated),
         }

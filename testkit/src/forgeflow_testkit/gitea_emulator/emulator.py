@@ -8,6 +8,7 @@ from types import TracebackType
 from typing import Any
 
 from .api import build_app
+from .api_attachments import AttachmentControls
 from .api_reviews import ReviewControls
 from .apibase import Core
 from .controls import EmulatorControls
@@ -22,7 +23,7 @@ from .state import Access, Comment, Issue, Repo, State, User
 _VERSIONS = {"gitea": "1.22.6", "forgejo": "9.0.3+gitea-1.22.0"}
 
 
-class GiteaEmulator(EmulatorControls, LegacyDeliveries, ReviewControls):
+class GiteaEmulator(EmulatorControls, LegacyDeliveries, ReviewControls, AttachmentControls):
     """An HTTP server speaking Gitea's /api/v1, webhooks and git smart HTTP, backed by
     in-memory state and real bare repositories under `git_root`.
 

@@ -129,6 +129,23 @@ class Reaction:
     created: datetime
 
 
+@dataclass
+class Attachment:
+    """models/repo/attachment.go: a file attached to an issue (comment_id 0) or to one
+    of its comments, served at ``/attachments/{uuid}`` to whoever may read the repo."""
+
+    id: int
+    uuid: str
+    repo_id: int
+    issue_id: int
+    comment_id: int
+    uploader_id: int
+    name: str
+    data: bytes
+    created: datetime
+    download_count: int = 0
+
+
 # setting.UI.Reactions' default (modules/setting/ui.go).
 DEFAULT_REACTIONS = ("+1", "-1", "laugh", "hooray", "confused", "heart", "rocket", "eyes")
 
@@ -207,6 +224,7 @@ class State:
         self.releases: dict[int, Release] = {}
         self.hooks: dict[int, Hook] = {}
         self.reactions: list[Reaction] = []
+        self.attachments: dict[int, Attachment] = {}
         self.allowed_reactions: tuple[str, ...] = DEFAULT_REACTIONS
         self.commit_statuses: list[Any] = []  # api_code.Status, in creation order
         self.reviews: dict[int, Any] = {}  # api_reviews.Review by id
@@ -330,6 +348,13 @@ class State:
             (c for c in self.comments.values() if c.issue_id == issue.id),
             key=lambda c: (c.created, c.id),
         )
+
+    def attachments_of(self, issue_id: int, comment_id: int = 0) -> list[Attachment]:
+        return [
+            a
+            for a in self.attachments.values()
+            if a.issue_id == issue_id and a.comment_id == comment_id
+        ]
 
     def comment(self, comment_id: int) -> Comment:
         try:
