@@ -37,6 +37,7 @@ from forgeflow.tasks.threads import ReviewThreads
 from forgeflow.workspace.manager import WorkspaceManager
 
 if TYPE_CHECKING:
+    from forgeflow.tasks.environment import Environments
     from forgeflow.tasks.moves import TaskMoves
     from forgeflow.tasks.prompting import Prompts
     from forgeflow.tasks.publish import Publisher
@@ -116,6 +117,22 @@ class Services:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.scheduler.first_round_done.wait(), timeout)
 
+    def environments(self) -> Environments:
+        """The repositories' environments (#26): roots in the data folder, setup runs
+        in each repository's jail."""
+        from forgeflow.agent.envroot import RootBuilder, host_suite
+        from forgeflow.agent.oneshot import JailRunner
+        from forgeflow.tasks.environment import Environments
+
+        s = self.settings
+        return Environments(
+            self.store,
+            RootBuilder(Path(s.data_dir).resolve() / "environments" / "roots"),
+            JailRunner.from_settings(s),
+            suite=host_suite(),
+            forbidden=forbidden_paths(s),
+        )
+
     async def _start_scheduler(self) -> None:
         if self.worker_blockers():
             return
@@ -132,12 +149,15 @@ class Services:
         reviews = PullReviews(
             self.store, self.gitea, s.bot_login, allowed_events=s.review_allowed()
         )
+        environments = self.environments()
         try:
-            self.runtime = create_runtime(s, publisher.for_session, comments, reviews.tool)
+            self.runtime = create_runtime(
+                s, publisher.for_session, comments, reviews.tool, environments.system
+            )
         except RuntimeUnavailable as exc:
             log.warning("worker.unavailable", reason=str(exc))
             return
-        scheduler = self._build_scheduler(workspace, publisher, self.runtime, reviews)
+        scheduler = self._build_scheduler(workspace, publisher, self.runtime, reviews, environments)
         await self._register_worker()
         self.scheduler = scheduler
         await scheduler.start()
@@ -148,6 +168,7 @@ class Services:
         publisher: Publisher,
         runtime: AgentRuntime,
         reviews: PullReviews | None = None,
+        environments: Environments | None = None,
     ) -> Scheduler:
         """The objects that run tasks, each given its collaborators as it is built."""
         from forgeflow.tasks.dispatch import Dispatcher
@@ -186,7 +207,9 @@ class Services:
             store, workspace, gitea, moves, bot_login=s.bot_login, threads=self.threads
         )
         verifier = Verifier(store, replies, moves, reviews)
-        preparer = Preparer(store, workspace, gitea, outbox, moves, prompts, dispatcher)
+        preparer = Preparer(
+            store, workspace, gitea, outbox, moves, prompts, dispatcher, environments
+        )
         turns = self._build_turns(runtime, replies, moves, prompts, verifier, tracker)
         execution = Execution(dispatcher, preparer, turns, verifier, workspace, publisher)
         return Scheduler(
@@ -289,6 +312,11 @@ def _alive(pid: int) -> bool:
     except PermissionError:
         return True
     return True
+
+
+def forbidden_paths(settings: Settings) -> tuple[str, ...]:
+    """Host folders no environment may bind: forgeflow's data and the workspace."""
+    return (str(Path(settings.data_dir).resolve()), str(settings.resolved_workspace_root))
 
 
 def ensure_admin_token(settings: Settings) -> tuple[str, bool]:

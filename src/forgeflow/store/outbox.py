@@ -8,6 +8,7 @@ from typing import Any
 from sqlalchemy import Connection, Select, and_, or_, select, update
 
 from forgeflow.domain.bookkeeping import Comment
+from forgeflow.domain.environment import ENVIRONMENT_SETUP_FAILED
 from forgeflow.domain.ids import sha256_ref
 from forgeflow.domain.modes import DRAFT_MODES
 from forgeflow.domain.records import Task
@@ -96,6 +97,14 @@ def result_text(task: Task) -> str:
         return (
             "回复未能确认 / the answer could not be confirmed on Gitea "
             f"({task.error_code or 'reply_unknown'}); nothing was re-posted."
+        )
+    if task.error_code == ENVIRONMENT_SETUP_FAILED and task.execution_error:
+        # The build's or setup's log (redacted when kept), its tail, fenced.
+        fence = "~~~~"
+        body = task.execution_error.replace(fence, "~~~")
+        return (
+            f"任务失败 / the task failed ({ENVIRONMENT_SETUP_FAILED}): the repository's "
+            f"environment could not be made ready. The log's end:\n\n{fence}\n{body}\n{fence}"
         )
     return f"任务失败 / the task failed ({task.error_code or 'failed'})."
 

@@ -33,6 +33,9 @@ class ControlRequest:
         return f"admin:{self.operator}"
 
 
+Control = Callable[[Connection, "ControlRequest"], Outcome]
+
+
 def run(
     conn: Connection,
     req: ControlRequest,
