@@ -127,7 +127,7 @@ class Services:
         s = self.settings
         return Environments(
             self.store,
-            RootBuilder(Path(s.data_dir).resolve() / "environments" / "roots"),
+            RootBuilder(s.resolved_environment_roots, timeout=s.environment_build_seconds),
             JailRunner.from_settings(s),
             suite=host_suite(),
             forbidden=forbidden_paths(s),

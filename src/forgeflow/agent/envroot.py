@@ -29,7 +29,7 @@ from forgeflow.domain.environment import LOG_KEEP, RootKey
 
 # What forgeflow itself needs in every root: git for the agent's commits, CA
 # certificates for TLS, Python for the jail's forwarder to the brokers.
-BASE_PACKAGES = ("ca-certificates", "git", "python3-minimal")
+BASE_PACKAGES = ("ca-certificates", "git", "python3")
 BUILD_SECONDS = 1800.0
 
 
