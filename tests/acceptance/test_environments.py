@@ -25,6 +25,7 @@ from forgeflow.domain.environment import Environment, root_key
 from forgeflow_testkit.gitea_emulator import GiteaEmulator
 from forgeflow_testkit.model_server import ScriptedModel
 from tests.support.agentic import Agentic, start_agentic
+from tests.acceptance.test_egress import ui_page
 from tests.support.cluster import wait_for
 from tests.support.turns import shell_turn
 
@@ -160,3 +161,5 @@ def test_a_failing_setup_fails_the_task_quoting_its_log(env_agentic: Agentic) ->
     with env_agentic.ff.admin() as admin:
         setup = admin.get(REPO).json()["setup"]
     assert setup["state"] == "failed" and "compiling the world" in setup["log"]
+    page = ui_page(env_agentic.ff.url, f"/ui/tasks/{task_id}")
+    assert 'id="environment-log"' in page and "toolchain-xyz missing" in page
