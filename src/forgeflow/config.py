@@ -80,6 +80,7 @@ class Settings(BaseSettings):
     # <data_dir>/environments/roots. Builds wait on a lock file per root in it.
     environment_roots: Path | None = None
     environment_build_seconds: float = Field(default=1800.0, gt=0)
+    mmdebstrap_command: str = "mmdebstrap"
     host: str = "127.0.0.1"
     port: int = Field(default=8080, ge=0, le=65535)
     gitea_url: str | None = None

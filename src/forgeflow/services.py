@@ -127,7 +127,11 @@ class Services:
         s = self.settings
         return Environments(
             self.store,
-            RootBuilder(s.resolved_environment_roots, timeout=s.environment_build_seconds),
+            RootBuilder(
+                s.resolved_environment_roots,
+                mmdebstrap=s.mmdebstrap_command,
+                timeout=s.environment_build_seconds,
+            ),
             JailRunner.from_settings(s),
             suite=host_suite(),
             forbidden=forbidden_paths(s),

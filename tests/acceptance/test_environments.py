@@ -24,8 +24,8 @@ from forgeflow.agent.envroot import BASE_PACKAGES, RootBuilder, host_suite
 from forgeflow.domain.environment import Environment, root_key
 from forgeflow_testkit.gitea_emulator import GiteaEmulator
 from forgeflow_testkit.model_server import ScriptedModel
-from tests.support.agentic import Agentic, start_agentic
 from tests.acceptance.test_egress import ui_page
+from tests.support.agentic import Agentic, start_agentic
 from tests.support.cluster import wait_for
 from tests.support.turns import shell_turn
 

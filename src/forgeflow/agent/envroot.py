@@ -159,3 +159,65 @@ async def run_bounded(argv: Sequence[str], timeout: float) -> tuple[int | None, 
         await proc.wait()
         return None, kept.decode(errors="replace")
     return proc.returncode, kept.decode(errors="replace")
+
+
+class RootsUnavailable(Exception):
+    """mmdebstrap cannot build a root here; the message names the fix."""
+
+
+def probe_tools(mmdebstrap: str = "mmdebstrap") -> str:
+    """What unshare mode needs, checked without building: mmdebstrap itself and, for
+    a user other than root, newuidmap and subordinate ids. Its path, or raises."""
+    found = shutil.which(mmdebstrap)
+    if found is None:
+        raise RootsUnavailable(
+            f"{mmdebstrap} is not installed: apt-get install mmdebstrap uidmap "
+            "(scripts/setup.sh installs them), or set FORGEFLOW_MMDEBSTRAP_COMMAND"
+        )
+    if os.geteuid() != 0:
+        if shutil.which("newuidmap") is None:
+            raise RootsUnavailable("newuidmap is missing: apt-get install uidmap")
+        user = _user_name()
+        for table in ("/etc/subuid", "/etc/subgid"):
+            if not _has_range(Path(table), user):
+                raise RootsUnavailable(
+                    f"{user} has no subordinate ids in {table}: "
+                    f"usermod --add-subuids 100000-165535 --add-subgids 100000-165535 {user}"
+                )
+    return found
+
+
+async def probe_build(suite: str, scratch: Path, mmdebstrap: str = "mmdebstrap") -> None:
+    """A simulated build (apt resolves, nothing is installed) in unshare mode, from
+    the host's apt sources: what a real build needs of this host, in seconds."""
+    found = probe_tools(mmdebstrap)
+    target = scratch / f".probe-{secrets.token_hex(4)}"
+    argv = [found, "--mode=unshare", "--variant=apt", "--simulate", suite, str(target)]
+    try:
+        code, out = await run_bounded(argv, 300.0)
+    finally:
+        await asyncio.to_thread(shutil.rmtree, target, True)
+    if code == 0:
+        return
+    last = (out.strip().splitlines() or ["no output"])[-1]
+    fix = "check the host's apt sources (/etc/apt/sources.list.d) and their reachability"
+    if "unshare" in out.lower() or "namespace" in out.lower() or "newuidmap" in out.lower():
+        fix = (
+            "unprivileged user namespaces are off: sysctl kernel.unprivileged_userns_clone=1 "
+            "and user.max_user_namespaces > 0"
+        )
+    raise RootsUnavailable(f"mmdebstrap cannot build here ({last[:300]}): {fix}")
+
+
+def _user_name() -> str:
+    import pwd
+
+    return pwd.getpwuid(os.geteuid()).pw_name
+
+
+def _has_range(table: Path, user: str) -> bool:
+    try:
+        lines = table.read_text().splitlines()
+    except OSError:
+        return False
+    return any(line.split(":", 1)[0] in (user, str(os.geteuid())) for line in lines)

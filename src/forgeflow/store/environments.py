@@ -41,6 +41,11 @@ def put(conn: Connection, repo_key: str, env: Environment) -> None:
     sql.insert_row(conn, env_t, {"repo_key": repo_key, "spec": env.json(), "updated_at": utcnow()})
 
 
+def any_with_packages(conn: Connection) -> bool:
+    """Whether some repository's environment lists packages (then roots are built)."""
+    return any(parse(spec, ()).packages for (spec,) in conn.execute(select(env_t.c.spec)))
+
+
 def secret_names(conn: Connection, repo_key: str) -> list[str]:
     q = select(secrets_t.c.name).where(secrets_t.c.repo_key == repo_key)
     return sorted(str(r[0]) for r in conn.execute(q))
