@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 import structlog
 from pydantic import SecretStr
+from sqlalchemy.exc import SQLAlchemyError
 
 from forgeflow.agent.port import AgentRuntime
 from forgeflow.config import Role, Settings
@@ -29,7 +30,8 @@ from forgeflow.pipelines.triggers import TriggerLoops
 from forgeflow.pipelines.wiring import build_engine
 from forgeflow.redaction import register_secrets
 from forgeflow.rejections import RejectionLog
-from forgeflow.store import Store
+from forgeflow.store import Store, StoreUnavailable
+from forgeflow.store import environments as environments_q
 from forgeflow.tasks.dispatch import Wakeup
 from forgeflow.tasks.intake import WebhookIngress
 from forgeflow.tasks.review_asks import ReviewAsks
@@ -101,6 +103,9 @@ class Services:
         starting at once), then the pipeline engine unless this process is ingress only
         (after the duplicate-worker check: both recover what a dead predecessor with
         this worker id left running)."""
+        # Setup secrets are masked in this process's logs like its own secrets (#26).
+        with contextlib.suppress(SQLAlchemyError, StoreUnavailable):  # not migrated: none
+            register_secrets(await self.store.read(environments_q.all_secret_values))
         # The scheduler first: a restart claims queued work before anything optional.
         await self._start_scheduler()
         await self.first_claims()
@@ -118,24 +123,10 @@ class Services:
                 await asyncio.wait_for(self.scheduler.first_round_done.wait(), timeout)
 
     def environments(self) -> Environments:
-        """The repositories' environments (#26): roots in the data folder, setup runs
-        in each repository's jail."""
-        from forgeflow.agent.envroot import RootBuilder, host_suite
-        from forgeflow.agent.oneshot import JailRunner
+        """The repositories' environments (#26)."""
         from forgeflow.tasks.environment import Environments
 
-        s = self.settings
-        return Environments(
-            self.store,
-            RootBuilder(
-                s.resolved_environment_roots,
-                mmdebstrap=s.mmdebstrap_command,
-                timeout=s.environment_build_seconds,
-            ),
-            JailRunner.from_settings(s),
-            suite=host_suite(),
-            forbidden=forbidden_paths(s),
-        )
+        return Environments.from_settings(self.store, self.settings, forbidden_paths(self.settings))
 
     async def _start_scheduler(self) -> None:
         if self.worker_blockers():

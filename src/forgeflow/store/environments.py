@@ -57,6 +57,11 @@ def secrets(conn: Connection, repo_key: str) -> dict[str, str]:
     return {str(r[0]): str(r[1]) for r in conn.execute(q)}
 
 
+def all_secret_values(conn: Connection) -> list[str]:
+    """Every repository's setup secrets, for the redaction set at start-up."""
+    return [str(r[0]) for r in conn.execute(select(secrets_t.c.value))]
+
+
 def set_secrets(conn: Connection, repo_key: str, values: Mapping[str, str | None]) -> None:
     """Set each named secret; ``None`` removes it."""
     for name, value in values.items():

@@ -20,10 +20,11 @@ from pathlib import Path
 
 import structlog
 
-from forgeflow.agent.envroot import BASE_PACKAGES, RootBuilder
+from forgeflow.agent.envroot import BASE_PACKAGES, RootBuilder, host_suite
 from forgeflow.agent.jail import HOST_SYSTEM, JailSystem
 from forgeflow.agent.oneshot import JailResult, JailRunner
 from forgeflow.agent.port import AgentError
+from forgeflow.config import Settings
 from forgeflow.domain import environment as env_rules
 from forgeflow.domain.environment import (
     FAILED,
@@ -72,6 +73,17 @@ class Environments:
         self.suite = suite
         self.forbidden = tuple(forbidden)
         self._current: dict[str, JailSystem] = {}
+
+    @classmethod
+    def from_settings(cls, store: Store, s: Settings, forbidden: Sequence[str]) -> Environments:
+        """Roots in FORGEFLOW_ENVIRONMENT_ROOTS, setup runs in each repository's jail."""
+        builder = RootBuilder(
+            s.resolved_environment_roots,
+            mmdebstrap=s.mmdebstrap_command,
+            timeout=s.environment_build_seconds,
+        )
+        runner = JailRunner.from_settings(s)
+        return cls(store, builder, runner, suite=host_suite(), forbidden=forbidden)
 
     def key(self, env: Environment) -> RootKey | None:
         return env_rules.root_key(env, self.suite, BASE_PACKAGES)
