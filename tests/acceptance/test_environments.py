@@ -163,3 +163,19 @@ def test_a_failing_setup_fails_the_task_quoting_its_log(env_agentic: Agentic) ->
     assert setup["state"] == "failed" and "compiling the world" in setup["log"]
     page = ui_page(env_agentic.ff.url, f"/ui/tasks/{task_id}")
     assert 'id="environment-log"' in page and "toolchain-xyz missing" in page
+
+
+def test_a_changed_environment_waits_for_the_running_turn_then_replaces_it(
+    env_agentic: Agentic,
+) -> None:
+    declare(env_agentic, {"packages": ["hello"], "variables": {"GREETING_STYLE": "old"}})
+
+    def change_then_print() -> str:
+        # Asked while the turn runs (its app-server is up): the environment changes now.
+        declare(env_agentic, {"packages": ["hello"], "variables": {"GREETING_STYLE": "new"}}, 2)
+        return 'echo "style:$GREETING_STYLE"'
+
+    first = shell_turn(env_agentic, change_then_print)
+    assert "style:old" in first.output  # the running turn kept its system
+    second = shell_turn(env_agentic, 'echo "style:$GREETING_STYLE"\nhello')
+    assert "style:new" in second.output and "Hello, world!" in second.output

@@ -93,11 +93,12 @@ def root(conn: Connection, key: str) -> RootState | None:
 
 
 def root_building(conn: Connection, key: RootKey) -> None:
-    conn.execute(delete(roots_t).where(roots_t.c.root_key == key.key))
+    """The root's row says building (a build already going on keeps its row)."""
+    conn.execute(delete(roots_t).where(roots_t.c.root_key == key.key, roots_t.c.state != BUILDING))
     values: dict[str, Any] = {"root_key": key.key, "suite": key.suite,
                               "packages": list(key.packages), "state": BUILDING,
                               "started_at": utcnow()}  # fmt: skip
-    sql.insert_row(conn, roots_t, values)
+    sql.insert_ignore(conn, roots_t, values)
 
 
 def root_done(conn: Connection, key: str, state: str, log: str, size: int | None) -> None:

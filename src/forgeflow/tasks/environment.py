@@ -157,6 +157,9 @@ class Environments:
             return known.log or "the environment's root failed to build"
         await self.store.write(lambda c: q.root_building(c, root))
         built = await self.builder.ensure(root)
+        if built.ok and not built.fresh:  # another task's build of the same list
+            await self.store.write(lambda c: q.root_used(c, root.key))
+            return None
         text = redact_text(built.log)[-LOG_KEEP:]
         state = READY if built.ok else FAILED
         await self.store.write(lambda c: q.root_done(c, root.key, state, text, built.size))
