@@ -179,3 +179,23 @@ def test_a_changed_environment_waits_for_the_running_turn_then_replaces_it(
     assert "style:old" in first.output  # the running turn kept its system
     second = shell_turn(env_agentic, 'echo "style:$GREETING_STYLE"\nhello')
     assert "style:new" in second.output and "Hello, world!" in second.output
+
+
+def test_a_root_that_cannot_be_built_fails_the_task_once_until_set_again(
+    env_agentic: Agentic,
+) -> None:
+    # A name Debian does not have: mmdebstrap resolves the list, then stops.
+    declare(env_agentic, {"packages": ["hello", "forgeflow-no-such-package"]})
+    task_id = env_agentic.mention("@ccweb-bot please build it")
+    detail = env_agentic.finished(task_id, timeout=300)
+    assert detail["task"]["errorCode"] == "environment_setup_failed"
+    assert "forgeflow-no-such-package" in detail["task"]["executionError"]
+    with env_agentic.ff.admin() as admin:
+        root = admin.get(REPO).json()["root"]
+    assert root["state"] == "failed" and "mmdebstrap failed" in root["log"]
+    # The next mention fails at once with the same log: nothing was built again.
+    again = env_agentic.finished(env_agentic.mention("@ccweb-bot again"))
+    assert again["task"]["errorCode"] == "environment_setup_failed"
+    with env_agentic.ff.admin() as admin:
+        assert admin.get(REPO).json()["root"]["startedAt"] == root["startedAt"]
+    assert env_agentic.model.requests == []
