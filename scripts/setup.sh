@@ -43,6 +43,13 @@ if ! command -v bwrap >/dev/null 2>&1; then
   apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap >/dev/null
 fi
 
+# A repository's environment (docs/configuration.md "Environments") is a root built by
+# Debian's mmdebstrap in unshare mode (uidmap gives it the user's subordinate ids).
+if ! command -v mmdebstrap >/dev/null 2>&1; then
+  echo "setup: installing Debian's mmdebstrap for the repositories' environments" >&2
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq mmdebstrap uidmap >/dev/null
+fi
+
 # Debian's chromium for the browser tests: Playwright drives it through executable_path
 # (`playwright install` would download a browser build, which this machine cannot).
 if [ "$kind" = "test" ] && [ ! -x /usr/bin/chromium ]; then

@@ -77,6 +77,11 @@ class Settings(BaseSettings):
     data_dir: Path = Field(default_factory=lambda: default_data_dir())
     database_url: SecretStr | None = None
     workspace_root: Path | None = None
+    # Where the roots of repositories' environments are kept (#26); default
+    # <data_dir>/environments/roots. Builds wait on a lock file per root in it.
+    environment_roots: Path | None = None
+    environment_build_seconds: float = Field(default=1800.0, gt=0)
+    mmdebstrap_command: str = "mmdebstrap"
     host: str = "127.0.0.1"
     port: int = Field(default=8080, ge=0, le=65535)
     gitea_url: str | None = None
@@ -312,6 +317,10 @@ class Settings(BaseSettings):
                 url = "postgresql+psycopg://" + url.removeprefix("postgresql://")
             return url
         return f"sqlite:///{(self.data_dir / 'forgeflow.db').resolve()}"
+
+    @property
+    def resolved_environment_roots(self) -> Path:
+        return (self.environment_roots or self.data_dir / "environments" / "roots").resolve()
 
     @property
     def resolved_workspace_root(self) -> Path:

@@ -10,14 +10,14 @@ import tempfile
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
-from forgeflow.agent import jail
+from forgeflow.agent import envroot, jail
 from forgeflow.agent.gitea_tools.external import External, mcp_env
 from forgeflow.agent.jsonrpc import Json, ProcessGone, RpcError, RpcProcess, RpcTimeout
 from forgeflow.agent.port import AgentError
 from forgeflow.agent.provider import ProviderError, load_provider
 from forgeflow.config import Settings
 from forgeflow.gitea.client import GiteaClient, GiteaError
-from forgeflow.store import Store, StoreUnavailable
+from forgeflow.store import Store, StoreUnavailable, environments
 
 MIN_FREE_BYTES = 1 << 30
 
@@ -42,6 +42,7 @@ async def run_checks(s: Settings) -> list[Check]:
         _gitea,
         _webhook_secret,
         _sandbox,
+        _environments,
         _model,
         _codex,
         _gitea_mcp,
@@ -203,6 +204,31 @@ async def _sandbox(s: Settings) -> Check:
         "proxy": "proxy (allow-listed hosts)",
     }[s.agent_network]
     return Check("sandbox", True, f"bubblewrap runs a jail here; agent network {network}")
+
+
+async def _environments(s: Settings) -> Check:
+    """Whether mmdebstrap can build a repository's root here (issue #26): a simulated
+    build when some environment lists packages, else the tools only (an installation
+    without such environments needs none of it)."""
+    store = Store(s.resolved_database_url)
+    try:
+        wanted = await store.read(environments.any_with_packages)
+    except Exception:  # no database or not migrated: the database check names it
+        wanted = False
+    finally:
+        store.close()
+    try:
+        if wanted:
+            scratch = s.resolved_environment_roots
+            scratch.mkdir(parents=True, exist_ok=True)
+            await envroot.probe_build(envroot.host_suite(), scratch, s.mmdebstrap_command)
+            return Check("environments", True, "mmdebstrap builds a root here (simulated)")
+        await asyncio.to_thread(envroot.probe_tools, s.mmdebstrap_command)
+    except envroot.RootsUnavailable as exc:
+        if not wanted:
+            return Check("environments", True, f"no environment lists packages ({exc})")
+        return Check("environments", False, "mmdebstrap cannot build a root here", str(exc))
+    return Check("environments", True, "mmdebstrap is ready (no environment lists packages)")
 
 
 async def _model(s: Settings) -> Check:

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 import structlog
 from pydantic import SecretStr
+from sqlalchemy.exc import SQLAlchemyError
 
 from forgeflow.agent.port import AgentRuntime
 from forgeflow.config import Role, Settings
@@ -31,7 +32,8 @@ from forgeflow.pipelines.triggers import TriggerLoops
 from forgeflow.pipelines.wiring import build_engine
 from forgeflow.redaction import register_secrets
 from forgeflow.rejections import RejectionLog
-from forgeflow.store import Store
+from forgeflow.store import Store, StoreUnavailable
+from forgeflow.store import environments as environments_q
 from forgeflow.tasks.dispatch import Wakeup
 from forgeflow.tasks.intake import WebhookIngress
 from forgeflow.tasks.review_asks import ReviewAsks
@@ -39,6 +41,7 @@ from forgeflow.tasks.threads import ReviewThreads
 from forgeflow.workspace.manager import WorkspaceManager
 
 if TYPE_CHECKING:
+    from forgeflow.tasks.environment import Environments
     from forgeflow.tasks.moves import TaskMoves
     from forgeflow.tasks.prompting import Prompts
     from forgeflow.tasks.publish import Publisher
@@ -104,6 +107,9 @@ class Services:
         starting at once), then the pipeline engine unless this process is ingress only
         (after the duplicate-worker check: both recover what a dead predecessor with
         this worker id left running)."""
+        # Setup secrets are masked in this process's logs like its own secrets (#26).
+        with contextlib.suppress(SQLAlchemyError, StoreUnavailable):  # not migrated: none
+            register_secrets(await self.store.read(environments_q.all_secret_values))
         # The scheduler first: a restart claims queued work before anything optional.
         await self._start_scheduler()
         await self.first_claims()
@@ -119,6 +125,12 @@ class Services:
         if self.scheduler is not None:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.scheduler.first_round_done.wait(), timeout)
+
+    def environments(self) -> Environments:
+        """The repositories' environments (#26)."""
+        from forgeflow.tasks.environment import Environments
+
+        return Environments.from_settings(self.store, self.settings, forbidden_paths(self.settings))
 
     async def _start_scheduler(self) -> None:
         if self.worker_blockers():
@@ -136,12 +148,15 @@ class Services:
         reviews = PullReviews(
             self.store, self.gitea, s.bot_login, allowed_events=s.review_allowed()
         )
+        environments = self.environments()
         try:
-            self.runtime = create_runtime(s, publisher.for_session, comments, reviews.tool)
+            self.runtime = create_runtime(
+                s, publisher.for_session, comments, reviews.tool, environments.system
+            )
         except RuntimeUnavailable as exc:
             log.warning("worker.unavailable", reason=str(exc))
             return
-        scheduler = self._build_scheduler(workspace, publisher, self.runtime, reviews)
+        scheduler = self._build_scheduler(workspace, publisher, self.runtime, reviews, environments)
         await self._register_worker()
         self.scheduler = scheduler
         await scheduler.start()
@@ -152,6 +167,7 @@ class Services:
         publisher: Publisher,
         runtime: AgentRuntime,
         reviews: PullReviews | None = None,
+        environments: Environments | None = None,
     ) -> Scheduler:
         """The objects that run tasks, each given its collaborators as it is built."""
         from forgeflow.tasks.dispatch import Dispatcher
@@ -198,7 +214,9 @@ class Services:
             images=images,
         )
         verifier = Verifier(store, replies, moves, reviews)
-        preparer = Preparer(store, workspace, gitea, outbox, moves, prompts, dispatcher)
+        preparer = Preparer(
+            store, workspace, gitea, outbox, moves, prompts, dispatcher, environments
+        )
         turns = self._build_turns(runtime, replies, moves, prompts, verifier, tracker)
         execution = Execution(dispatcher, preparer, turns, verifier, workspace, publisher)
         return Scheduler(
@@ -303,6 +321,11 @@ def _alive(pid: int) -> bool:
     except PermissionError:
         return True
     return True
+
+
+def forbidden_paths(settings: Settings) -> tuple[str, ...]:
+    """Host folders no environment may bind: forgeflow's data and the workspace."""
+    return (str(Path(settings.data_dir).resolve()), str(settings.resolved_workspace_root))
 
 
 def ensure_admin_token(settings: Settings) -> tuple[str, bool]:

@@ -3,6 +3,7 @@ against the emulator's hook API — real processes, real sockets."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import shutil
 import subprocess
@@ -14,6 +15,8 @@ from typing import Any
 import httpx
 import pytest
 
+from forgeflow.domain.environment import Environment
+from forgeflow.store import Store, environments
 from forgeflow_testkit.codex_home import write_codex_home
 from forgeflow_testkit.gitea_emulator import GiteaEmulator
 from tests.support.forgeflow import WEBHOOK_SECRET
@@ -57,6 +60,7 @@ def test_doctor_passes_when_everything_is_there(good_env: dict[str, str]) -> Non
         "gitea",
         "webhook secret",
         "sandbox",
+        "environments",
         "model",
         "codex",
         "gitea-mcp",
@@ -231,3 +235,31 @@ def test_the_shipped_systemd_unit_is_accepted_as_written(tmp_path: Path) -> None
     assert analyze is not None, "systemd-analyze is part of Debian's systemd package"
     out = subprocess.run([analyze, "verify", str(here)], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0 and out.stderr == "", out.stderr
+
+
+def _declare_packages(env: dict[str, str]) -> None:
+    """An environment listing a package, written as the API stores it (issue #26)."""
+    store = Store(f"sqlite:///{Path(env['FORGEFLOW_DATA_DIR']) / 'forgeflow.db'}")
+    try:
+        env_ = Environment(("hello",))
+        asyncio.run(store.write(lambda c: environments.put(c, "default:acme/widget", env_)))
+    finally:
+        store.close()
+
+
+def test_doctor_says_how_to_get_mmdebstrap_when_an_environment_needs_it(
+    good_env: dict[str, str],
+) -> None:
+    _declare_packages(good_env)
+    out = _run({**good_env, "FORGEFLOW_MMDEBSTRAP_COMMAND": "/nonexistent/mmdebstrap"}, "doctor")
+    assert out.returncode == 1, out.stdout
+    (line,) = [x for x in out.stdout.splitlines() if x.startswith("[FAIL] environments:")]
+    assert "fix:" in line and "apt-get install mmdebstrap" in line
+
+
+@pytest.mark.skipif(shutil.which("mmdebstrap") is None, reason="run scripts/setup.sh")
+def test_doctor_has_mmdebstrap_simulate_a_build_here(good_env: dict[str, str]) -> None:
+    _declare_packages(good_env)
+    out = _run(good_env, "doctor")
+    (line,) = [x for x in out.stdout.splitlines() if "] environments:" in x]
+    assert line.startswith("[ok  ]") and "builds a root here" in line, out.stdout

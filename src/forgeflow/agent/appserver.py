@@ -79,6 +79,7 @@ class Launch:
     broker_port: int = 0
     egress_socket: Path | None = None  # "proxy": this jail's egress proxy socket
     git_name: str = "forgeflow-agent"
+    system: jail.JailSystem = jail.HOST_SYSTEM  # the repository's environment (#26)
 
     def _offline(
         self, codex: list[str]
@@ -86,7 +87,9 @@ class Launch:
         """A jail without network reaches the brokers through ``forward.py``, run by the
         host's base Python (read-only in the jail) before the app-server."""
         assert self.broker_socket is not None
-        python = Path(sys.base_prefix) / "bin" / "python3"
+        # An environment's root has its own Python (envroot.BASE_PACKAGES).
+        base = Path(sys.base_prefix) if self.system.root is None else Path("/usr")
+        python = base / "bin" / "python3"
         argv = [str(python), _FORWARD_IN_JAIL, str(self.broker_port), _SOCKET_IN_JAIL]
         placed: tuple[tuple[str, str, str], ...] = (
             ("--ro-bind", forward.__file__, _FORWARD_IN_JAIL),
@@ -96,7 +99,6 @@ class Launch:
             argv += [str(egress_port(self.broker_port)), _EGRESS_IN_JAIL]
             placed += (("--bind", str(self.egress_socket), _EGRESS_IN_JAIL),)
         argv.append("--")
-        base = Path(sys.base_prefix)
         readable = () if base == Path("/usr") or Path("/usr") in base.parents else (base,)
         return [*argv, *codex], placed, readable
 
@@ -111,7 +113,8 @@ class Launch:
             "GIT_COMMITTER_NAME": self.git_name,
             "GIT_COMMITTER_EMAIL": email,
         }
-        codex = [*self.argv, *overrides(with_capability_env(self.config))]
+        own = self.argv if self.system.root is None else jail.direct_command(self.argv)
+        codex = [*own, *overrides(with_capability_env(self.config))]
         if self.jailed:
             # Codex wants its CODEX_HOME to exist; it is made inside the jail, by the
             # jail (forgeflow's host side creates nothing in the agent's home).
@@ -133,12 +136,14 @@ class Launch:
                 network=self.network == "on",
                 env=extra,
                 placed=placed,
+                system=self.system,
             )
             jail.check_spec(spec)
             return jail.bwrap_argv(spec, argv, bwrap=self.bwrap), jail.jail_env(spec)
         # Unjailed (FORGEFLOW_SANDBOX=none): the same fixed environment, host paths.
         env = jail.base_env(
             {
+                **dict(self.system.variables),
                 **extra,
                 "PATH": os.environ.get("PATH", jail.JAIL_PATH),
                 "HOME": str(self.home),
@@ -178,6 +183,7 @@ class AppServer:
     notices: list[Notice] = field(default_factory=list)
     downgraded: set[str] = field(default_factory=set)
     active: int = 0  # turns in flight
+    system: str = "host"  # the key of the environment it was started on
     idle_timer: asyncio.TimerHandle | None = None
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 

@@ -78,8 +78,11 @@ class CodexRuntime:
         publish: Publish | None = None,
         comments: Comments | None = None,
         reviews: SubmitReview | None = None,
+        systems: jail.Systems | None = None,
     ) -> None:
         self.cfg = cfg
+        # The repositories' environments (#26): the system each jail is started on.
+        self.systems = systems
         external = None
         if cfg.mcp_argv:  # FORGEFLOW_GITEA_MCP_COMMAND: the opt-in external server
             external = External(
@@ -132,8 +135,9 @@ class CodexRuntime:
         publish: Publish | None = None,
         comments: Comments | None = None,
         reviews: SubmitReview | None = None,
+        systems: jail.Systems | None = None,
     ) -> CodexRuntime:
-        return cls(config_from_settings(settings), publish, comments, reviews)
+        return cls(config_from_settings(settings), publish, comments, reviews, systems)
 
     @property
     def servers(self) -> list[str]:
@@ -142,7 +146,14 @@ class CodexRuntime:
 
     # -- one app-server per repository ---------------------------------------------------
 
-    def _launch(self, owner: str, repo: str, read_only: bool, broker_socket: Path | None) -> Launch:
+    def _launch(
+        self,
+        owner: str,
+        repo: str,
+        read_only: bool,
+        broker_socket: Path | None,
+        system: jail.JailSystem,
+    ) -> Launch:
         root = str(self.cfg.workspace_root)
         ref = RepoRef(owner, repo)
         if self._readable is None:
@@ -163,14 +174,23 @@ class CodexRuntime:
             broker_port=self.broker.port,
             egress_socket=self.egress.socket(server_key(owner, repo, read_only)),
             git_name=self.cfg.bot_login,
+            system=system,
         )
 
     async def _server(self, owner: str, repo: str, read_only: bool) -> AppServer:
         key = server_key(owner, repo, read_only)
         async with self._starting.setdefault(key, asyncio.Lock()):
             server = self._servers.get(key)
+            system = jail.HOST_SYSTEM
+            if self.systems is not None:
+                system = await self.systems(owner, repo)
             if server is not None and server.running:
-                return server
+                # On an older environment: kept while a turn runs on it, replaced once
+                # it is idle (its threads are resumed by the next one).
+                if server.system == system.key or server.active > 0:
+                    return server
+                await self._stop(server, None)
+                server = None
             if server is not None:
                 await self._stop(server, "codex app-server exited")
             await self.broker.start()
@@ -180,7 +200,9 @@ class CodexRuntime:
             await self.egress.start(key, f"{owner}/{repo}")
             grant = Grant(key, owner, repo)
             server = AppServer(key, owner, repo, read_only, grant, self.broker.grant(grant))
-            launch = self._launch(owner, repo, read_only, await self.broker.jail_socket(key))
+            server.system = system.key
+            socket = await self.broker.jail_socket(key)
+            launch = self._launch(owner, repo, read_only, socket, system)
             proc = await server.start(launch, partial(self._on_message, server), 60.0)
             self._servers[key] = server
             asyncio.get_running_loop().create_task(self._watch(server, proc))

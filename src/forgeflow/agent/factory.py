@@ -12,6 +12,7 @@ from typing import Any, cast
 
 from forgeflow.agent.gitea_tools import Comments, Publish
 from forgeflow.agent.gitea_tools.handlers import SubmitReview
+from forgeflow.agent.jail import Systems
 from forgeflow.agent.port import AgentRuntime
 from forgeflow.agent.provider import ProviderError
 from forgeflow.config import Settings
@@ -26,8 +27,10 @@ def create_runtime(
     publish: Publish | None = None,
     comments: Comments | None = None,
     reviews: SubmitReview | None = None,
+    systems: Systems | None = None,
 ) -> AgentRuntime:
-    """``publish``: the session's push, offered to the agent as its ``push_branch`` tool;
+    """``systems``: each repository's environment (its jail's system, #26);
+    ``publish``: the session's push, offered to the agent as its ``push_branch`` tool;
     ``comments``: the records behind its ``add_comment`` and ``edit_comment`` tools;
     ``reviews``: the one review behind a review task's ``submit_review``."""
     name = settings.agent_runtime
@@ -38,7 +41,8 @@ def create_runtime(
             raise RuntimeUnavailable(f"the Codex runtime cannot be loaded: {exc}") from None
         try:
             return cast(
-                AgentRuntime, codex.CodexRuntime.from_settings(settings, publish, comments, reviews)
+                AgentRuntime,
+                codex.CodexRuntime.from_settings(settings, publish, comments, reviews, systems),
             )
         except ProviderError as exc:
             raise RuntimeUnavailable(f"the model provider: {exc}") from None

@@ -31,7 +31,7 @@ import os
 import shutil
 import stat
 import subprocess
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -94,6 +94,31 @@ class JailUnavailable(Exception):
     code = "sandbox_unavailable"
 
 
+# Of /etc, what stays the host's even in an environment's root: how to reach the network.
+_HOST_ETC = frozenset({"resolv.conf", "hosts", "hostname"})
+# Where forgeflow places host programs a root lacks (the Codex binary's folder is bound
+# at its host path; this is for the few single files).
+SYSTEM_BIN = "/opt/forgeflow/bin"
+
+
+@dataclass(frozen=True, slots=True)
+class JailSystem:
+    """A repository's environment as its jail gets it (issue #26): a root built for its
+    package list (None: the host's system), read-only binds of host toolchains, and its
+    variables. ``key`` tells one system from another (an app-server on an older one is
+    restarted once idle)."""
+
+    root: Path | None = None
+    binds: tuple[Path, ...] = ()
+    variables: tuple[tuple[str, str], ...] = ()
+    key: str = "host"
+
+
+HOST_SYSTEM = JailSystem()
+# What the app-server asks for a repository's system before it starts it.
+Systems = Callable[[str, str], Awaitable[JailSystem]]
+
+
 @dataclass(frozen=True, slots=True)
 class JailSpec:
     """What one repository's jail is made of (host paths)."""
@@ -107,6 +132,7 @@ class JailSpec:
     # paths of the jail's own root (/run/forgeflow, /opt/forgeflow), never inside a bind
     placed: tuple[tuple[str, str, str], ...] = ()
     chdir: str = JAIL_HOME
+    system: JailSystem = HOST_SYSTEM
 
 
 class JailRefused(Exception):
@@ -187,19 +213,10 @@ def bwrap_argv(spec: JailSpec, command: Sequence[str], *, bwrap: str = "bwrap") 
     ]
     if not spec.network:
         argv.append("--unshare-net")
-    argv += ["--ro-bind", "/usr", "/usr"]
-    for name in _USR_LINKS:
-        link = Path("/", name)
-        if link.is_symlink():
-            argv += ["--symlink", os.readlink(link), str(link)]
-        elif link.is_dir():
-            argv += ["--ro-bind", str(link), str(link)]
-    for entry in ETC_ENTRIES:
-        host = Path("/etc", entry)
-        if host.exists():
-            # A symlinked entry (resolv.conf -> /run/...) is bound by its target.
-            argv += ["--ro-bind", str(host.resolve()), str(host)]
+    argv += system_binds(spec.system.root or Path("/"))
     argv += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--tmpfs", "/home"]  # noqa: S108
+    for path in spec.system.binds:
+        argv += ["--ro-bind", str(path), str(path)]
     argv += ["--bind", str(spec.home), JAIL_HOME]
     for path in spec.readable:
         argv += ["--ro-bind", str(path), str(path)]
@@ -211,6 +228,30 @@ def bwrap_argv(spec: JailSpec, command: Sequence[str], *, bwrap: str = "bwrap") 
     # land only in the binds above and the tmpfs /tmp and /home.
     argv += ["--remount-ro", "/"]
     argv += ["--chdir", spec.chdir, "--", *limited(command)]
+    return argv
+
+
+def system_binds(root: Path) -> list[str]:
+    """``/usr``, its merged links and the allowed ``/etc`` entries of ``root`` (``/``:
+    the host's; else an environment's root, whose links stay links inside the jail and
+    whose network files are the host's)."""
+    argv = ["--ro-bind", str(root / "usr"), "/usr"]
+    for name in _USR_LINKS:
+        link = root / name
+        if link.is_symlink():
+            argv += ["--symlink", os.readlink(link), f"/{name}"]
+        elif link.is_dir():
+            argv += ["--ro-bind", str(link), f"/{name}"]
+    for entry in ETC_ENTRIES:
+        own = root if entry not in _HOST_ETC else Path("/")
+        path = own / "etc" / entry
+        if own != Path("/") and path.is_symlink():
+            # Inside a root a link means the root's own path: kept a link, not followed
+            # on the host.
+            argv += ["--symlink", os.readlink(path), f"/etc/{entry}"]
+        elif path.exists():
+            # A symlinked host entry (resolv.conf -> /run/...) is bound by its target.
+            argv += ["--ro-bind", str(path.resolve()), f"/etc/{entry}"]
     return argv
 
 
@@ -228,8 +269,14 @@ def limited(command: Sequence[str]) -> list[str]:
 
 
 def jail_env(spec: JailSpec) -> dict[str, str]:
-    """The environment bwrap is started with, and passes on unchanged to the jail."""
-    return base_env(spec.env)
+    """The environment bwrap is started with, and passes on unchanged to the jail: the
+    fixed list, the environment's variables (``$PATH`` in a value is the jail's own),
+    then the caller's (forgeflow's own win)."""
+    env = base_env({})
+    for name, value in spec.system.variables:
+        env[name] = value.replace("$PATH", env["PATH"])
+    env.update(spec.env)
+    return env
 
 
 def check_spec(spec: JailSpec) -> None:
@@ -252,6 +299,22 @@ def installation_paths(command: Sequence[str]) -> tuple[Path, ...]:
     if interpreter is not None:
         paths.append(_install_root(interpreter))
     return tuple(p for p in dict.fromkeys(paths) if not _under(p, Path("/usr")))
+
+
+def direct_command(command: Sequence[str]) -> list[str]:
+    """``command`` without its launcher script when it is npm's Codex (a Node script
+    that runs the package's own static binary): an environment's root need not hold the
+    host's Node. Anything else is returned as it is."""
+    found = shutil.which(command[0])
+    if found is None:
+        return list(command)
+    real = Path(found).resolve()
+    if _interpreter(real) is None or "node_modules" not in real.parts:
+        return list(command)
+    modules = _install_root(real)
+    for binary in sorted(modules.glob("@openai/codex-linux-*/vendor/*/bin/codex")):
+        return [str(binary), *command[1:]]
+    return list(command)
 
 
 def _install_root(real: Path) -> Path:

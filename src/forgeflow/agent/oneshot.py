@@ -108,6 +108,7 @@ class JailRunner:
         network: bool | None = None,
         extra_ro_binds: Sequence[tuple[Path, str]] = (),
         env: Mapping[str, str] | None = None,
+        system: jail.JailSystem = jail.HOST_SYSTEM,
     ) -> tuple[list[str], dict[str, str], str | None]:
         """(argv, environment, host cwd) of the process to start."""
         paths = self.paths(repository)  # the home of the repository's own jail
@@ -116,6 +117,7 @@ class JailRunner:
         if not self.jailed:
             environ = jail.base_env(
                 {
+                    **dict(system.variables),
                     **extra,
                     "PATH": os.environ.get("PATH", jail.JAIL_PATH),
                     "HOME": str(paths.home),
@@ -133,6 +135,7 @@ class JailRunner:
             env=extra,
             placed=placed,
             chdir=cwd,
+            system=system,
         )
         jail.check_spec(spec)
         return jail.bwrap_argv(spec, argv, bwrap=self.bwrap), jail.jail_env(spec), None
@@ -150,6 +153,7 @@ class JailRunner:
         network: bool | None = None,
         extra_ro_binds: Sequence[tuple[Path, str]] = (),
         env: Mapping[str, str] | None = None,
+        system: jail.JailSystem = jail.HOST_SYSTEM,
     ) -> JailResult:
         """Run ``argv`` with ``cwd`` (a path as the jail sees it: the host path of a
         folder in the clone or sessions, or /home/agent); see the module docstring."""
@@ -161,6 +165,7 @@ class JailRunner:
             network=network,
             extra_ro_binds=extra_ro_binds,
             env=env,
+            system=system,
         )
         return await self._exec(full, environ, host_cwd, stdin, timeout, output_limit)
 

@@ -15,6 +15,7 @@ import forgeflow
 from forgeflow import web
 from forgeflow.api import (
     control,
+    environments,
     errors,
     hooks,
     openapi,
@@ -99,6 +100,7 @@ def create_app(
     app.include_router(webhook.router)
     app.include_router(hooks.router)  # POST /webhooks/{token}: pipeline webhook triggers
     app.include_router(control.router)
+    app.include_router(environments.router)
     app.include_router(transcripts.router)
     app.include_router(ui_sessions.router)
     app.include_router(pipelines.router)

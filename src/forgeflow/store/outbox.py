@@ -9,6 +9,7 @@ from sqlalchemy import Connection, Select, and_, or_, select, update
 
 from forgeflow.domain.admission import ANSWERED
 from forgeflow.domain.bookkeeping import Comment
+from forgeflow.domain.environment import ENVIRONMENT_SETUP_FAILED
 from forgeflow.domain.ids import sha256_ref
 from forgeflow.domain.modes import DRAFT_MODES
 from forgeflow.domain.records import Task
@@ -100,6 +101,14 @@ def result_text(task: Task) -> str:
         )
     if task.error_code == "budget_exceeded" and task.execution_error:
         return f"任务失败 / the task was stopped: {task.execution_error}."
+    if task.error_code == ENVIRONMENT_SETUP_FAILED and task.execution_error:
+        # The build's or setup's log (redacted when kept), its tail, fenced.
+        fence = "~~~~"
+        body = task.execution_error.replace(fence, "~~~")
+        return (
+            f"任务失败 / the task failed ({ENVIRONMENT_SETUP_FAILED}): the repository's "
+            f"environment could not be made ready. The log's end:\n\n{fence}\n{body}\n{fence}"
+        )
     return f"任务失败 / the task failed ({task.error_code or 'failed'})."
 
 

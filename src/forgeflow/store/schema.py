@@ -237,6 +237,56 @@ session_threads = Table(
     Column("updated_at", UTCDateTime(), nullable=False),
 )
 
+# A repository's environment as the operator declared it (issue #26, domain/
+# environment.py): ``spec`` is its JSON. Its setup secrets apart, never answered back.
+repo_environments = Table(
+    "repo_environments",
+    metadata,
+    Column("repo_key", String(220), primary_key=True),
+    Column("spec", JSONText, nullable=False),
+    Column("updated_at", UTCDateTime(), nullable=False),
+)
+
+environment_secrets = Table(
+    "environment_secrets",
+    metadata,
+    Column("repo_key", String(220), primary_key=True),
+    Column("name", String(100), primary_key=True),
+    Column("value", Text, nullable=False),
+    Column("updated_at", UTCDateTime(), nullable=False),
+)
+
+# The roots built for a package list and suite (``root_key``), as the operators see
+# them: building, ready or failed, with the build's bounded log, size and last use.
+environment_roots = Table(
+    "environment_roots",
+    metadata,
+    Column("root_key", String(64), primary_key=True),
+    Column("suite", String(40), nullable=False),
+    Column("packages", JSONText, nullable=False),
+    Column("state", String(16), nullable=False),
+    Column("size_bytes", BigInteger),
+    Column("log", Text),
+    Column("started_at", UTCDateTime(), nullable=False),
+    Column("finished_at", UTCDateTime()),
+    Column("last_used_at", UTCDateTime()),
+)
+
+# Each repository's last setup run: what it ran for (``fingerprint``), how it ended,
+# its log (bounded, redacted) and the task it ran in.
+environment_setups = Table(
+    "environment_setups",
+    metadata,
+    Column("repo_key", String(220), primary_key=True),
+    Column("fingerprint", String(64), nullable=False),
+    Column("root_key", String(64)),
+    Column("state", String(16), nullable=False),
+    Column("log", Text),
+    Column("task_id", String(64)),
+    Column("started_at", UTCDateTime(), nullable=False),
+    Column("finished_at", UTCDateTime()),
+)
+
 audit_events = Table(
     "audit_events",
     metadata,

@@ -35,6 +35,9 @@ class ControlRequest:
         return f"{self.kind}:{self.operator}"
 
 
+Control = Callable[[Connection, "ControlRequest"], Outcome]
+
+
 def run(
     conn: Connection,
     req: ControlRequest,

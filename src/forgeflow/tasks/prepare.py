@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from sqlalchemy import Connection
 
 from forgeflow.domain import publish as rules
+from forgeflow.domain.environment import ENVIRONMENT_SETUP_FAILED, tail
 from forgeflow.domain.ids import ResourceKind, ResourceRef, parse_resource_key
 from forgeflow.domain.json import JsonObject
 from forgeflow.domain.records import Refs, Repository, Task
@@ -29,6 +30,7 @@ from forgeflow.gitea.client import GiteaClient, GiteaError
 from forgeflow.store import Store, audit, repos
 from forgeflow.tasks import lost
 from forgeflow.tasks.dispatch import Dispatcher
+from forgeflow.tasks.environment import Environments
 from forgeflow.tasks.moves import TaskMoves, task_event
 from forgeflow.tasks.outbox import Outbox, Receipt
 from forgeflow.tasks.prompting import Context, Conversation, Prompts
@@ -63,6 +65,7 @@ class Preparer:
         moves: TaskMoves,
         prompts: Prompts,
         slots: Dispatcher,
+        environments: Environments | None = None,
     ) -> None:
         self.store = store
         self.workspace = workspace
@@ -71,6 +74,7 @@ class Preparer:
         self.moves = moves
         self.prompts = prompts
         self.slots = slots
+        self.environments = environments
 
     async def prepare(self, task: Task, repo_row: Repository | None = None) -> Prepared:
         """Move a ``preparing`` task to ``running``, ``blocked_workspace``, or a retry."""
@@ -122,6 +126,11 @@ class Preparer:
         if worktree.created:  # made anew here: was the session's earlier disk lost?
             target = rules.target(resource, refs, repo_row.default_branch)
             notes += await self._lost(task, worktree, target.remote or target.local)
+        if self.environments is not None:
+            ready = await self.environments.prepare(resource.repo, task.task_id)
+            notes += ready.events
+            if ready.failed is not None:
+                return await self._no_environment(task, ready.failed, notes, await receipt)
         posted = await receipt
         context = Context(worktree.status, await discussion)
         running = await self.moves.move(
@@ -133,6 +142,22 @@ class Preparer:
             before=posted.record,
         )
         return Prepared(running, context)
+
+    async def _no_environment(
+        self, task: Task, log: str, notes: list[audit.AuditEvent], posted: Receipt
+    ) -> Prepared:
+        """A build or setup that failed fails the task (not retried: the next mention
+        runs it again only when something changed), its answer quoting the log."""
+        failed = await self.moves.move(
+            task,
+            S.FAILED,
+            action="task.fail",
+            error_code=ENVIRONMENT_SETUP_FAILED,
+            fields={"execution_error": tail(log)},
+            events=[*notes, *posted.events],
+            before=posted.record,
+        )
+        return Prepared(failed)
 
     async def _not_prepared(
         self,

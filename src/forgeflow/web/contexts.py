@@ -83,6 +83,8 @@ class TaskPage:
     tokens: int
     stamp_url: str
     review: BotReview | None  # a review task's review as forgeflow recorded it
+    # The repository's setup run when it ran in this task (its log bounded, redacted).
+    environment: JsonObject | None = None
     nav: str = "tasks"
     read_only: bool = False  # a Gitea user who may read the repository, not write it
 

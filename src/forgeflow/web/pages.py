@@ -29,6 +29,7 @@ from forgeflow.domain.states import (
 from forgeflow.store import (
     audit,
     deliveries,
+    environments,
     repos,
     reviews,
     sessions,
@@ -193,6 +194,7 @@ async def task_page(request: Request, session: Session, task_id: str) -> Respons
             tokens=(task.input_tokens or 0) + (task.output_tokens or 0),
             stamp_url=f"/ui/live?task={quote(task_id, safe='')}",
             review=reviews.of_task(conn, task_id),
+            environment=_setup_of(conn, task.repo_key, task_id),
         )
         return stamp, page
 
@@ -207,6 +209,11 @@ async def task_page(request: Request, session: Session, task_id: str) -> Respons
     if not may.allows(Permission.WRITE):
         page = replace(page, can_cancel=False, can_abort=False, can_release=False, read_only=True)
     return render(request, "task.html", page, session=session, stamp=stamp)
+
+
+def _setup_of(conn: Connection, repo_key: str, task_id: str) -> JsonObject | None:
+    setup = environments.setup(conn, repo_key)
+    return setup.json() if setup is not None and setup.task_id == task_id else None
 
 
 def _worktree(root: str, resource_key: str) -> str | None:

@@ -1,0 +1,223 @@
+"""The roots of repositories' environments (issue #26): a Debian system built for a
+package list by ``mmdebstrap --mode=unshare --variant=apt`` from the host's apt
+sources, without Docker and without root.
+
+A root is built once per key (the sorted package list and the suite) into a temporary
+folder beside its place and renamed into it when mmdebstrap succeeded, so a folder at a
+root's place is always a whole root. Builds of one key wait for each other: an asyncio
+lock in this process, an ``flock`` on the key's lock file between processes sharing
+the data folder. A new key builds beside the old roots, which turns keep using until
+theirs is ready. The build runs with a cleared environment (no variable of
+forgeflow's), its output bounded; roots are bound read-only into jails and nothing
+inside them is agent-writable.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import fcntl
+import os
+import secrets
+import shutil
+import signal
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from forgeflow.domain.environment import LOG_KEEP, RootKey
+
+# What forgeflow itself needs in every root: git for the agent's commits, CA
+# certificates for TLS, Python for the jail's forwarder to the brokers.
+BASE_PACKAGES = ("ca-certificates", "git", "python3")
+BUILD_SECONDS = 1800.0
+
+
+@dataclass(frozen=True, slots=True)
+class Built:
+    ok: bool
+    path: Path
+    log: str  # bounded (its tail)
+    size: int | None = None
+    fresh: bool = False  # built by this call
+
+
+def host_suite(os_release: Path = Path("/etc/os-release")) -> str:
+    """The host's Debian release (``VERSION_CODENAME``), the default suite."""
+    try:
+        for line in os_release.read_text().splitlines():
+            name, _, value = line.partition("=")
+            if name == "VERSION_CODENAME" and value.strip('"'):
+                return value.strip('"')
+    except OSError:
+        pass
+    return "stable"
+
+
+def mmdebstrap_argv(key: RootKey, target: Path, mmdebstrap: str = "mmdebstrap") -> list[str]:
+    """The build's command line (no mirror: mmdebstrap takes the host's apt sources)."""
+    return [
+        shutil.which(mmdebstrap) or mmdebstrap,
+        "--mode=unshare",
+        "--variant=apt",
+        "--include=" + ",".join(key.packages),
+        key.suite,
+        str(target),
+    ]
+
+
+def build_env() -> dict[str, str]:
+    """The build's whole environment: nothing of forgeflow's, no credential."""
+    keep = ("PATH", "LANG", "TMPDIR", "http_proxy", "https_proxy", "no_proxy")
+    env = {k: os.environ[k] for k in keep if k in os.environ}
+    env.setdefault("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
+    return env
+
+
+class RootBuilder:
+    """Builds and finds the roots kept in ``folder`` (forgeflow's data folder)."""
+
+    def __init__(
+        self, folder: Path, *, mmdebstrap: str = "mmdebstrap", timeout: float = BUILD_SECONDS
+    ) -> None:
+        self.folder = folder
+        self.mmdebstrap = mmdebstrap
+        self.timeout = timeout
+        self._locks: dict[str, asyncio.Lock] = {}
+
+    def path(self, key: RootKey | str) -> Path:
+        return self.folder / (key if isinstance(key, str) else key.key)
+
+    def ready(self, key: RootKey | str) -> bool:
+        path = self.path(key)
+        return not path.is_symlink() and (path / "usr").is_dir()
+
+    async def ensure(self, key: RootKey) -> Built:
+        """The root of ``key``, built now unless it is there (one build per key)."""
+        async with self._locks.setdefault(key.key, asyncio.Lock()):
+            if self.ready(key):
+                return Built(True, self.path(key), "")
+            self.folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+            lock = os.open(self.folder / f"{key.key}.lock", os.O_RDWR | os.O_CREAT, 0o600)
+            try:
+                # Another process's build of the same key: wait for it (in a thread,
+                # the event loop goes on), then use what it made.
+                await asyncio.to_thread(fcntl.flock, lock, fcntl.LOCK_EX)
+                if self.ready(key):
+                    return Built(True, self.path(key), "")
+                return await self._build(key)
+            finally:
+                os.close(lock)  # closing drops the flock
+
+    async def _build(self, key: RootKey) -> Built:
+        target = self.path(key)
+        tmp = self.folder / f".{key.key}.{secrets.token_hex(4)}.tmp"
+        code, log = await run_bounded(mmdebstrap_argv(key, tmp, self.mmdebstrap), self.timeout)
+        if code != 0 or not (tmp / "usr").is_dir():
+            await asyncio.to_thread(shutil.rmtree, tmp, True)
+            why = "timed out" if code is None else f"exit status {code}"
+            return Built(False, target, f"{log}\nmmdebstrap failed ({why})")
+        os.chmod(tmp, 0o755)  # noqa: S103 - a system root: readable, written by no one
+        os.rename(tmp, target)  # atomic: the place holds a whole root or nothing
+        return Built(True, target, log, await asyncio.to_thread(tree_size, target), True)
+
+
+def tree_size(path: Path) -> int:
+    """Bytes of the files below ``path`` (``lstat``: links are not followed)."""
+    total = 0
+    for top, _dirs, files in os.walk(path):
+        for name in files:
+            with contextlib.suppress(OSError):
+                total += os.lstat(os.path.join(top, name)).st_size
+    return total
+
+
+async def run_bounded(argv: Sequence[str], timeout: float) -> tuple[int | None, str]:
+    """Run ``argv`` on the host with :func:`build_env`; its exit status (None: ended at
+    ``timeout``) and the tail of its merged output (LOG_KEEP bytes)."""
+    proc = await asyncio.create_subprocess_exec(
+        *argv,
+        env=build_env(),
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+        start_new_session=True,
+    )
+    kept = bytearray()
+
+    async def read() -> None:
+        assert proc.stdout is not None
+        while chunk := await proc.stdout.read(65536):
+            kept.extend(chunk)
+            del kept[:-LOG_KEEP]
+
+    try:
+        await asyncio.wait_for(asyncio.gather(read(), proc.wait()), timeout)
+    except TimeoutError:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        await proc.wait()
+        return None, kept.decode(errors="replace")
+    return proc.returncode, kept.decode(errors="replace")
+
+
+class RootsUnavailable(Exception):
+    """mmdebstrap cannot build a root here; the message names the fix."""
+
+
+def probe_tools(mmdebstrap: str = "mmdebstrap") -> str:
+    """What unshare mode needs, checked without building: mmdebstrap itself and, for
+    a user other than root, newuidmap and subordinate ids. Its path, or raises."""
+    found = shutil.which(mmdebstrap)
+    if found is None:
+        raise RootsUnavailable(
+            f"{mmdebstrap} is not installed: apt-get install mmdebstrap uidmap "
+            "(scripts/setup.sh installs them), or set FORGEFLOW_MMDEBSTRAP_COMMAND"
+        )
+    if os.geteuid() != 0:
+        if shutil.which("newuidmap") is None:
+            raise RootsUnavailable("newuidmap is missing: apt-get install uidmap")
+        user = _user_name()
+        for table in ("/etc/subuid", "/etc/subgid"):
+            if not _has_range(Path(table), user):
+                raise RootsUnavailable(
+                    f"{user} has no subordinate ids in {table}: "
+                    f"usermod --add-subuids 100000-165535 --add-subgids 100000-165535 {user}"
+                )
+    return found
+
+
+async def probe_build(suite: str, scratch: Path, mmdebstrap: str = "mmdebstrap") -> None:
+    """A simulated build (apt resolves, nothing is installed) in unshare mode, from
+    the host's apt sources: what a real build needs of this host, in seconds."""
+    found = probe_tools(mmdebstrap)
+    target = scratch / f".probe-{secrets.token_hex(4)}"
+    argv = [found, "--mode=unshare", "--variant=apt", "--simulate", suite, str(target)]
+    try:
+        code, out = await run_bounded(argv, 300.0)
+    finally:
+        await asyncio.to_thread(shutil.rmtree, target, True)
+    if code == 0:
+        return
+    last = (out.strip().splitlines() or ["no output"])[-1]
+    fix = "check the host's apt sources (/etc/apt/sources.list.d) and their reachability"
+    if "unshare" in out.lower() or "namespace" in out.lower() or "newuidmap" in out.lower():
+        fix = (
+            "unprivileged user namespaces are off: sysctl kernel.unprivileged_userns_clone=1 "
+            "and user.max_user_namespaces > 0"
+        )
+    raise RootsUnavailable(f"mmdebstrap cannot build here ({last[:300]}): {fix}")
+
+
+def _user_name() -> str:
+    import pwd
+
+    return pwd.getpwuid(os.geteuid()).pw_name
+
+
+def _has_range(table: Path, user: str) -> bool:
+    try:
+        lines = table.read_text().splitlines()
+    except OSError:
+        return False
+    return any(line.split(":", 1)[0] in (user, str(os.geteuid())) for line in lines)

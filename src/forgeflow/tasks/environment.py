@@ -1,0 +1,235 @@
+"""A task's environment step (issue #26): before the turn, the repository's declared
+environment is made ready — its root built (agent/envroot.py) and its setup script run
+in the repository's jail on that root — and the jails of its turns get that system.
+
+The setup runs again only when its fingerprint changed (the script's content, the
+environment, the root, a setup secret); a failed build or setup is not tried again
+for the same fingerprint until an operator sets the environment again, and fails the
+task with ``environment_setup_failed``, its answer quoting the log's tail. Setup
+secrets reach the setup's process environment only: never a turn's jail, and every log
+kept of the setup is redacted with them registered.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import structlog
+
+from forgeflow.agent.envroot import BASE_PACKAGES, RootBuilder, host_suite
+from forgeflow.agent.jail import HOST_SYSTEM, JailSystem
+from forgeflow.agent.oneshot import JailResult, JailRunner
+from forgeflow.agent.port import AgentError
+from forgeflow.config import Settings
+from forgeflow.domain import environment as env_rules
+from forgeflow.domain.environment import (
+    FAILED,
+    LOG_KEEP,
+    READY,
+    Environment,
+    EnvironmentInvalid,
+    RootKey,
+)
+from forgeflow.domain.ids import RepoRef, repo_key
+from forgeflow.domain.json import JsonObject
+from forgeflow.redaction import redact_text, register_secrets
+from forgeflow.store import Store, audit
+from forgeflow.store import environments as q
+
+log = structlog.get_logger("forgeflow.environment")
+
+_SHA = re.compile(r"^([0-9a-f]{64})\s")
+# Runs the script (a path in the clone, as the jail sees it) directly when executable,
+# else with sh: the operator named it, the repository holds it.
+_RUN_SETUP = 'exec 2>&1; if [ -x "$0" ]; then exec "./$0"; else exec /bin/sh "$0"; fi'
+
+
+@dataclass(frozen=True, slots=True)
+class EnvOutcome:
+    """The step's result: the system the turn's jail gets, or why there is none."""
+
+    system: JailSystem
+    failed: str | None = None  # the log's tail of a failed build or setup
+    events: tuple[audit.AuditEvent, ...] = field(default=())
+
+
+class Environments:
+    def __init__(
+        self,
+        store: Store,
+        builder: RootBuilder,
+        runner: JailRunner,
+        *,
+        suite: str,
+        forbidden: Sequence[str],
+    ) -> None:
+        self.store = store
+        self.builder = builder
+        self.runner = runner
+        self.suite = suite
+        self.forbidden = tuple(forbidden)
+        self._current: dict[str, JailSystem] = {}
+
+    @classmethod
+    def from_settings(cls, store: Store, s: Settings, forbidden: Sequence[str]) -> Environments:
+        """Roots in FORGEFLOW_ENVIRONMENT_ROOTS, setup runs in each repository's jail."""
+        builder = RootBuilder(
+            s.resolved_environment_roots,
+            mmdebstrap=s.mmdebstrap_command,
+            timeout=s.environment_build_seconds,
+        )
+        runner = JailRunner.from_settings(s)
+        return cls(store, builder, runner, suite=host_suite(), forbidden=forbidden)
+
+    def key(self, env: Environment) -> RootKey | None:
+        return env_rules.root_key(env, self.suite, BASE_PACKAGES)
+
+    async def system(self, owner: str, repo: str) -> JailSystem:
+        """The system of the repository's jails now (the app-server asks before it
+        starts); never builds: a root not yet ready is an error the task retries."""
+        key = repo_key(owner, repo)
+        if key in self._current:
+            return self._current[key]
+        env = await self.store.read(lambda c: q.get(c, key))
+        if env is None or env.empty:
+            return HOST_SYSTEM
+        root = self.key(env)
+        if root is not None and not self.builder.ready(root):
+            why = f"the root of {key} is not built yet"
+            raise AgentError("environment_not_ready", why, retryable=True)
+        return self._system(env, root)
+
+    def _system(self, env: Environment, root: RootKey | None) -> JailSystem:
+        ident = env_rules.setup_fingerprint(env, root.key if root else None, "", {})
+        return JailSystem(
+            self.builder.path(root) if root else None,
+            tuple(Path(b) for b in env.binds),
+            env.variables,
+            ident,
+        )
+
+    async def prepare(self, repo: RepoRef, task_id: str) -> EnvOutcome:
+        """Make the repository's environment ready for a turn of ``task_id``."""
+        key = repo_key(repo.owner, repo.name)
+        env = await self.store.read(lambda c: q.get(c, key))
+        if env is None or env.empty:
+            self._current.pop(key, None)
+            return EnvOutcome(HOST_SYSTEM)
+        events: list[audit.AuditEvent] = []
+        try:
+            self._check_binds(env)
+        except EnvironmentInvalid as exc:
+            return EnvOutcome(HOST_SYSTEM, str(exc))
+        root = self.key(env)
+        if root is not None:
+            failed = await self._root(root, task_id, key, events)
+            if failed is not None:
+                return EnvOutcome(HOST_SYSTEM, failed, tuple(events))
+        system = self._system(env, root)
+        if env.setup_script:
+            failed = await self._setup(env, root, system, repo, task_id, events)
+            if failed is not None:
+                return EnvOutcome(system, failed, tuple(events))
+        self._current[key] = system
+        return EnvOutcome(system, None, tuple(events))
+
+    def _check_binds(self, env: Environment) -> None:
+        """Each bind is there, and its real path (links followed) is not forgeflow's."""
+        for i, bind in enumerate(env.binds):
+            real = os.path.realpath(bind)
+            if not os.path.isdir(real) and not os.path.isfile(real):
+                raise EnvironmentInvalid(f"binds[{i}]", f"{bind} does not exist on this host")
+            env_rules.check_not_forbidden(f"binds[{i}]", real, self.forbidden)
+
+    async def _root(
+        self, root: RootKey, task_id: str, key: str, events: list[audit.AuditEvent]
+    ) -> str | None:
+        """Build the root unless it is ready; the failure's log, or None."""
+        if self.builder.ready(root):
+            await self.store.write(lambda c: q.root_used(c, root.key))
+            return None
+        known = await self.store.read(lambda c: q.root(c, root.key))
+        if known is not None and known.state == FAILED:
+            return known.log or "the environment's root failed to build"
+        await self.store.write(lambda c: q.root_building(c, root))
+        built = await self.builder.ensure(root)
+        if built.ok and not built.fresh:  # another task's build of the same list
+            await self.store.write(lambda c: q.root_used(c, root.key))
+            return None
+        text = redact_text(built.log)[-LOG_KEEP:]
+        state = READY if built.ok else FAILED
+        await self.store.write(lambda c: q.root_done(c, root.key, state, text, built.size))
+        meta: JsonObject = {"rootKey": root.key, "state": state, "suite": root.suite,
+                            "packages": list(root.packages), "sizeBytes": built.size}  # fmt: skip
+        events.append(_event(task_id, key, "environment.build", meta))
+        log.info("environment.build", root=root.key, state=state)
+        return None if built.ok else text
+
+    async def _setup(
+        self,
+        env: Environment,
+        root: RootKey | None,
+        system: JailSystem,
+        repo: RepoRef,
+        task_id: str,
+        events: list[audit.AuditEvent],
+    ) -> str | None:
+        key = repo_key(repo.owner, repo.name)
+        assert env.setup_script is not None
+        clone = str(self.runner.paths(repo).clone)
+        digest = await self._script_sha(env.setup_script, repo, clone, system)
+        secrets = await self.store.read(lambda c: q.secrets(c, key))
+        register_secrets(list(secrets.values()))
+        fingerprint = env_rules.setup_fingerprint(env, root.key if root else None, digest, secrets)
+        last = await self.store.read(lambda c: q.setup(c, key))
+        if last is not None and last.fingerprint == fingerprint and last.state != "running":
+            return None if last.state == READY else (last.log or "the setup failed")
+        rk = root.key if root else None
+        await self.store.write(lambda c: q.setup_started(c, key, fingerprint, rk, task_id))
+        done = await self.runner.run(
+            ["/bin/sh", "-c", _RUN_SETUP, env.setup_script],
+            repository=repo,
+            cwd=clone,
+            timeout=float(env.setup_timeout_seconds),
+            output_limit=LOG_KEEP,
+            env={**dict(env.variables), **secrets},
+            system=system,
+        )
+        text = _setup_log(done, env.setup_timeout_seconds)
+        state = READY if done.returncode == 0 and not done.timed_out else FAILED
+        await self.store.write(lambda c: q.setup_done(c, key, state, text))
+        meta: JsonObject = {"state": state, "script": env.setup_script, "exitCode": done.returncode}
+        events.append(_event(task_id, key, "environment.setup", meta))
+        return None if state == READY else text
+
+    async def _script_sha(self, script: str, repo: RepoRef, clone: str, system: JailSystem) -> str:
+        """The script's content hash, read in the jail (the clone is the agent's: the
+        host side does not open files in it). Missing, the setup run says so."""
+        done = await self.runner.run(
+            ["sha256sum", "--", script],
+            repository=repo,
+            cwd=clone,
+            timeout=60.0,
+            output_limit=4096,
+            read_only=True,
+            system=system,
+        )
+        found = _SHA.match(done.stdout.decode(errors="replace"))
+        return found.group(1) if found else "missing"
+
+
+def _setup_log(done: JailResult, limit: int) -> str:
+    text = (done.stdout + done.stderr).decode(errors="replace")
+    if done.timed_out:
+        text += f"\nthe setup did not end within {limit} seconds"
+    elif done.returncode != 0:
+        text += f"\nthe setup ended with exit status {done.returncode}"
+    return redact_text(text)[-LOG_KEEP:]
+
+
+def _event(task_id: str, key: str, action: str, meta: JsonObject) -> audit.AuditEvent:
+    return audit.AuditEvent(action=action, task_id=task_id, repo_key=key, metadata=meta)

@@ -1,0 +1,201 @@
+"""Repositories' environments with the real mmdebstrap, bubblewrap and codex app-server
+(issue #26). One small root is built per test session (the package ``hello`` and
+forgeflow's own base packages) in a folder the tests share; forgeflow finds it ready.
+
+- a repository whose environment lists ``hello`` gets a jail where ``hello`` runs and
+  the host's ``/usr`` (its bubblewrap, its node) is not there;
+- a setup secret is seen by the setup script and by nothing of the turn: not its
+  environment, not its transcript, not forgeflow's logs;
+- a failing setup fails the task with ``environment_setup_failed``, the answer quoting
+  the log's end.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from forgeflow.agent.envroot import BASE_PACKAGES, RootBuilder, host_suite
+from forgeflow.domain.environment import Environment, root_key
+from forgeflow_testkit.gitea_emulator import GiteaEmulator
+from forgeflow_testkit.model_server import ScriptedModel
+from tests.acceptance.test_egress import ui_page
+from tests.support.agentic import Agentic, start_agentic
+from tests.support.cluster import wait_for
+from tests.support.turns import shell_turn
+
+pytestmark = pytest.mark.skipif(
+    shutil.which("mmdebstrap") is None, reason="mmdebstrap is missing: run scripts/setup.sh"
+)
+
+REPO = "/api/gitea-workflow/repos/default:acme/widget/environment"
+SECRET = "setup-only-s3cr3t-4f9c2e"
+
+
+@pytest.fixture(scope="session")
+def env_roots(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The roots folder of every test here, with the root of ``["hello"]`` built once
+    (FORGEFLOW_TEST_ENV_ROOTS: a folder kept between sessions, as CI caches it)."""
+    kept = os.environ.get("FORGEFLOW_TEST_ENV_ROOTS")
+    folder = Path(kept) if kept else tmp_path_factory.mktemp("envroots")
+    key = root_key(Environment(packages=("hello",)), host_suite(), BASE_PACKAGES)
+    assert key is not None
+    built = asyncio.run(RootBuilder(folder).ensure(key))
+    assert built.ok, built.log
+    return folder
+
+
+@pytest.fixture
+def env_agentic(
+    gitea: GiteaEmulator,
+    model: ScriptedModel,
+    tmp_path: Path,
+    sqlite_url: str,
+    monkeypatch: pytest.MonkeyPatch,
+    env_roots: Path,
+) -> Iterator[Agentic]:
+    yield from start_agentic(
+        gitea, model, tmp_path, sqlite_url, monkeypatch, environment_roots=env_roots
+    )
+
+
+def declare(agentic: Agentic, environment: dict[str, object], n: int = 1) -> None:
+    with agentic.ff.admin() as admin:
+        r = admin.put(REPO, json={"requestId": f"env-{n}", "environment": environment})
+        assert r.status_code == 200, r.text
+
+
+def test_the_jail_runs_the_environment_s_package_not_the_host_s_system(
+    env_agentic: Agentic,
+) -> None:
+    declare(env_agentic, {"packages": ["hello"], "variables": {"GREETING_STYLE": "plain"}})
+    turn = shell_turn(
+        env_agentic,
+        "hello\n"
+        "test -e /usr/bin/bwrap && echo host-usr-visible || echo host-usr-hidden\n"
+        "test -e /usr/bin/node && echo host-node-visible || echo host-node-hidden\n"
+        'echo "style:$GREETING_STYLE"',
+    )
+    assert "Hello, world!" in turn.output
+    assert "host-usr-hidden" in turn.output and "host-node-hidden" in turn.output
+    assert "style:plain" in turn.output
+    with env_agentic.ff.admin() as admin:
+        root = admin.get(REPO).json()["root"]
+    # Found ready in the shared folder (no row of a build here), or recorded as ready.
+    assert root is None or root["state"] == "ready"
+
+
+def test_a_setup_secret_reaches_the_setup_only(env_agentic: Agentic) -> None:
+    env_agentic.gitea.push_branch(
+        "acme",
+        "widget",
+        "main",
+        {
+            "ci/env-setup.sh": (
+                'echo "secret-length:${#SETUP_TOKEN}"\n'
+                'echo "printed:$SETUP_TOKEN"\n'
+                'hello > "$HOME/setup-marker"\n'
+            )
+        },
+    )
+    with env_agentic.ff.admin() as admin:
+        r = admin.put(
+            REPO + "/secrets", json={"requestId": "s-1", "secrets": {"SETUP_TOKEN": SECRET}}
+        )
+        assert r.status_code == 200, r.text
+    declare(env_agentic, {"packages": ["hello"], "setupScript": "ci/env-setup.sh"})
+    turn = shell_turn(
+        env_agentic,
+        'env | grep -c SETUP_TOKEN || true\necho "value:${SETUP_TOKEN:-absent}"\n'
+        'cat "$HOME/setup-marker"\n'
+        # Its own rollout (sessions/) holds this command, the word searched for.
+        'grep -rl --exclude-dir=sessions s3cr3t "$HOME" /tmp 2>/dev/null'
+        ' | sed "s/^/found:/" || true',
+    )
+    assert "value:absent" in turn.output
+    assert "0\n" in turn.output  # no variable of that name in the turn's environment
+    assert "Hello, world!" in turn.output  # the setup's result, in the persistent home
+    assert SECRET not in turn.output and "found:" not in turn.output  # nor in a file
+    with env_agentic.ff.admin() as admin:
+        setup = admin.get(REPO).json()["setup"]
+        transcript = admin.get(f"/api/gitea-workflow/tasks/{turn.task_id}/transcript").text
+        audit = admin.get("/api/gitea-workflow/audit", params={"format": "jsonl"}).text
+    assert setup["state"] == "ready" and f"secret-length:{len(SECRET)}" in setup["log"]
+    assert "printed:***" in setup["log"] and SECRET not in setup["log"]
+    assert SECRET not in transcript and SECRET not in audit
+    for path in (env_agentic.ff.settings.data_dir / "logs").rglob("*"):
+        if path.is_file():
+            assert SECRET not in path.read_text(errors="replace"), path
+
+
+def test_a_failing_setup_fails_the_task_quoting_its_log(env_agentic: Agentic) -> None:
+    env_agentic.gitea.push_branch(
+        "acme",
+        "widget",
+        "main",
+        {
+            "ci/broken.sh": (
+                'echo "compiling the world"\necho "fatal: toolchain-xyz missing" >&2\nexit 7\n'
+            )
+        },
+    )
+    declare(env_agentic, {"setupScript": "ci/broken.sh"})
+    task_id = env_agentic.mention("@ccweb-bot please build it")
+    detail = env_agentic.finished(task_id)
+    assert detail["task"]["state"] == "failed"
+    assert detail["task"]["errorCode"] == "environment_setup_failed"
+    answers = wait_for(
+        lambda: [
+            c["body"] for c in env_agentic.bot_comments() if "environment_setup_failed" in c["body"]
+        ],
+        what="the failure's answer",
+    )
+    assert "fatal: toolchain-xyz missing" in answers[-1]
+    assert "exit status 7" in answers[-1]
+    assert env_agentic.model.requests == []  # no turn was started
+    with env_agentic.ff.admin() as admin:
+        setup = admin.get(REPO).json()["setup"]
+    assert setup["state"] == "failed" and "compiling the world" in setup["log"]
+    page = ui_page(env_agentic.ff.url, f"/ui/tasks/{task_id}")
+    assert 'id="environment-log"' in page and "toolchain-xyz missing" in page
+
+
+def test_a_changed_environment_waits_for_the_running_turn_then_replaces_it(
+    env_agentic: Agentic,
+) -> None:
+    declare(env_agentic, {"packages": ["hello"], "variables": {"GREETING_STYLE": "old"}})
+
+    def change_then_print() -> str:
+        # Asked while the turn runs (its app-server is up): the environment changes now.
+        declare(env_agentic, {"packages": ["hello"], "variables": {"GREETING_STYLE": "new"}}, 2)
+        return 'echo "style:$GREETING_STYLE"'
+
+    first = shell_turn(env_agentic, change_then_print)
+    assert "style:old" in first.output  # the running turn kept its system
+    second = shell_turn(env_agentic, 'echo "style:$GREETING_STYLE"\nhello')
+    assert "style:new" in second.output and "Hello, world!" in second.output
+
+
+def test_a_root_that_cannot_be_built_fails_the_task_once_until_set_again(
+    env_agentic: Agentic,
+) -> None:
+    # A name Debian does not have: mmdebstrap resolves the list, then stops.
+    declare(env_agentic, {"packages": ["hello", "forgeflow-no-such-package"]})
+    task_id = env_agentic.mention("@ccweb-bot please build it")
+    detail = env_agentic.finished(task_id, timeout=300)
+    assert detail["task"]["errorCode"] == "environment_setup_failed"
+    assert "forgeflow-no-such-package" in detail["task"]["executionError"]
+    with env_agentic.ff.admin() as admin:
+        root = admin.get(REPO).json()["root"]
+    assert root["state"] == "failed" and "mmdebstrap failed" in root["log"]
+    # The next mention fails at once with the same log: nothing was built again.
+    again = env_agentic.finished(env_agentic.mention("@ccweb-bot again"))
+    assert again["task"]["errorCode"] == "environment_setup_failed"
+    with env_agentic.ff.admin() as admin:
+        assert admin.get(REPO).json()["root"]["startedAt"] == root["startedAt"]
+    assert env_agentic.model.requests == []
