@@ -42,7 +42,12 @@ def env_roots(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The roots folder of every test here, with the root of ``["hello"]`` built once
     (FORGEFLOW_TEST_ENV_ROOTS: a folder kept between sessions, as CI caches it)."""
     kept = os.environ.get("FORGEFLOW_TEST_ENV_ROOTS")
-    folder = Path(kept) if kept else tmp_path_factory.mktemp("envroots")
+    base = tmp_path_factory.getbasetemp()
+    # Under xdist every worker has its own session: they share the run's folder, and
+    # the builder's file lock makes the first build the only one.
+    shared = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+    folder = Path(kept) if kept else shared / "envroots"
+    folder.mkdir(exist_ok=True)
     key = root_key(Environment(packages=("hello",)), host_suite(), BASE_PACKAGES)
     assert key is not None
     built = asyncio.run(RootBuilder(folder).ensure(key))
