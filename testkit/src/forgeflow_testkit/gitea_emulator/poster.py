@@ -13,6 +13,12 @@ import select
 import threading
 from urllib.parse import urlsplit
 
+_RESET = (ConnectionResetError, BrokenPipeError, http.client.RemoteDisconnected)
+
+
+class _ClosedWhileIdle(ConnectionResetError):
+    """A kept connection failed as one the server had closed while it was idle."""
+
 
 class Poster:
     """One keep-alive connection per thread and origin; a connection the server has
@@ -25,14 +31,32 @@ class Poster:
         self._lock = threading.Lock()
 
     def post(self, url: str, body: bytes, headers: dict[str, str]) -> tuple[int, str]:
-        """(status, response text); raises OSError or http.client.HTTPException."""
+        """(status, response text); raises OSError or http.client.HTTPException.
+
+        A kept connection the server closed while this request went out is tried once
+        more on a new one, as Go's transport does for a server-closed idle connection
+        (net/http transport.go, shouldRetryRequest). Go retries only when nothing was read;
+        a reset cannot tell, and a repeat under the same delivery id is one delivery to
+        forgeflow (it deduplicates by that id)."""
+        try:
+            return self._post_once(url, body, headers)
+        except _ClosedWhileIdle:
+            return self._post_once(url, body, headers)
+
+    def _post_once(self, url: str, body: bytes, headers: dict[str, str]) -> tuple[int, str]:
         parts = urlsplit(url)
         target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
         conn = self._connection(parts.scheme, parts.netloc)
+        reused = conn.sock is not None
         try:
             conn.request("POST", target, body=body, headers=headers)
             response = conn.getresponse()
             text = response.read().decode("utf-8", errors="replace")
+        except _RESET as exc:
+            self._drop(parts.scheme, parts.netloc)
+            if reused:
+                raise _ClosedWhileIdle(str(exc)) from exc
+            raise
         except BaseException:
             self._drop(parts.scheme, parts.netloc)
             raise
