@@ -79,7 +79,7 @@ def test_task_page_shows_the_mentions_model_and_token_cap(world: World) -> None:
         plain = client.get(f"/ui/tasks/{task_id}").text
         # No options: the configured model (none here: the Codex configuration's) and
         # no cap of its own.
-        assert "the Codex configuration&#39;s" in _fact(plain, "task-model")
+        assert "the Codex configuration's" in _fact(plain, "task-model")
         assert "--model" not in _fact(plain, "task-model")
         assert "none (the repository" in _fact(plain, "task-cap")
         # What `@ccweb-bot --model gpt-x --max-tokens 5000 …` stores (tasks.model,
