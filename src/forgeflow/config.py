@@ -6,6 +6,7 @@ import os
 import shlex
 import tomllib
 from datetime import date, datetime, time
+from decimal import Decimal
 from enum import StrEnum
 from pathlib import Path
 from typing import Any, ClassVar, Literal
@@ -30,6 +31,7 @@ from forgeflow.domain.egress import (
 )
 from forgeflow.domain.images import Bounds as ImageBounds
 from forgeflow.domain.permissions import Permission
+from forgeflow.domain.prices import Price, PriceError, Prices, check_currency, parse_prices
 from forgeflow.domain.reviews import DEFAULT_SKIP as REVIEW_SKIP
 
 ENV_PREFIX = "FORGEFLOW_"
@@ -147,6 +149,10 @@ class Settings(BaseSettings):
     budget_threshold: float = Field(default=0.8, gt=0, le=1)
     price_input_per_mtok: float | None = Field(default=None, ge=0)
     price_output_per_mtok: float | None = Field(default=None, ge=0)
+    # Per model ("model" = {input, output, cached_input} per million tokens): the cost
+    # the receipt and the task page show (docs/configuration.md "Prices").
+    prices: dict[str, Any] = Field(default_factory=dict)
+    price_currency: str = "USD"
     # The HTTP surface (docs/security.md "The HTTP surface").
     http_max_header_bytes: int = Field(default=16 * 1024, ge=1024, le=1024 * 1024)
     http_header_timeout_seconds: float = Field(default=10.0, gt=0)
@@ -188,6 +194,17 @@ class Settings(BaseSettings):
             self.price_output_per_mtok,
         )
 
+    def price_table(self) -> Prices:
+        """The prices per model (checked at load); the pair of FORGEFLOW_PRICE_* prices
+        every other model, as the usage report does."""
+        default = None
+        if self.price_input_per_mtok is not None or self.price_output_per_mtok is not None:
+            default = Price(
+                Decimal(str(self.price_input_per_mtok or 0)),
+                Decimal(str(self.price_output_per_mtok or 0)),
+            )
+        return Prices(parse_prices(self.prices), default, self.price_currency)
+
     def image_bounds(self) -> ImageBounds:
         return ImageBounds(self.image_max_count, self.image_max_bytes, self.image_max_total_bytes)
 
@@ -228,6 +245,23 @@ class Settings(BaseSettings):
         except PolicyError as exc:
             raise ValueError(str(exc).removeprefix("value: ")) from None
         return value
+
+    @field_validator("prices")
+    @classmethod
+    def _check_prices(cls, value: dict[str, Any]) -> dict[str, Any]:
+        try:
+            parse_prices(value)
+        except PriceError as exc:
+            raise ValueError(str(exc)) from None
+        return value
+
+    @field_validator("price_currency")
+    @classmethod
+    def _check_currency(cls, value: str) -> str:
+        try:
+            return check_currency(value)
+        except PriceError as exc:
+            raise ValueError(str(exc)) from None
 
     @field_validator("egress_repos")
     @classmethod

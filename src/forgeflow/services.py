@@ -200,7 +200,14 @@ class Services:
             public_url=s.public_url,
             threads=self.threads,
         )
-        tracker = Tracker(store, gitea, replies, every_seconds=s.tracking_edit_seconds)
+        tracker = Tracker(
+            store,
+            gitea,
+            replies,
+            every_seconds=s.tracking_edit_seconds,
+            prices=s.price_table(),
+            default_model=s.model,
+        )
         outbox = Outbox(store, replies, dispatcher, gitea=gitea, tracker=tracker)
         moves = TaskMoves(store, self.retry, dispatcher)
         images = ConversationImages(store, gitea, moves, s.image_bounds())

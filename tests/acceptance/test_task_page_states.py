@@ -66,3 +66,28 @@ def test_task_page_renders_in_every_state_of_every_resource_kind(world: World) -
                 assert f"s-{state.value}" in r.text, (kind, state)
         # A pull request's page shows its refs (present only on pull-request tasks).
         assert "Pull request" in client.get(f"/ui/tasks/{on_pull}").text
+
+
+def _fact(html: str, element_id: str) -> str:
+    start = html.index(f'id="{element_id}"')
+    return html[start : html.index("</dd>", start)]
+
+
+def test_task_page_shows_the_mentions_model_and_token_cap(world: World) -> None:
+    task_id = _task(world, world.issue)
+    with _signed_in(world) as client:
+        plain = client.get(f"/ui/tasks/{task_id}").text
+        # No options: the configured model (none here: the Codex configuration's) and
+        # no cap of its own.
+        assert "the Codex configuration's" in _fact(plain, "task-model")
+        assert "--model" not in _fact(plain, "task-model")
+        assert "none (the repository" in _fact(plain, "task-cap")
+        # What `@ccweb-bot --model gpt-x --max-tokens 5000 …` stores (tasks.model,
+        # tasks.max_tokens, #25 item 4).
+        _set(world, task_id, model="gpt-x", max_tokens=5000, input_tokens=900, output_tokens=40)
+        page = client.get(f"/ui/tasks/{task_id}").text
+    assert "<code>gpt-x</code> (asked with <code>--model</code>)" in _fact(page, "task-model")
+    assert "5000 tokens (<code>--max-tokens</code>)" in _fact(page, "task-cap")
+    # No prices configured: tokens, no cost.
+    assert "900 in + 40 out = 940" in _fact(page, "task-tokens")
+    assert 'id="task-cost"' not in page

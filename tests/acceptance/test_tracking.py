@@ -3,19 +3,26 @@ app-server, the scripted model and the Gitea emulator."""
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime
+from decimal import Decimal
 from pathlib import Path
 
+import httpx
 import pytest
 
+from forgeflow.domain.prices import Price, Prices, Usage
 from forgeflow_testkit.agents import read_turn
 from forgeflow_testkit.gitea_emulator import GiteaEmulator
 from forgeflow_testkit.model_server import RecordedRequest, ScriptedModel, last_input_is_tool_output
 from forgeflow_testkit.model_steps import Reply, Step, gitea_comment, message
+from forgeflow_testkit.model_steps import Usage as ModelUsage
 from tests.support.agentic import Agentic, start_agentic
 from tests.support.cluster import wait_for
+from tests.support.forgeflow import ADMIN_TOKEN
 
 
 @pytest.fixture
@@ -31,7 +38,31 @@ def tracked(
     )
 
 
-def slow_answering_agent(model: ScriptedModel) -> None:
+# Per million tokens, in EUR (the currency label is a setting).
+PRICES = {"scripted-model": {"input": 3000, "output": 15000, "cached_input": 300}}
+
+
+@pytest.fixture
+def priced(
+    gitea: GiteaEmulator,
+    model: ScriptedModel,
+    tmp_path: Path,
+    sqlite_url: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> Iterator[Agentic]:
+    yield from start_agentic(
+        gitea,
+        model,
+        tmp_path,
+        sqlite_url,
+        monkeypatch,
+        tracking_edit_seconds=0.2,
+        prices=PRICES,
+        price_currency="EUR",
+    )
+
+
+def slow_answering_agent(model: ScriptedModel, *, cached: bool = False) -> None:
     """Each turn: after a pause, the answer through the Gitea tool, then a closing
     message. (The pinned codex answers ``update_plan`` with "unsupported call" for this
     model, so the plan's checklist is tested on the notification's shape in
@@ -41,9 +72,14 @@ def slow_answering_agent(model: ScriptedModel) -> None:
         ask = read_turn(request)
         assert ask is not None
         body = f"Here is my answer.\n\n{ask.marker}"
-        return Reply.of(gitea_comment(ask.owner, ask.repo, ask.number, body), delay=0.6)
+        usage = ModelUsage(1000, cached_input_tokens=400, output_tokens=50) if cached else None
+        call = gitea_comment(ask.owner, ask.repo, ask.number, body)
+        return Reply.of(call, usage=usage, delay=0.6)
 
-    model.respond(last_input_is_tool_output(), lambda _r: message("Posted my answer."))
+    closing = ModelUsage(2000, cached_input_tokens=1500, output_tokens=20) if cached else None
+    model.respond(
+        last_input_is_tool_output(), lambda _r: message("Posted my answer.", usage=closing)
+    )
     model.respond(lambda r: read_turn(r) is not None, start)
 
 
@@ -105,3 +141,69 @@ def test_refused_reactions_cost_nothing_else(tracked: Agentic) -> None:
         what="the final edit of the receipt",
     )
     assert "answered below" in body
+
+
+def _final_receipt(agentic: Agentic) -> str:
+    body: str = wait_for(
+        lambda: "结果 / outcome" in (b := str(_receipt(agentic)["body"])) and b,
+        timeout=20,
+        what="the final edit of the receipt",
+    )
+    return body
+
+
+@contextmanager
+def _signed_in(agentic: Agentic) -> Iterator[httpx.Client]:
+    with httpx.Client(base_url=agentic.ff.url, timeout=30) as client:
+        form = client.get("/ui/login")
+        csrf = re.search(r'name="csrf" value="([^"]+)"', form.text)
+        assert csrf is not None
+        r = client.post(
+            "/ui/login", data={"csrf": csrf.group(1), "token": ADMIN_TOKEN, "operator": "ops"}
+        )
+        assert r.status_code == 303, r.text
+        yield client
+
+
+def test_with_prices_the_final_receipt_and_the_task_page_show_the_cost(priced: Agentic) -> None:
+    agentic = priced
+    slow_answering_agent(agentic.model, cached=True)
+    task_id = agentic.mention("@ccweb-bot please explain the flaky test")
+    task = agentic.finished(task_id)["task"]
+    assert task["state"] == "succeeded", (task, agentic.model.errors)
+    # Codex reported the cached part of the input apart (input_tokens_details), and
+    # forgeflow kept it: only the two scripted replies had cached tokens.
+    assert task["cachedInputTokens"] == 400 + 1500
+    assert task["inputTokens"] >= 3000 and task["outputTokens"] >= 70
+    used = Usage(task["inputTokens"], task["outputTokens"], task["cachedInputTokens"])
+    price = Price(Decimal(3000), Decimal(15000), Decimal(300))
+    expected = Prices({"scripted-model": price}, currency="EUR").shown("scripted-model", used)
+    assert expected is not None and expected.endswith(" EUR")
+    # (3000 - 1900) x 3000 + 1900 x 300 + 70 x 15000 per million = 4.92 for the scripted
+    # replies alone; any other request codex made adds to it, never takes away.
+    assert Decimal(expected.split()[0]) >= Decimal("4.92")
+    body = _final_receipt(agentic)
+    assert f"tokens: {task['inputTokens']} in, {task['outputTokens']} out" in body
+    assert f"费用 / cost: {expected}" in body
+    # During the turn no cost was shown (it is the final edit's).
+    receipt_id = int(str(_receipt(agentic)["id"]))
+    assert all("cost" not in b for b in agentic.gitea.comment_history(receipt_id)[:-1])
+    with _signed_in(agentic) as client:
+        page = client.get(f"/ui/tasks/{task_id}")
+    assert page.status_code == 200
+    assert f'<dd id="task-cost">{expected}</dd>' in page.text
+    assert f"{task['inputTokens']} in (1900 cached)" in page.text
+
+
+def test_without_prices_the_final_receipt_shows_tokens_and_no_cost(tracked: Agentic) -> None:
+    agentic = tracked
+    slow_answering_agent(agentic.model, cached=True)
+    task_id = agentic.mention("@ccweb-bot please explain the flaky test")
+    task = agentic.finished(task_id)["task"]
+    assert task["state"] == "succeeded", (task, agentic.model.errors)
+    body = _final_receipt(agentic)
+    assert f"tokens: {task['inputTokens']} in, {task['outputTokens']} out" in body
+    assert "cost" not in body and "费用" not in body
+    with _signed_in(agentic) as client:
+        page = client.get(f"/ui/tasks/{task_id}")
+    assert page.status_code == 200 and 'id="task-cost"' not in page.text

@@ -97,7 +97,7 @@ TASK_KEYS = {
     "instruction", "state", "attempt", "replyAttempt", "threadId", "turnId", "leaseId",
     "nextRetryAt", "errorCode", "executionError", "replyError", "refs", "retryStep",
     "turnCount", "claimedBy", "inputTokens", "outputTokens", "createdAt", "updatedAt",
-    "stateVersion", "mode", "model", "maxTokens",
+    "stateVersion", "mode", "model", "maxTokens", "cachedInputTokens",
 }  # fmt: skip
 REPOSITORY_KEYS = {
     "repoKey", "instanceId", "owner", "name", "cloneUrl", "workspacePath", "defaultBranch",
@@ -109,7 +109,7 @@ SESSION_KEYS = {
 }  # fmt: skip
 TURN_KEYS = {
     "turnKey", "turnId", "taskId", "threadId", "kind", "status", "eventSeq", "inputTokens",
-    "outputTokens", "lastMessage", "startedAt", "completedAt",
+    "outputTokens", "lastMessage", "startedAt", "completedAt", "cachedInputTokens",
 }  # fmt: skip
 
 AT = datetime(2024, 5, 1, 10, 0, 0, 123456, tzinfo=UTC)

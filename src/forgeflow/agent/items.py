@@ -39,6 +39,7 @@ class TurnState:
     seq: int = 0
     input_tokens: int = 0
     output_tokens: int = 0
+    cached_input_tokens: int = 0
     usage_at_start: tuple[int, int] = (0, 0)
     last_message: str | None = None
     error: str | None = None
@@ -79,7 +80,12 @@ def on_notification(turn: TurnState, method: str, params: Json) -> TurnEnd | Non
         last = (params.get("tokenUsage") or {}).get("last") or {}
         turn.input_tokens += int(last.get("inputTokens") or 0)
         turn.output_tokens += int(last.get("outputTokens") or 0)
-        turn.put(TokenUsage(turn.next_seq(), turn.input_tokens, turn.output_tokens))
+        turn.cached_input_tokens += int(last.get("cachedInputTokens") or 0)
+        turn.put(
+            TokenUsage(
+                turn.next_seq(), turn.input_tokens, turn.output_tokens, turn.cached_input_tokens
+            )
+        )
     elif method in ("turn/plan/updated", "item/started"):
         progress = _progress(turn.next_seq(), method, params)
         if progress is not None:

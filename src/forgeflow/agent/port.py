@@ -99,9 +99,12 @@ class ToolCall:
 
 @dataclass(frozen=True, slots=True)
 class TokenUsage:
+    """The turn's running totals; ``cached_input_tokens`` is a part of the input."""
+
     seq: int
     input_tokens: int
     output_tokens: int
+    cached_input_tokens: int = 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -134,6 +134,7 @@ class Task(Record):
     mode: str | None  # a pipeline task's conversation mode; None for a mention
     model: str | None = None  # the mention's ``--model`` (None: the configured one)
     max_tokens: int | None = None  # the mention's ``--max-tokens`` cap (None: none)
+    cached_input_tokens: int = 0  # the part of input_tokens the provider had cached
 
     @property
     def resource(self) -> ResourceRef:
@@ -203,6 +204,7 @@ class Turn(Record):
     output_tokens: int
     started_at: datetime | None
     completed_at: datetime | None
+    cached_input_tokens: int = 0  # the part of input_tokens the provider had cached
 
 
 @dataclass(frozen=True, slots=True)

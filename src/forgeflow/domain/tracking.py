@@ -2,7 +2,8 @@
 
 The receipt stays one comment that starts with ``giteabot: 已收到`` (the spec's text);
 below it, the place in the queue, the agent's plan as a checklist, what it does now,
-the elapsed time, and at the end the outcome, the tokens and where the work went. Every
+the elapsed time, and at the end the outcome, the tokens (and their cost, with prices
+configured) and where the work went. Every
 field is bounded so that an agent with a long plan cannot make the comment grow.
 """
 
@@ -62,6 +63,7 @@ class View:
     elapsed_seconds: float | None = None
     input_tokens: int = 0
     output_tokens: int = 0
+    cost: str | None = None  # with prices configured (domain/prices.format_cost)
     outcome: str | None = None
     where: tuple[str, ...] = ()  # branch, pull request
     link: str = ""
@@ -88,6 +90,8 @@ def render(view: View) -> str:
         facts.append(f"用时 / elapsed {_elapsed(view.elapsed_seconds)}")
     if view.input_tokens or view.output_tokens:
         facts.append(f"tokens: {view.input_tokens} in, {view.output_tokens} out")
+    if view.cost is not None:
+        facts.append(f"费用 / cost: {_line(view.cost)}")
     if view.outcome is not None:
         lines += ["", f"结果 / outcome: {_line(view.outcome)}"]
     if facts:

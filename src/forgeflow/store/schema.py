@@ -129,6 +129,8 @@ tasks = Table(
     # A mention's ``--model`` and ``--max-tokens`` (0010); NULL: the defaults.
     Column("model", String(100)),
     Column("max_tokens", BigInteger),
+    # The part of input_tokens served from the provider's cache (0013).
+    Column("cached_input_tokens", BigInteger, nullable=False, server_default="0"),
     # Gitea's replay sends the same comment under a new delivery id.
     Index("ux_tasks_repo_comment", "repo_key", "comment_id", unique=True),
     Index("ix_tasks_state_created", "state", "created_at"),
@@ -158,6 +160,7 @@ turns = Table(
     Column("output_tokens", BigInteger, nullable=False, server_default="0"),
     Column("started_at", UTCDateTime()),
     Column("completed_at", UTCDateTime()),
+    Column("cached_input_tokens", BigInteger, nullable=False, server_default="0"),  # 0013
     Index("ix_turns_task_id", "task_id"),
 )
 

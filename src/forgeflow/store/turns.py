@@ -34,6 +34,7 @@ _SET_TURN_TOKENS = update(turns).where(_TURN)
 _TASK_TOKENS = select(
     func.coalesce(func.sum(turns.c.input_tokens), 0).label("input"),
     func.coalesce(func.sum(turns.c.output_tokens), 0).label("output"),
+    func.coalesce(func.sum(turns.c.cached_input_tokens), 0).label("cached"),
 ).where(turns.c.task_id == bindparam("b_task_id"))
 _SET_TASK_TOKENS = update(tasks).where(tasks.c.task_id == bindparam("b_task_id"))
 _TURN_FINISHED = update(turns).where(_TURN)
@@ -108,14 +109,26 @@ def event_seen(conn: Connection, turn_key: str, seq: int) -> bool:
 
 
 def add_tokens(
-    conn: Connection, turn_key: str, task_id: str, input_tokens: int, output_tokens: int
+    conn: Connection,
+    turn_key: str,
+    task_id: str,
+    input_tokens: int,
+    output_tokens: int,
+    *,
+    cached_input_tokens: int = 0,
 ) -> int:
-    """Set the turn's running totals; returns how many tokens this call added."""
+    """Set the turn's running totals; returns how many tokens this call added (the
+    cached input is a part of the input: it adds nothing to the budgets' count)."""
     before = sql.scalar(conn, _TURN_TOKENS, {"b_turn_key": turn_key})
     sql.execute(
         conn,
         _SET_TURN_TOKENS,
-        {"b_turn_key": turn_key, "input_tokens": input_tokens, "output_tokens": output_tokens},
+        {
+            "b_turn_key": turn_key,
+            "input_tokens": input_tokens,
+            "output_tokens": output_tokens,
+            "cached_input_tokens": cached_input_tokens,
+        },
     )
     totals = sql.first(conn, _TASK_TOKENS, {"b_task_id": task_id})
     assert totals is not None
@@ -126,6 +139,7 @@ def add_tokens(
             "b_task_id": task_id,
             "input_tokens": int(totals["input"]),
             "output_tokens": int(totals["output"]),
+            "cached_input_tokens": int(totals["cached"]),
         },
     )
     return input_tokens + output_tokens - int(before)

@@ -168,7 +168,12 @@ class TurnFollower:
                 audit.append(c, row)
             elif isinstance(event, TokenUsage):
                 added = turn_q.add_tokens(
-                    c, key, task.task_id, event.input_tokens, event.output_tokens
+                    c,
+                    key,
+                    task.task_id,
+                    event.input_tokens,
+                    event.output_tokens,
+                    cached_input_tokens=event.cached_input_tokens,
                 )
                 usage.note_tokens(c, task.repo_key, added, self.budgets)
             elif isinstance(event, Transcribed):

@@ -24,6 +24,7 @@ from forgeflow.agent.port import AgentEvent, Progress, TokenUsage
 from forgeflow.domain.ids import turn_key
 from forgeflow.domain.markers import Marker, MarkerKind, append_marker
 from forgeflow.domain.options import receipt_line
+from forgeflow.domain.prices import Prices, Usage
 from forgeflow.domain.records import Task
 from forgeflow.domain.states import TERMINAL_STATES, TaskState
 from forgeflow.domain.tracking import View, render
@@ -64,12 +65,21 @@ def outcome_of(task: Task) -> str | None:
 
 class Tracker:
     def __init__(
-        self, store: Store, gitea: GiteaClient, replies: Replies, *, every_seconds: float
+        self,
+        store: Store,
+        gitea: GiteaClient,
+        replies: Replies,
+        *,
+        every_seconds: float,
+        prices: Prices | None = None,
+        default_model: str | None = None,
     ) -> None:
         self.store = store
         self.gitea = gitea
         self.replies = replies
         self.every = every_seconds
+        self.prices = prices or Prices()
+        self.default_model = default_model  # the model of a task without ``--model``
         self._live: dict[str, _Live] = {}
 
     def begin(self, task: Task) -> None:
@@ -146,6 +156,7 @@ class Tracker:
         if outcome is None:
             return
         where = [f"分支 / branch: `{b}`" for b in await self._branches(task)]
+        usage = Usage(task.input_tokens, task.output_tokens, task.cached_input_tokens)
         if task.refs is not None:
             where.append(f"拉取请求 / pull request: #{task.resource.number}")
         view = View(
@@ -154,6 +165,7 @@ class Tracker:
             elapsed_seconds=(task.updated_at - task.created_at).total_seconds(),
             input_tokens=task.input_tokens,
             output_tokens=task.output_tokens,
+            cost=self.prices.shown(task.model or self.default_model, usage),
             outcome=outcome,
             where=tuple(where),
             link=self.replies.link(task),

@@ -83,6 +83,10 @@ class TaskPage:
     tokens: int
     stamp_url: str
     review: BotReview | None  # a review task's review as forgeflow recorded it
+    # The model the task runs with (its ``--model``, else the configured one; None:
+    # the Codex configuration's) and its cost with prices configured (else None).
+    model: str | None = None
+    cost: str | None = None
     # The repository's setup run when it ran in this task (its log bounded, redacted).
     environment: JsonObject | None = None
     nav: str = "tasks"

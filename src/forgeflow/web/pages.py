@@ -19,6 +19,7 @@ from forgeflow.domain.intake import DeliveryStatus
 from forgeflow.domain.json import JsonObject
 from forgeflow.domain.paths import session_worktree
 from forgeflow.domain.permissions import Permission
+from forgeflow.domain.prices import Usage
 from forgeflow.domain.states import (
     ACTIVE_STATES,
     CANCELLABLE_STATES,
@@ -165,7 +166,9 @@ def task_marker(conn: Connection, task_id: str, scoped: bool = False) -> str:
 
 @router.get("/tasks/{task_id}")
 async def task_page(request: Request, session: Session, task_id: str) -> Response:
-    root = str(services(request).settings.resolved_workspace_root)
+    settings = services(request).settings
+    root = str(settings.resolved_workspace_root)
+    prices = settings.price_table()
 
     def _read(conn: Connection) -> tuple[str, TaskPage] | None:
         stamp = task_marker(conn, task_id, scoped=not session.operator_rights)
@@ -192,6 +195,11 @@ async def task_page(request: Request, session: Session, task_id: str) -> Respons
             can_abort=task.state == TaskState.RUNNING,
             can_release=task.state == TaskState.BLOCKED_WORKSPACE,
             tokens=(task.input_tokens or 0) + (task.output_tokens or 0),
+            model=task.model or settings.model,
+            cost=prices.shown(
+                task.model or settings.model,
+                Usage(task.input_tokens, task.output_tokens, task.cached_input_tokens),
+            ),
             stamp_url=f"/ui/live?task={quote(task_id, safe='')}",
             review=reviews.of_task(conn, task_id),
             environment=_setup_of(conn, task.repo_key, task_id),
