@@ -183,7 +183,7 @@ class CodexRuntime:
             server = self._servers.get(key)
             system = jail.HOST_SYSTEM
             if self.systems is not None:
-                system = await self.systems(owner, repo)
+                system = await self.systems.system(owner, repo)
             if server is not None and server.running:
                 # On an older environment: kept while a turn runs on it, replaced once
                 # it is idle (its threads are resumed by the next one).
@@ -240,6 +240,8 @@ class CodexRuntime:
             del self._threads[thread]
         await server.stop()
         await self.egress.stop(server.key)
+        if self.systems is not None:  # its root, if no other jail holds it, may go
+            self.systems.released()
 
     async def _watch(self, server: AppServer, proc: RpcProcess) -> None:
         await proc.closed.wait()
