@@ -110,7 +110,10 @@ class RootBuilder:
             raise ValueError(f"{key!r} is not a root's key")
         target = self.path(key)
         doomed = self.folder / f".{key}.{secrets.token_hex(4)}.removing"
-        async with self._locks.setdefault(key, asyncio.Lock()):
+        mine = self._locks.setdefault(key, asyncio.Lock())
+        if mine.locked():  # being built here: it is wanted again
+            return False
+        async with mine:
             build = os.open(self.folder / f"{key}.lock", _LOCK_FLAGS, 0o600)
             use = os.open(use_file(target), _LOCK_FLAGS, 0o600)
             try:

@@ -215,7 +215,7 @@ class Environments:
         rk = root.key if root else None
         await self.store.write(lambda c: q.setup_started(c, key, fingerprint, rk, task_id))
         blocks = Blocks()
-        async with self._proxy(key, blocks) as egress:
+        async with self._proxy(f"{repo.owner}/{repo.name}", blocks) as egress:
             done = await self.runner.run(
                 ["/bin/sh", "-c", _RUN_SETUP, env.setup_script],
                 repository=repo,
@@ -249,7 +249,7 @@ class Environments:
         return found.group(1) if found else "missing"
 
     @contextlib.asynccontextmanager
-    async def _proxy(self, repo_key: str, blocks: Blocks) -> AsyncIterator[Path | None]:
+    async def _proxy(self, repo_name: str, blocks: Blocks) -> AsyncIterator[Path | None]:
         """The setup run's own egress proxy (as a turn's jail has one), on a socket in a
         short private folder (a Unix socket's path is limited to 107 bytes); None
         without the ``proxy`` network."""
@@ -258,7 +258,7 @@ class Environments:
             return
         folder = Path(tempfile.mkdtemp(prefix="forgeflow-setup-"))
         proxy = EgressProxy(
-            self.egress.for_repository(repo_key), folder / "egress.sock", blocks.add
+            self.egress.for_repository(repo_name), folder / "egress.sock", blocks.add
         )
         try:
             await proxy.start()
