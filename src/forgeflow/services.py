@@ -151,7 +151,7 @@ class Services:
         environments = self.environments()
         try:
             self.runtime = create_runtime(
-                s, publisher.for_session, comments, reviews.tool, environments.system
+                s, publisher.for_session, comments, reviews.tool, environments
             )
         except RuntimeUnavailable as exc:
             log.warning("worker.unavailable", reason=str(exc))

@@ -8,7 +8,8 @@ non-loopback address, the metadata address, private ranges, a name that resolves
 loopback and the IP-literal spellings of 127.0.0.1: directly and through the proxy.
 Nothing reaches a canary, every proxied attempt is refused and recorded for the task,
 and the answer names them. An allow-listed host works unasked through the proxy, for
-curl (plain and CONNECT), pip, npm and git."""
+curl (plain and CONNECT), pip, npm and git. A repository's setup script (#26) has the
+same network: its own egress proxy under ``proxy``, nothing under ``off``."""
 
 from __future__ import annotations
 
@@ -237,3 +238,57 @@ def test_the_jail_reaches_no_host_service_and_allow_listed_hosts_through_the_pro
         assert section(done, "pip").strip() == "jailpkg-0.1-py3-none-any.whl", done
         assert section(done, "npm").strip() == "1.0.0", done
         assert section(done, "git").strip() == "served through the proxy", done
+
+
+SETUP_FETCH = (
+    'echo "== allowed"; curl -s -m 5 http://{index}:{port}/npm/jailpkg | head -c 18; echo\n'
+    'echo "== refused"; curl -s -m 5 -o /dev/null -w "%{{http_code}}"'
+    " http://blocked.test:{port}/; echo\n"
+    'echo "== direct"; curl -s -m 5 --noproxy "*" http://127.0.0.1:{port}/ >/dev/null;'
+    ' echo "exit:$?"\n'
+)
+ENV = "/api/gitea-workflow/repos/default:acme/widget/environment"
+
+
+def _setup_log(world: Any, port: int) -> str:
+    """Declare a setup script that fetches from the index, run a turn, its setup log."""
+    script = SETUP_FETCH.format(index=INDEX, port=port)
+    world.gitea.push_branch("acme", "widget", "main", {"ci/fetch.sh": script})
+    with world.ff.admin() as admin:
+        body = {"requestId": "env-1", "environment": {"setupScript": "ci/fetch.sh"}}
+        assert admin.put(ENV, json=body).status_code == 200
+    shell_turn(world, "echo turn")
+    with world.ff.admin() as admin:
+        setup = admin.get(ENV).json()["setup"]
+    assert setup["state"] == "ready", setup
+    return str(setup["log"])
+
+
+@pytest.mark.parametrize("network", ["proxy", "off"])
+def test_a_setup_script_has_the_jails_network(
+    gitea: GiteaEmulator,
+    model: ScriptedModel,
+    tmp_path: Path,
+    sqlite_url: str,
+    monkeypatch: pytest.MonkeyPatch,
+    index: int,
+    network: str,
+) -> None:
+    settings = {
+        "agent_network": network,
+        "egress_allow": INDEX,
+        "egress_ports": f"80,443,{index}",
+        "egress_resolve": f"{INDEX}=127.0.0.1",
+    }
+    for world in start_agentic(gitea, model, tmp_path, sqlite_url, monkeypatch, **settings):
+        log = _setup_log(world, index)
+        # The host's loopback is never reached directly: the setup's jail has its own.
+        assert section(log, "direct").splitlines()[0] == "exit:7", log
+        if network == "proxy":
+            assert section(log, "allowed").strip() == '{"name": "jailpkg"', log
+            assert section(log, "refused").splitlines()[0] == "403", log
+            # What the proxy refused is in the setup's log, by host and port.
+            assert f"refused blocked.test:{index}" in log, log
+        else:  # no proxy, no DNS: nothing is fetched
+            assert section(log, "allowed").strip() == "", log
+            assert section(log, "refused").splitlines()[0] == "000", log

@@ -7,7 +7,11 @@ forgeflow's own base packages) in a folder the tests share; forgeflow finds it r
 - a setup secret is seen by the setup script and by nothing of the turn: not its
   environment, not its transcript, not forgeflow's logs;
 - a failing setup fails the task with ``environment_setup_failed``, the answer quoting
-  the log's end.
+  the log's end;
+- the repository's page shows its root (state, size, last use) and its last setup with
+  the end of its log;
+- a changed list's old root stays while a jail runs on it (another forgeflow sharing
+  the folder and the database cannot remove it either) and is removed once none does.
 """
 
 from __future__ import annotations
@@ -15,13 +19,18 @@ from __future__ import annotations
 import asyncio
 import os
 import shutil
+import subprocess
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 
 from forgeflow.agent.envroot import BASE_PACKAGES, RootBuilder, host_suite
-from forgeflow.domain.environment import Environment, root_key
+from forgeflow.domain.environment import Environment, RootKey, RootState, root_key
+from forgeflow.store import Store
+from forgeflow.store import environments as q
+from forgeflow.tasks.environment import Environments
 from forgeflow_testkit.gitea_emulator import GiteaEmulator
 from forgeflow_testkit.model_server import ScriptedModel
 from tests.acceptance.test_egress import ui_page
@@ -34,7 +43,14 @@ pytestmark = pytest.mark.skipif(
 )
 
 REPO = "/api/gitea-workflow/repos/default:acme/widget/environment"
+PAGE = "/ui/repos/default:acme/widget"
 SECRET = "setup-only-s3cr3t-4f9c2e"
+
+
+def key_of(*packages: str) -> RootKey:
+    key = root_key(Environment(packages=packages), host_suite(), BASE_PACKAGES)
+    assert key is not None
+    return key
 
 
 @pytest.fixture(scope="session")
@@ -48,9 +64,7 @@ def env_roots(tmp_path_factory: pytest.TempPathFactory) -> Path:
     shared = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
     folder = Path(kept) if kept else shared / "envroots"
     folder.mkdir(exist_ok=True)
-    key = root_key(Environment(packages=("hello",)), host_suite(), BASE_PACKAGES)
-    assert key is not None
-    built = asyncio.run(RootBuilder(folder).ensure(key))
+    built = asyncio.run(RootBuilder(folder).ensure(key_of("hello")))
     assert built.ok, built.log
     return folder
 
@@ -91,8 +105,13 @@ def test_the_jail_runs_the_environment_s_package_not_the_host_s_system(
     assert "style:plain" in turn.output
     with env_agentic.ff.admin() as admin:
         root = admin.get(REPO).json()["root"]
-    # Found ready in the shared folder (no row of a build here), or recorded as ready.
-    assert root is None or root["state"] == "ready"
+    # Found ready in the shared folder (built by the fixture): recorded as found.
+    assert root["state"] == "ready" and root["sizeBytes"] > 1_000_000, root
+    assert root["lastUsedAt"] is not None
+    page = ui_page(env_agentic.ff.url, PAGE)
+    assert 'id="environment-root"' in page and "s-ready" in page, page
+    assert "MiB" in page.split('id="root-size"', 1)[1][:40]
+    assert "hello" in page and "GREETING_STYLE=plain" in page
 
 
 def test_a_setup_secret_reaches_the_setup_only(env_agentic: Agentic) -> None:
@@ -168,6 +187,11 @@ def test_a_failing_setup_fails_the_task_quoting_its_log(env_agentic: Agentic) ->
     assert setup["state"] == "failed" and "compiling the world" in setup["log"]
     page = ui_page(env_agentic.ff.url, f"/ui/tasks/{task_id}")
     assert 'id="environment-log"' in page and "toolchain-xyz missing" in page
+    # The repository's page: the last setup, failed, with its log's end and its task.
+    repo_page = ui_page(env_agentic.ff.url, PAGE)
+    setup_part = repo_page.split('id="setup-state"', 1)[1]
+    assert "s-failed" in setup_part[:200] and task_id in setup_part[:600]
+    assert "toolchain-xyz missing" in repo_page.split('id="setup-log"', 1)[1]
 
 
 def test_a_changed_environment_waits_for_the_running_turn_then_replaces_it(
@@ -204,3 +228,55 @@ def test_a_root_that_cannot_be_built_fails_the_task_once_until_set_again(
     with env_agentic.ff.admin() as admin:
         assert admin.get(REPO).json()["root"]["startedAt"] == root["startedAt"]
     assert env_agentic.model.requests == []
+
+
+def test_an_old_root_is_removed_once_no_jail_uses_it(
+    env_agentic: Agentic, env_roots: Path, sqlite_url: str
+) -> None:
+    shared, old = key_of("hello"), key_of("hello", "forgeflow-old-list")
+    old_path = env_roots / old.key
+    if old_path.exists():  # left by an earlier run that stopped half-way
+        shutil.rmtree(old_path)
+    # The old list's root without a second build: a hard-linked copy of the shared one
+    # (cp -al: seconds, no download), which forgeflow finds ready as it finds a root
+    # another forgeflow built. Removing it unlinks its names only: the shared root stays.
+    subprocess.run(["cp", "-al", str(env_roots / shared.key), str(old_path)], check=True)
+    declare(env_agentic, {"packages": ["hello", "forgeflow-old-list"]})
+    # Another forgeflow sharing the roots folder and the database.
+    other = Environments.from_settings(Store(sqlite_url), env_agentic.ff.settings, ())
+    swept: list[list[str]] = []
+
+    def change_then_sweep() -> str:
+        declare(env_agentic, {"packages": ["hello"]}, 2)
+        # The turn's jail runs on the old root, which no environment names any more.
+        with ThreadPoolExecutor(1) as pool:
+            swept.append(pool.submit(asyncio.run, other.sweep()).result())
+        swept.append(["still there"] if (old_path / "usr").is_dir() else [])
+        return "hello"
+
+    first = shell_turn(env_agentic, change_then_sweep)
+    assert "Hello, world!" in first.output
+    assert swept == [[], ["still there"]]  # not removed under the running jail
+    row = asyncio.run(other.store.read(lambda c: q.root(c, old.key)))
+    assert row is not None and row.state == "ready"
+    # The next turn runs on the new root; the old app-server ends, and its root goes.
+    second = shell_turn(env_agentic, "hello")
+    assert "Hello, world!" in second.output
+    wait_for(lambda: not old_path.exists(), what="the old root removed")
+
+    def removed() -> RootState | None:
+        found = asyncio.run(other.store.read(lambda c: q.root(c, old.key)))
+        return found if found is not None and found.state == "removed" else None
+
+    gone = wait_for(removed, what="the old root's row saying removed")
+    assert gone.removed_at is not None
+    assert (env_roots / shared.key / "usr" / "bin" / "hello").is_file()  # shared root intact
+    assert not [p for p in env_roots.iterdir() if p.name.startswith(f".{old.key}.")]
+    with env_agentic.ff.admin() as admin:
+        events = admin.get(
+            "/api/gitea-workflow/audit", params={"action": "environment.root_removed"}
+        ).json()["items"]
+    assert [e["metadata"]["rootKey"] for e in events] == [old.key]
+    page = ui_page(env_agentic.ff.url, "/ui/repos")
+    assert old.key in page and "s-removed" in page
+    other.store.close()

@@ -135,7 +135,8 @@ def test_a_reader_sees_their_repository_and_nothing_else(site: Site) -> None:
     ):
         assert reader.get(path).status_code == 404, path
     # The operators' pages are not found either; the overview's counts are of everyone.
-    for path in ("/ui/repos", "/ui/audit", "/ui/deliveries", "/ui/pipelines"):
+    operators_only = ("/ui/repos", "/ui/audit", "/ui/deliveries", "/ui/pipelines")
+    for path in (*operators_only, "/ui/repos/default:acme/widget"):
         assert reader.get(path).status_code == 404, path
     assert reader.get("/ui/").headers["location"] == "/ui/tasks"
     # The API is the admin token's: a Gitea user's cookie (path /ui) opens nothing there.

@@ -26,6 +26,7 @@ GET_PAGES = [
     "/ui/tasks/gitea-task-000",
     "/ui/sessions",
     "/ui/repos",
+    "/ui/repos/default:acme/widget",
     "/ui/deliveries",
     "/ui/audit",
     "/ui/audit/export.jsonl",
@@ -269,6 +270,13 @@ def test_stored_text_is_escaped_everywhere(world: World) -> None:
             "/api/gitea-workflow/control/pause", json={"requestId": "x-1", "reason": XSS}
         )
         assert r.status_code == 200
+        # The repository's page shows its environment: the operator's free text.
+        env = {"variables": {"NOTE": XSS}, "setupScript": XSS}
+        r = admin.put(
+            "/api/gitea-workflow/repos/default:acme/widget/environment",
+            json={"requestId": "x-2", "environment": env},
+        )
+        assert r.status_code == 200, r.text
     with _sign_in(world) as client:
         pages = [
             "/ui/",
@@ -276,6 +284,7 @@ def test_stored_text_is_escaped_everywhere(world: World) -> None:
             f"/ui/tasks/{task_id}",
             "/ui/sessions",
             "/ui/repos",
+            "/ui/repos/default:acme/widget",
             "/ui/deliveries",
             "/ui/audit",
             "/ui/audit?" + httpx.QueryParams({"task": XSS, "action": XSS}).__str__(),
@@ -293,15 +302,23 @@ def test_stored_text_is_escaped_everywhere(world: World) -> None:
             assert "<img src=x" not in html, path
             shown += html.count("&lt;script&gt;alert(1)&lt;/script&gt;")
             authors += html.count("eve&#34;&gt;&lt;img src=x onerror=alert(3)&gt;")
-        # instruction (tasks, task), pause reason, search fields, template name and texts
-        assert shown >= 8
+        # instruction (tasks, task), pause reason, search fields, template name and texts,
+        # the environment's variable and setup script
+        assert shown >= 10
         assert authors >= 2  # task list and task page
 
 
 def test_no_page_reveals_a_secret(world: World) -> None:
     task_id = _mention(world, "@ccweb-bot look")
     run_id, hook_token = _pipeline(world)
-    secrets = [ADMIN_TOKEN, WEBHOOK_SECRET, world.bot_token, hook_token]
+    setup_secret = "setup-secret-9d2f71"
+    with world.ff.admin() as admin:
+        r = admin.put(
+            "/api/gitea-workflow/repos/default:acme/widget/environment/secrets",
+            json={"requestId": "s-1", "secrets": {"DEPLOY_TOKEN": setup_secret}},
+        )
+        assert r.status_code == 200, r.text
+    secrets = [ADMIN_TOKEN, WEBHOOK_SECRET, world.bot_token, hook_token, setup_secret]
     with _sign_in(world) as client:
         bodies = [client.get("/ui/login").text]
         for path in [*GET_PAGES, f"/ui/tasks/{task_id}", "/ui/static/app.css"]:
@@ -315,6 +332,9 @@ def test_no_page_reveals_a_secret(world: World) -> None:
         )
         bodies.append(str(r.headers))
         bodies.append(client.get(f"/ui/tasks/{task_id}").text)
+        repo_page = client.get("/ui/repos/default:acme/widget").text
+        assert "DEPLOY_TOKEN" in repo_page and 'id="environment-none"' in repo_page
+        assert client.get("/ui/repos/default:acme/nothing-here").status_code == 404
     for body in bodies:
         for secret in secrets:
             assert secret not in body

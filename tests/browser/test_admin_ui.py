@@ -130,4 +130,9 @@ def test_disable_a_repository_and_a_new_mention_is_refused(stack: Stack) -> None
     page.click("nav >> text=Repositories")
     page.click("#repo-table button:has-text('Enable')")
     expect(page.locator(".flash.ok")).to_contain_text("is active")
+    # The repository's own page: its record and its environment (none declared here).
+    page.click("#repo-table a:has-text('default:acme/widget')")
+    expect(page.locator("h1")).to_have_text("default:acme/widget")
+    expect(page.locator("#repo-environment")).to_contain_text("None declared")
+    stack.shot("07b-repository")
     stack.mention(issue, "@ccweb-bot and now?")

@@ -21,6 +21,7 @@ import structlog
 import forgeflow
 from forgeflow.agent import forward, jail
 from forgeflow.agent.broker import Grant
+from forgeflow.agent.envroot import RootUse
 from forgeflow.agent.jsonrpc import (
     Handler,
     Json,
@@ -56,6 +57,35 @@ def proxy_env(port: int) -> dict[str, str]:
     return env
 
 
+Forwarded = tuple[list[str], tuple[tuple[str, str, str], ...], tuple[Path, ...]]
+
+
+def forwarder(system: jail.JailSystem, pairs: list[tuple[int, Path, str]]) -> Forwarded:
+    """``forward.py`` run before a jail's command, relaying each (port of the jail's
+    loopback, host socket, its path in the jail): its argv up to ``--``, its binds and
+    what of the host's base Python must be readable in the jail."""
+    # An environment's root has its own Python (envroot.BASE_PACKAGES).
+    base = Path(sys.base_prefix) if system.root is None else Path("/usr")
+    argv = [str(base / "bin" / "python3"), _FORWARD_IN_JAIL]
+    placed = [("--ro-bind", forward.__file__, _FORWARD_IN_JAIL)]
+    for port, socket, inside in pairs:
+        argv += [str(port), inside]
+        placed.append(("--bind", str(socket), inside))
+    argv.append("--")
+    readable = () if base == Path("/usr") or Path("/usr") in base.parents else (base,)
+    return argv, tuple(placed), readable
+
+
+def proxied(
+    system: jail.JailSystem, command: list[str], socket: Path
+) -> tuple[Forwarded, dict[str, str]]:
+    """``command`` in a jail without network reaching only its egress proxy at
+    ``socket`` (a setup run, #26): the forwarder, and the proxy's environment."""
+    port = egress_port(0)
+    argv, placed, readable = forwarder(system, [(port, socket, _EGRESS_IN_JAIL)])
+    return ([*argv, *command], placed, readable), proxy_env(port)
+
+
 _MAKE_CODEX_HOME = 'mkdir -p -- "$CODEX_HOME" && exec "$0" "$@"'
 
 
@@ -81,25 +111,13 @@ class Launch:
     git_name: str = "forgeflow-agent"
     system: jail.JailSystem = jail.HOST_SYSTEM  # the repository's environment (#26)
 
-    def _offline(
-        self, codex: list[str]
-    ) -> tuple[list[str], tuple[tuple[str, str, str], ...], tuple[Path, ...]]:
-        """A jail without network reaches the brokers through ``forward.py``, run by the
-        host's base Python (read-only in the jail) before the app-server."""
+    def _offline(self, codex: list[str]) -> Forwarded:
+        """A jail without network reaches the brokers through ``forward.py``."""
         assert self.broker_socket is not None
-        # An environment's root has its own Python (envroot.BASE_PACKAGES).
-        base = Path(sys.base_prefix) if self.system.root is None else Path("/usr")
-        python = base / "bin" / "python3"
-        argv = [str(python), _FORWARD_IN_JAIL, str(self.broker_port), _SOCKET_IN_JAIL]
-        placed: tuple[tuple[str, str, str], ...] = (
-            ("--ro-bind", forward.__file__, _FORWARD_IN_JAIL),
-            ("--bind", str(self.broker_socket), _SOCKET_IN_JAIL),
-        )
+        pairs = [(self.broker_port, self.broker_socket, _SOCKET_IN_JAIL)]
         if self.egress_socket is not None:
-            argv += [str(egress_port(self.broker_port)), _EGRESS_IN_JAIL]
-            placed += (("--bind", str(self.egress_socket), _EGRESS_IN_JAIL),)
-        argv.append("--")
-        readable = () if base == Path("/usr") or Path("/usr") in base.parents else (base,)
+            pairs.append((egress_port(self.broker_port), self.egress_socket, _EGRESS_IN_JAIL))
+        argv, placed, readable = forwarder(self.system, pairs)
         return [*argv, *codex], placed, readable
 
     def command(self, capability: str) -> tuple[list[str], dict[str, str]]:
@@ -184,6 +202,7 @@ class AppServer:
     downgraded: set[str] = field(default_factory=set)
     active: int = 0  # turns in flight
     system: str = "host"  # the key of the environment it was started on
+    use: RootUse | None = None  # its hold on the environment's root while it runs
     idle_timer: asyncio.TimerHandle | None = None
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
@@ -200,6 +219,9 @@ class AppServer:
         if not launch.jailed:  # one trusted user: no jail to make it in
             (launch.home / ".codex").mkdir(exist_ok=True)
         argv, env = launch.command(self.capability)
+        if launch.jailed and launch.system.root is not None:
+            # Held until stop(): the root is not removed under a running jail.
+            self.use = RootUse(launch.system.root)
         try:
             proc = await RpcProcess.spawn(
                 argv,
@@ -209,9 +231,13 @@ class AppServer:
                 pgid_file=launch.pgid_file,
             )
         except OSError as exc:
+            self._release()
             raise AgentError(
                 "app_server_unavailable", f"codex app-server did not start: {exc}", retryable=True
             ) from None
+        except BaseException:
+            self._release()
+            raise
         try:
             await proc.request(
                 "initialize",
@@ -228,6 +254,7 @@ class AppServer:
             await proc.notify("initialized")
         except (RpcError, RpcTimeout, ProcessGone) as exc:
             await proc.close()
+            self._release()
             raise AgentError(
                 "app_server_timeout", f"initialize failed: {exc}", retryable=True
             ) from None
@@ -279,3 +306,9 @@ class AppServer:
         if self.proc is not None:
             await self.proc.close()
         self.proc = None
+        self._release()
+
+    def _release(self) -> None:
+        if self.use is not None:
+            self.use.release()
+            self.use = None

@@ -117,6 +117,7 @@ class CodexRuntime:
         self._turns: dict[str, TurnState] = {}
         self._readable: tuple[Path, ...] | None = None
         self._swept = False
+        self._closing = False  # no root removal is started while forgeflow stops
         # The threads' rollouts in and out of the jails (issue #27).
         self.rollouts = RolloutJail(JailRunner(cfg.workspace_root, jailed=cfg.jailed))
         self.egress = JailEgress(
@@ -183,7 +184,7 @@ class CodexRuntime:
             server = self._servers.get(key)
             system = jail.HOST_SYSTEM
             if self.systems is not None:
-                system = await self.systems(owner, repo)
+                system = await self.systems.system(owner, repo)
             if server is not None and server.running:
                 # On an older environment: kept while a turn runs on it, replaced once
                 # it is idle (its threads are resumed by the next one).
@@ -240,6 +241,8 @@ class CodexRuntime:
             del self._threads[thread]
         await server.stop()
         await self.egress.stop(server.key)
+        if self.systems is not None and not self._closing:  # its root may go now
+            self.systems.released()
 
     async def _watch(self, server: AppServer, proc: RpcProcess) -> None:
         await proc.closed.wait()
@@ -364,6 +367,7 @@ class CodexRuntime:
             )
 
     async def aclose(self) -> None:
+        self._closing = True
         for server in list(self._servers.values()):
             await self._stop(server, "forgeflow stopped")
         await self.broker.aclose()

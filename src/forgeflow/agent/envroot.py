@@ -18,19 +18,30 @@ import asyncio
 import contextlib
 import fcntl
 import os
+import re
 import secrets
 import shutil
 import signal
+import stat
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+import structlog
+
+from forgeflow.agent.port import AgentError
 from forgeflow.domain.environment import LOG_KEEP, RootKey
+
+log = structlog.get_logger("forgeflow.environment")
 
 # What forgeflow itself needs in every root: git for the agent's commits, CA
 # certificates for TLS, Python for the jail's forwarder to the brokers.
 BASE_PACKAGES = ("ca-certificates", "git", "python3")
 BUILD_SECONDS = 1800.0
+REMOVE_SECONDS = 600.0
+_KEY = re.compile(r"^[0-9a-f]{24}$")
+_LEFTOVER = re.compile(r"^\.[0-9a-f]{24}\.[0-9a-f]{8}\.removing$")
+_LOCK_FLAGS = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,8 +100,66 @@ class RootBuilder:
         return self.folder / (key if isinstance(key, str) else key.key)
 
     def ready(self, key: RootKey | str) -> bool:
-        path = self.path(key)
-        return not path.is_symlink() and (path / "usr").is_dir()
+        return is_root(self.path(key))
+
+    async def remove(self, key: str) -> bool:
+        """Remove the root ``key`` unless a jail uses it or it is being built; True when
+        it is gone. It is renamed out of its place first (no jail finds it after that),
+        under the key's build lock and its use lock held exclusively, then deleted."""
+        if not _KEY.match(key):
+            raise ValueError(f"{key!r} is not a root's key")
+        target = self.path(key)
+        doomed = self.folder / f".{key}.{secrets.token_hex(4)}.removing"
+        mine = self._locks.setdefault(key, asyncio.Lock())
+        if mine.locked():  # being built here: it is wanted again
+            return False
+        async with mine:
+            build = os.open(self.folder / f"{key}.lock", _LOCK_FLAGS, 0o600)
+            use = os.open(use_file(target), _LOCK_FLAGS, 0o600)
+            try:
+                try:  # neither waits: a build or a jail of this key keeps the root
+                    fcntl.flock(build, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    fcntl.flock(use, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    return False
+                try:
+                    st = os.lstat(target)
+                except FileNotFoundError:
+                    return True
+                if not stat.S_ISDIR(st.st_mode):  # a link or a file: not a root of ours
+                    log.warning("environment.root_not_removed", root=key, why="not a folder")
+                    return False
+                os.rename(target, doomed)  # the same folder: nothing is followed
+            finally:
+                os.close(use)  # closing drops the flocks
+                os.close(build)
+        await self.delete(doomed)
+        return True
+
+    async def delete_leftovers(self) -> None:
+        """Finish removals a crash or a failed delete left (``.<key>.<hex>.removing``)."""
+        with contextlib.suppress(FileNotFoundError):
+            for entry in os.scandir(self.folder):
+                if _LEFTOVER.match(entry.name) and entry.is_dir(follow_symlinks=False):
+                    await self.delete(Path(entry.path))
+
+    async def delete(self, doomed: Path) -> None:
+        """Delete a root renamed out of its place, inside ``folder`` only, never
+        following a link. mmdebstrap run by root leaves root's files; run by another
+        user its files belong to that user's subordinate ids, which only a process in
+        a user namespace mapping them may delete: mmdebstrap's ``--unshare-helper``."""
+        if doomed.parent != self.folder or not _LEFTOVER.match(doomed.name):
+            raise ValueError(f"{doomed} is not a removal of {self.folder}")
+        if os.geteuid() == 0:
+            # rmtree works on file descriptors here (avoids_symlink_attacks): a link
+            # inside the root is removed, never followed.
+            await asyncio.to_thread(shutil.rmtree, doomed, True)
+        else:
+            helper = [shutil.which(self.mmdebstrap) or self.mmdebstrap, "--unshare-helper"]
+            argv = [*helper, "rm", "-rf", "--one-file-system", "--", str(doomed)]
+            code, out = await run_bounded(argv, REMOVE_SECONDS)
+            if code != 0:
+                log.warning("environment.root_delete_failed", path=str(doomed), log=out[-500:])
 
     async def ensure(self, key: RootKey) -> Built:
         """The root of ``key``, built now unless it is there (one build per key)."""
@@ -120,6 +189,39 @@ class RootBuilder:
         os.chmod(tmp, 0o755)  # noqa: S103 - a system root: readable, written by no one
         os.rename(tmp, target)  # atomic: the place holds a whole root or nothing
         return Built(True, target, log, await asyncio.to_thread(tree_size, target), True)
+
+
+def is_root(path: Path) -> bool:
+    """A whole root at ``path`` (a real folder, not a link, with its ``usr``)."""
+    return not path.is_symlink() and (path / "usr").is_dir()
+
+
+def use_file(root: Path) -> Path:
+    """The lock file whose shared flock a jail of ``root`` holds while it runs."""
+    return root.parent / f"{root.name}.use"
+
+
+class RootUse:
+    """A jail's use of a root, from before it starts until it ended: a shared flock on
+    the root's use file (dropped with the process, should it die), which a removal
+    must take exclusively, in this process or another one sharing the folder."""
+
+    def __init__(self, root: Path) -> None:
+        self._fd: int | None = os.open(use_file(root), _LOCK_FLAGS, 0o600)
+        try:
+            # A removal holds it exclusively only while it renames the root away.
+            fcntl.flock(self._fd, fcntl.LOCK_SH)
+            if not is_root(root):
+                why = f"the environment's root {root.name} was removed; it is built again"
+                raise AgentError("environment_not_ready", why, retryable=True)
+        except BaseException:
+            self.release()
+            raise
+
+    def release(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
 
 
 def tree_size(path: Path) -> int:

@@ -31,9 +31,10 @@ import os
 import shutil
 import stat
 import subprocess
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
 
 JAIL_HOME = "/home/agent"
 # Resource limits of every process in a jail (threads count as processes; a build with
@@ -115,8 +116,16 @@ class JailSystem:
 
 
 HOST_SYSTEM = JailSystem()
-# What the app-server asks for a repository's system before it starts it.
-Systems = Callable[[str, str], Awaitable[JailSystem]]
+
+
+class Systems(Protocol):
+    """The repositories' environments as the app-servers see them."""
+
+    async def system(self, owner: str, repo: str) -> JailSystem:
+        """The repository's system, asked before its app-server starts."""
+
+    def released(self) -> None:
+        """An app-server ended: a root it held may be removed now."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -28,6 +28,8 @@ from pathlib import Path
 from typing import IO, Any
 
 from forgeflow.agent import jail
+from forgeflow.agent.appserver import proxied
+from forgeflow.agent.envroot import RootUse
 from forgeflow.domain.ids import RepoRef
 from forgeflow.domain.paths import agent_home, repo_sessions, repo_workspace
 
@@ -109,8 +111,10 @@ class JailRunner:
         extra_ro_binds: Sequence[tuple[Path, str]] = (),
         env: Mapping[str, str] | None = None,
         system: jail.JailSystem = jail.HOST_SYSTEM,
+        egress: Path | None = None,
     ) -> tuple[list[str], dict[str, str], str | None]:
-        """(argv, environment, host cwd) of the process to start."""
+        """(argv, environment, host cwd) of the process to start; ``egress``: the
+        socket of an egress proxy, the jail's only network (no other network then)."""
         paths = self.paths(repository)  # the home of the repository's own jail
         paths.make(self.root)
         extra = dict(env or {})
@@ -127,10 +131,16 @@ class JailRunner:
             return list(argv), environ, cwd
         trees = (paths.clone, paths.sessions)
         placed = tuple(("--ro-bind", str(src), dst) for src, dst in extra_ro_binds)
+        readable: tuple[Path, ...] = trees if read_only else ()
+        command = list(argv)
+        if egress is not None:
+            (command, more, python), proxy = proxied(system, command, egress)
+            placed, readable, network = placed + more, readable + python, False
+            extra.update(proxy)
         spec = jail.JailSpec(
             paths.home,
             () if read_only else trees,
-            trees if read_only else (),
+            readable,
             network=self.network if network is None else network,
             env=extra,
             placed=placed,
@@ -138,7 +148,7 @@ class JailRunner:
             system=system,
         )
         jail.check_spec(spec)
-        return jail.bwrap_argv(spec, argv, bwrap=self.bwrap), jail.jail_env(spec), None
+        return jail.bwrap_argv(spec, command, bwrap=self.bwrap), jail.jail_env(spec), None
 
     async def run(
         self,
@@ -154,6 +164,7 @@ class JailRunner:
         extra_ro_binds: Sequence[tuple[Path, str]] = (),
         env: Mapping[str, str] | None = None,
         system: jail.JailSystem = jail.HOST_SYSTEM,
+        egress: Path | None = None,
     ) -> JailResult:
         """Run ``argv`` with ``cwd`` (a path as the jail sees it: the host path of a
         folder in the clone or sessions, or /home/agent); see the module docstring."""
@@ -166,8 +177,15 @@ class JailRunner:
             extra_ro_binds=extra_ro_binds,
             env=env,
             system=system,
+            egress=egress if self.jailed else None,
         )
-        return await self._exec(full, environ, host_cwd, stdin, timeout, output_limit)
+        # An environment's root is held while the jail runs: not removed under it.
+        use = RootUse(system.root) if self.jailed and system.root is not None else None
+        try:
+            return await self._exec(full, environ, host_cwd, stdin, timeout, output_limit)
+        finally:
+            if use is not None:
+                use.release()
 
     async def run_scratch(
         self,

@@ -74,8 +74,7 @@ def _root_key(env: Environment) -> str | None:
 
 
 def _view(conn: Connection, repo_key: str) -> JsonObject:
-    env = q.get(conn, repo_key) or Environment()
-    return q.view(conn, repo_key, _root_key(env))
+    return q.view_for(conn, repo_key, host_suite(), BASE_PACKAGES)
 
 
 @router.get(

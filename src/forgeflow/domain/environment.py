@@ -259,6 +259,7 @@ BUILDING = "building"
 READY = "ready"
 FAILED = "failed"
 RUNNING = "running"
+REMOVED = "removed"  # a root no environment named and no jail used, deleted
 
 
 @dataclass(frozen=True, slots=True)
@@ -268,12 +269,13 @@ class RootState:
     root_key: str
     suite: str
     packages: tuple[str, ...]
-    state: str  # building, ready, failed
+    state: str  # building, ready, failed, removed
     size_bytes: int | None
     log: str | None
     started_at: str
     finished_at: str | None
     last_used_at: str | None
+    removed_at: str | None = None
 
     def json(self) -> JsonObject:
         return {
@@ -286,6 +288,7 @@ class RootState:
             "startedAt": self.started_at,
             "finishedAt": self.finished_at,
             "lastUsedAt": self.last_used_at,
+            "removedAt": self.removed_at,
         }
 
 

@@ -13,11 +13,14 @@ from sqlalchemy import Connection, RowMapping, delete, select, update
 
 from forgeflow.domain.environment import (
     BUILDING,
+    READY,
+    REMOVED,
     Environment,
     RootKey,
     RootState,
     SetupState,
     parse,
+    root_key,
 )
 from forgeflow.domain.json import JsonObject
 from forgeflow.store import sql
@@ -39,6 +42,11 @@ def get(conn: Connection, repo_key: str) -> Environment | None:
 def put(conn: Connection, repo_key: str, env: Environment) -> None:
     conn.execute(delete(env_t).where(env_t.c.repo_key == repo_key))
     sql.insert_row(conn, env_t, {"repo_key": repo_key, "spec": env.json(), "updated_at": utcnow()})
+
+
+def all_environments(conn: Connection) -> list[Environment]:
+    """Every repository's environment (which roots are still named)."""
+    return [parse(spec, ()) for (spec,) in conn.execute(select(env_t.c.spec))]
 
 
 def any_with_packages(conn: Connection) -> bool:
@@ -84,6 +92,7 @@ def _root(row: RowMapping) -> RootState:
         iso(row["started_at"]) or "",
         iso(row["finished_at"]),
         iso(row["last_used_at"]),
+        iso(row["removed_at"]),
     )
 
 
@@ -103,6 +112,24 @@ def root_building(conn: Connection, key: RootKey) -> None:
 
 def root_done(conn: Connection, key: str, state: str, log: str, size: int | None) -> None:
     done = {"state": state, "log": log, "size_bytes": size, "finished_at": utcnow()}
+    conn.execute(update(roots_t).where(roots_t.c.root_key == key).values(**done))
+
+
+def root_found(conn: Connection, key: RootKey, size: int | None) -> None:
+    """A root found ready in the folder without a row here (built by another forgeflow
+    sharing the folder, or before its row was lost): recorded, so it can be removed."""
+    now = utcnow()
+    conn.execute(delete(roots_t).where(roots_t.c.root_key == key.key, roots_t.c.state != BUILDING))
+    values: dict[str, Any] = {"root_key": key.key, "suite": key.suite,
+                              "packages": list(key.packages), "state": READY,
+                              "size_bytes": size, "log": "found built in the roots folder",
+                              "started_at": now, "finished_at": now,
+                              "last_used_at": now}  # fmt: skip
+    sql.insert_ignore(conn, roots_t, values)
+
+
+def root_removed(conn: Connection, key: str) -> None:
+    done = {"state": REMOVED, "removed_at": utcnow()}
     conn.execute(update(roots_t).where(roots_t.c.root_key == key).values(**done))
 
 
@@ -145,6 +172,14 @@ def setup_started(
 def setup_done(conn: Connection, repo_key: str, state: str, log: str) -> None:
     done = {"state": state, "log": log, "finished_at": utcnow()}
     conn.execute(update(setups_t).where(setups_t.c.repo_key == repo_key).values(**done))
+
+
+def view_for(conn: Connection, repo_key: str, suite: str, base: Sequence[str]) -> JsonObject:
+    """:func:`view` with the root of the declared list (``suite``: the host's release,
+    ``base``: forgeflow's own packages)."""
+    env = get(conn, repo_key) or Environment()
+    key = root_key(env, suite, base)
+    return view(conn, repo_key, key.key if key else None)
 
 
 def view(conn: Connection, repo_key: str, root_key: str | None) -> JsonObject:

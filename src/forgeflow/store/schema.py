@@ -273,6 +273,7 @@ environment_roots = Table(
     Column("started_at", UTCDateTime(), nullable=False),
     Column("finished_at", UTCDateTime()),
     Column("last_used_at", UTCDateTime()),
+    Column("removed_at", UTCDateTime()),
 )
 
 # Each repository's last setup run: what it ran for (``fingerprint``), how it ended,

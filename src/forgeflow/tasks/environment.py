@@ -12,20 +12,28 @@ kept of the setup is redacted with them registered.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import os
 import re
-from collections.abc import Sequence
+import shutil
+import tempfile
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import structlog
 
-from forgeflow.agent.envroot import BASE_PACKAGES, RootBuilder, host_suite
+from forgeflow.agent.envroot import BASE_PACKAGES, RootBuilder, host_suite, tree_size
 from forgeflow.agent.jail import HOST_SYSTEM, JailSystem
 from forgeflow.agent.oneshot import JailResult, JailRunner
 from forgeflow.agent.port import AgentError
+from forgeflow.agent.proxy import Blocks, EgressProxy
 from forgeflow.config import Settings
 from forgeflow.domain import environment as env_rules
+from forgeflow.domain.egress import EgressPolicy
 from forgeflow.domain.environment import (
     FAILED,
     LOG_KEEP,
@@ -39,6 +47,9 @@ from forgeflow.domain.json import JsonObject
 from forgeflow.redaction import redact_text, register_secrets
 from forgeflow.store import Store, audit
 from forgeflow.store import environments as q
+
+if TYPE_CHECKING:
+    from sqlalchemy import Connection
 
 log = structlog.get_logger("forgeflow.environment")
 
@@ -66,13 +77,19 @@ class Environments:
         *,
         suite: str,
         forbidden: Sequence[str],
+        egress: EgressPolicy | None = None,
     ) -> None:
+        """``egress``: the policy of the setup run's egress proxy (the jails' network
+        is ``proxy``); None: the setup has the runner's network (``on``) or none."""
         self.store = store
         self.builder = builder
         self.runner = runner
         self.suite = suite
         self.forbidden = tuple(forbidden)
+        self.egress = egress
         self._current: dict[str, JailSystem] = {}
+        self._sweep: asyncio.Task[None] | None = None
+        self._sweep_again = False
 
     @classmethod
     def from_settings(cls, store: Store, s: Settings, forbidden: Sequence[str]) -> Environments:
@@ -83,7 +100,9 @@ class Environments:
             timeout=s.environment_build_seconds,
         )
         runner = JailRunner.from_settings(s)
-        return cls(store, builder, runner, suite=host_suite(), forbidden=forbidden)
+        proxied = s.sandbox == "bwrap" and s.agent_network == "proxy"
+        egress = s.egress_policy() if proxied else None
+        return cls(store, builder, runner, suite=host_suite(), forbidden=forbidden, egress=egress)
 
     def key(self, env: Environment) -> RootKey | None:
         return env_rules.root_key(env, self.suite, BASE_PACKAGES)
@@ -135,6 +154,8 @@ class Environments:
             if failed is not None:
                 return EnvOutcome(system, failed, tuple(events))
         self._current[key] = system
+        if root is not None:  # a new root is ready: those no one names may go now
+            self.released()
         return EnvOutcome(system, None, tuple(events))
 
     def _check_binds(self, env: Environment) -> None:
@@ -149,10 +170,13 @@ class Environments:
         self, root: RootKey, task_id: str, key: str, events: list[audit.AuditEvent]
     ) -> str | None:
         """Build the root unless it is ready; the failure's log, or None."""
+        known = await self.store.read(lambda c: q.root(c, root.key))
         if self.builder.ready(root):
+            if known is None or known.state != READY:  # built by another forgeflow
+                size = await asyncio.to_thread(tree_size, self.builder.path(root))
+                await self.store.write(lambda c: q.root_found(c, root, size))
             await self.store.write(lambda c: q.root_used(c, root.key))
             return None
-        known = await self.store.read(lambda c: q.root(c, root.key))
         if known is not None and known.state == FAILED:
             return known.log or "the environment's root failed to build"
         await self.store.write(lambda c: q.root_building(c, root))
@@ -190,16 +214,19 @@ class Environments:
             return None if last.state == READY else (last.log or "the setup failed")
         rk = root.key if root else None
         await self.store.write(lambda c: q.setup_started(c, key, fingerprint, rk, task_id))
-        done = await self.runner.run(
-            ["/bin/sh", "-c", _RUN_SETUP, env.setup_script],
-            repository=repo,
-            cwd=clone,
-            timeout=float(env.setup_timeout_seconds),
-            output_limit=LOG_KEEP,
-            env={**dict(env.variables), **secrets},
-            system=system,
-        )
-        text = _setup_log(done, env.setup_timeout_seconds)
+        blocks = Blocks()
+        async with self._proxy(f"{repo.owner}/{repo.name}", blocks) as egress:
+            done = await self.runner.run(
+                ["/bin/sh", "-c", _RUN_SETUP, env.setup_script],
+                repository=repo,
+                cwd=clone,
+                timeout=float(env.setup_timeout_seconds),
+                output_limit=LOG_KEEP,
+                env={**dict(env.variables), **secrets},
+                system=system,
+                egress=egress,
+            )
+        text = _setup_log(done, env.setup_timeout_seconds, blocks)
         state = READY if done.returncode == 0 and not done.timed_out else FAILED
         await self.store.write(lambda c: q.setup_done(c, key, state, text))
         meta: JsonObject = {"state": state, "script": env.setup_script, "exitCode": done.returncode}
@@ -221,9 +248,73 @@ class Environments:
         found = _SHA.match(done.stdout.decode(errors="replace"))
         return found.group(1) if found else "missing"
 
+    @contextlib.asynccontextmanager
+    async def _proxy(self, repo_name: str, blocks: Blocks) -> AsyncIterator[Path | None]:
+        """The setup run's own egress proxy (as a turn's jail has one), on a socket in a
+        short private folder (a Unix socket's path is limited to 107 bytes); None
+        without the ``proxy`` network."""
+        if self.egress is None:
+            yield None
+            return
+        folder = Path(tempfile.mkdtemp(prefix="forgeflow-setup-"))
+        proxy = EgressProxy(
+            self.egress.for_repository(repo_name), folder / "egress.sock", blocks.add
+        )
+        try:
+            await proxy.start()
+            yield proxy.unix_socket
+        finally:
+            await proxy.aclose()
+            shutil.rmtree(folder, ignore_errors=True)
 
-def _setup_log(done: JailResult, limit: int) -> str:
+    # -- old roots -------------------------------------------------------------------
+
+    def released(self) -> None:
+        """A jail ended or a new root is ready: remove, in the background, the roots
+        that no repository's environment names and no jail uses (one sweep at a time,
+        another after it when asked meanwhile)."""
+        if self._sweep is not None and not self._sweep.done():
+            self._sweep_again = True
+            return
+        self._sweep = asyncio.get_running_loop().create_task(self._sweeps())
+
+    async def _sweeps(self) -> None:
+        while True:
+            self._sweep_again = False
+            try:
+                await self.sweep()
+            except Exception as exc:  # the next release tries again
+                log.warning("environment.sweep_failed", error=str(exc)[:300])
+            if not self._sweep_again:
+                return
+
+    async def sweep(self) -> list[str]:
+        """Remove each ready root no environment names and no jail holds; its row
+        says ``removed``. The keys removed."""
+        envs = await self.store.read(q.all_environments)
+        named = {k.key for k in (self.key(e) for e in envs) if k is not None}
+        rows = await self.store.read(q.all_roots)
+        removed = []
+        for key in [r.root_key for r in rows if r.state == READY and r.root_key not in named]:
+            if await self.builder.remove(key):
+                await self.store.write(partial(_removed, key=key))
+                log.info("environment.root_removed", root=key)
+                removed.append(key)
+        await self.builder.delete_leftovers()
+        return removed
+
+
+def _removed(conn: Connection, *, key: str) -> None:
+    q.root_removed(conn, key)
+    meta: JsonObject = {"rootKey": key}
+    audit.append(conn, audit.AuditEvent(action="environment.root_removed", metadata=meta))
+
+
+def _setup_log(done: JailResult, limit: int, blocks: Blocks) -> str:
     text = (done.stdout + done.stderr).decode(errors="replace")
+    for (host, port), count in blocks.counts.items():
+        why = blocks.reasons[(host, port)]
+        text += f"\nforgeflow: the network policy refused {host}:{port} x{count} ({why})"
     if done.timed_out:
         text += f"\nthe setup did not end within {limit} seconds"
     elif done.returncode != 0:

@@ -15,12 +15,14 @@ from forgeflow.web import (
     pages,
     pipeline_hooks,
     pipelines,
+    repo_page,
 )
 from forgeflow.web.render import not_found_page
 
 router = APIRouter()
 router.include_router(pages.entry)
 router.include_router(pages.router)
+router.include_router(repo_page.router)
 router.include_router(conversation.router)
 router.include_router(actions.router)
 router.include_router(gitea_auth.router)

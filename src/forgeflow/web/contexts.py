@@ -107,6 +107,19 @@ class ReposPage:
     rows: list[JsonObject]
     blocked: list[JsonObject]  # tasks blocked on a dirty workspace
     counts: dict[str, dict[str, int]]  # repository → active state → tasks
+    roots: list[JsonObject]  # the environments' roots (#26), removed ones too
+    nav: str = "repos"
+
+
+@dataclass(frozen=True, slots=True)
+class RepoPage:
+    """One repository and its environment (#26): what the operator declared, the
+    root of its package list, its last setup run; no secret value."""
+
+    repo: JsonObject
+    counts: dict[str, int]  # active state → tasks
+    environment: JsonObject  # GET /repos/{repoKey}/environment's answer
+    log_tail: str | None  # the end of the last setup's log
     nav: str = "repos"
 
 

@@ -270,6 +270,7 @@ async def repo_list(request: Request, session: Operator) -> Response:
             rows=[r.json() for r in repos.list_all(conn)],
             blocked=[r.json() for r in blocked],
             counts=counts,
+            roots=[r.json() for r in environments.all_roots(conn)],
         )
         return stamp, page
 

@@ -75,6 +75,18 @@ def _short(text: str | None, size: int = 80) -> str:
     return one_line if len(one_line) <= size else one_line[: size - 1] + "…"
 
 
+def _bytes(size: int | None) -> str:
+    """A size as people read it: ``312.4 MiB``."""
+    if size is None:
+        return "—"
+    value, unit = float(size), "B"
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if value < 1024 or unit == "TiB":
+            break
+        value /= 1024
+    return f"{int(value)} B" if unit == "B" else f"{value:.1f} {unit}"
+
+
 def _qs(params: Mapping[str, str | None], **changes: str | int | None) -> str:
     """``?a=1&b=2`` from ``params`` with ``changes`` applied; empty values dropped."""
     merged: dict[str, str | int | None] = {**params, **changes}
@@ -85,6 +97,7 @@ def _qs(params: Mapping[str, str | None], **changes: str | int | None) -> str:
 templates.filters["when"] = _when
 templates.filters["age"] = _age
 templates.filters["short"] = _short
+templates.filters["bytes"] = _bytes
 templates.globals["qs"] = _qs
 templates.globals["pretty"] = lambda value: json.dumps(
     value, indent=2, ensure_ascii=False, sort_keys=True, default=str
