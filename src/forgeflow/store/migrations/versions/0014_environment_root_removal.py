@@ -1,8 +1,8 @@
 """When an environment's root was removed (issue #26): a root that no repository's
 environment names and no jail uses is deleted, its row kept with state ``removed``.
 
-Revision ID: 0013
-Revises: 0012
+Revision ID: 0014
+Revises: 0013
 """
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from alembic import op
 
 from forgeflow.store.types import UTCDateTime
 
-revision = "0013"
-down_revision = "0012"
+revision = "0014"
+down_revision = "0013"
 
 
 def upgrade() -> None:
