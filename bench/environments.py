@@ -223,7 +223,7 @@ def one_round(root: Path, k: int, model: ScriptedModel, roots: Path, key: str) -
     return out
 
 
-def run(root: Path, rounds: int, kept_roots: Path | None) -> Result:
+def run(root: Path, rounds: int, kept_roots: Path | None, keep: bool) -> Result:
     key = root_key(Environment(packages=PACKAGES), host_suite(), BASE_PACKAGES)
     assert key is not None
     model = ScriptedModel().start()
@@ -236,7 +236,7 @@ def run(root: Path, rounds: int, kept_roots: Path | None) -> Result:
             print(f"round {k + 1}/{rounds} …", file=sys.stderr, flush=True)
             roots = kept_roots or root / f"roots-{k}"
             per_round.append(one_round(root, k, model, roots, key.key))
-            if kept_roots is None:  # a cold build each round; one root on disk at a time
+            if kept_roots is None and not keep:  # one root on disk at a time
                 shutil.rmtree(roots, ignore_errors=True)
     finally:
         model.stop()
@@ -314,7 +314,9 @@ def markdown(res: Result) -> str:
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--rounds", type=int, default=2, help="fresh serves, each with a cold root")
-    p.add_argument("--keep", action="store_true", help="keep the temporary directory")
+    p.add_argument(
+        "--keep", action="store_true", help="keep the temporary directory (and every round's root)"
+    )
     p.add_argument("--roots", type=Path, help="a kept roots folder (a root there is reused)")
     args = p.parse_args()
     if shutil.which("mmdebstrap") is None:
@@ -325,7 +327,7 @@ def main() -> int:
         kept.mkdir(parents=True, exist_ok=True)
     # Not under /tmp: there Codex declines to make its helper binaries in CODEX_HOME.
     with scratch("forgeflow-environments-", keep=args.keep, parent="/var/tmp") as root:
-        res = run(root, args.rounds, kept)
+        res = run(root, args.rounds, kept, args.keep)
     out = write_result("environments", res)
     print(json.dumps({k: v for k, v in res.items() if k != "per_round"}, separators=(",", ":")))
     print(markdown(res))
