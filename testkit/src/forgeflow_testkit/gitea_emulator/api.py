@@ -255,6 +255,11 @@ class Instrumentation:
                 status_seen = int(message["status"])
             await send(message)
 
+        # Logged on arrival (its status filled in after): a client that has its answer
+        # must find its request in the log (the list only grows, so the slot stays).
+        with self.core.state.lock:
+            slot = len(self.core.state.requests)
+            self.core.state.requests.append((method, path, 0))
         fault = self._take_fault(method, path)
         try:
             if fault is not None and fault[2]:  # handled, then its answer held
@@ -278,7 +283,7 @@ class Instrumentation:
             await self.app(scope, receive, record)
         finally:
             with self.core.state.lock:
-                self.core.state.requests.append((method, path, status_seen))
+                self.core.state.requests[slot] = (method, path, status_seen)
 
     def _take_fault(self, method: str, path: str) -> tuple[int, float, bool] | None:
         with self.core.state.lock:
