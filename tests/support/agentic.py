@@ -30,7 +30,13 @@ GITEA_MCP = Path(sys.executable).parent / "gitea-mcp"
 
 def app_server_groups(data_dir: Path) -> list[int]:
     """The process groups of the app-servers forgeflow runs now (one per repository)."""
-    return sorted(int(p.read_text()) for p in (data_dir / "run").glob("codex-*.pgid"))
+    groups = []
+    for path in (data_dir / "run").glob("codex-*.pgid"):
+        try:  # an app-server that ends between the listing and the read removes its file
+            groups.append(int(path.read_text()))
+        except FileNotFoundError:
+            continue
+    return sorted(groups)
 
 
 class GroupWatch:

@@ -110,7 +110,10 @@ class RpcProcess:
         )
         if pgid_file is not None:
             pgid_file.parent.mkdir(parents=True, exist_ok=True)
-            pgid_file.write_text(str(proc.pid))
+            # Written aside and renamed so that a reader never sees a half-written pid.
+            partial = pgid_file.with_suffix(".partial")
+            partial.write_text(str(proc.pid))
+            partial.replace(pgid_file)
         rpc = cls(proc, on_message, pgid_file)
         if stderr_path is not None and proc.stderr is not None:
             rpc._stderr = asyncio.create_task(
