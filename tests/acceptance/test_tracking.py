@@ -15,10 +15,10 @@ import httpx
 import pytest
 
 from forgeflow.domain.prices import Price, Prices, Usage
-from forgeflow_testkit.agents import read_turn
+from forgeflow_testkit.agents import TurnAsk, read_turn
 from forgeflow_testkit.gitea_emulator import GiteaEmulator
 from forgeflow_testkit.model_server import RecordedRequest, ScriptedModel, last_input_is_tool_output
-from forgeflow_testkit.model_steps import Reply, Step, gitea_comment, message
+from forgeflow_testkit.model_steps import Reply, Step, ToolCall, gitea_comment, message
 from forgeflow_testkit.model_steps import Usage as ModelUsage
 from tests.support.agentic import Agentic, start_agentic
 from tests.support.cluster import wait_for
@@ -64,9 +64,7 @@ def priced(
 
 def slow_answering_agent(model: ScriptedModel, *, cached: bool = False) -> None:
     """Each turn: after a pause, the answer through the Gitea tool, then a closing
-    message. (The pinned codex answers ``update_plan`` with "unsupported call" for this
-    model, so the plan's checklist is tested on the notification's shape in
-    tests/test_tracking.py, not here.)"""
+    message (no plan: see :func:`planning_agent` for the checklist)."""
 
     def start(request: RecordedRequest) -> Step:
         ask = read_turn(request)
@@ -81,6 +79,39 @@ def slow_answering_agent(model: ScriptedModel, *, cached: bool = False) -> None:
         last_input_is_tool_output(), lambda _r: message("Posted my answer.", usage=closing)
     )
     model.respond(lambda r: read_turn(r) is not None, start)
+
+
+PLAN_CALL = "call_plan_scripted"
+PLAN = [
+    {"step": "Read the issue and the failing test", "status": "completed"},
+    {"step": "Find why the test is flaky", "status": "completed"},
+    {"step": "Explain the cause on the issue", "status": "in_progress"},
+]
+
+
+def planning_agent(model: ScriptedModel) -> None:
+    """Each turn: the plan through codex's ``update_plan`` tool (two steps done, one in
+    progress), then after a pause the answer through the Gitea tool, then a closing
+    message. The tool is codex's own: the script fails the turn if codex did not offer
+    it (ToolCall.resolve), and codex answers a call it did not offer "unsupported call"."""
+
+    asks: list[TurnAsk] = []  # the turn's prompt: only its first request ends with it
+
+    def plan(request: RecordedRequest) -> Step:
+        ask = read_turn(request)
+        assert ask is not None
+        asks.append(ask)
+        return ToolCall("update_plan", {"plan": PLAN}, call_id=PLAN_CALL)
+
+    def answer(_request: RecordedRequest) -> Step:
+        ask = asks[-1]
+        body = f"Here is my answer.\n\n{ask.marker}"
+        return Reply.of(gitea_comment(ask.owner, ask.repo, ask.number, body), delay=0.8)
+
+    # Checked in order: the plan's result, then the Gitea tool's, then the turn's start.
+    model.respond(last_input_is_tool_output(PLAN_CALL), answer)
+    model.respond(last_input_is_tool_output(), lambda _r: message("Posted my answer."))
+    model.respond(lambda r: read_turn(r) is not None, plan)
 
 
 def _receipt(agentic: Agentic) -> dict[str, object]:
@@ -121,6 +152,40 @@ def test_reaction_first_then_the_receipt_tracks_the_turn(tracked: Agentic) -> No
     assert "answered below" in body and "tokens:" in body
     assert history[-1] == body  # nothing went out after the final edit
     # The answer is still its own comment.
+    kinds = sorted(c["body"].rsplit("kind=", 1)[1] for c in agentic.bot_comments())
+    assert kinds == ["final -->", "receipt -->"]
+
+
+def test_the_receipt_shows_the_agents_plan_as_a_checklist_during_the_turn(
+    tracked: Agentic,
+) -> None:
+    agentic = tracked
+    planning_agent(agentic.model)
+    task_id = agentic.mention("@ccweb-bot please explain the flaky test")
+    done = agentic.finished(task_id)
+    assert done["task"]["state"] == "succeeded", (done["task"], agentic.model.errors)
+    # forgeflow's config gave the agent codex's plan tool, and codex ran it: its result,
+    # not "unsupported call", went back to the model.
+    turn_requests = [r for r in agentic.model.requests if read_turn(r) is not None]
+    assert turn_requests and all(r.tool("update_plan") for r in turn_requests)
+    outputs = [o for r in agentic.model.requests for o in r.function_call_outputs()]
+    plan_output = next(o for o in outputs if o.get("call_id") == PLAN_CALL)
+    assert "unsupported" not in str(plan_output.get("output"))
+    body = _final_receipt(agentic)
+    receipt_id = int(str(_receipt(agentic)["id"]))
+    history = agentic.gitea.comment_history(receipt_id)
+    checklist = (
+        "- [x] Read the issue and the failing test\n"
+        "- [x] Find why the test is flaky\n"
+        "- [ ] Explain the cause on the issue"
+    )
+    # An edit during the turn showed the plan as the checklist, with no outcome yet;
+    # the final edit came after it, with the outcome.
+    during = [i for i, b in enumerate(history) if checklist in b and "outcome" not in b]
+    assert during, history
+    assert history[-1] == body and during[-1] < len(history) - 1
+    assert "answered below" in body and "tokens:" in body
+    assert all(b.startswith("giteabot: 已收到") and "kind=receipt" in b for b in history)
     kinds = sorted(c["body"].rsplit("kind=", 1)[1] for c in agentic.bot_comments())
     assert kinds == ["final -->", "receipt -->"]
 

@@ -23,6 +23,9 @@ check_for_update_on_startup = false
 [features]
 plugins = false
 
+[tools.update_plan]
+enabled = false
+
 [model_providers.corp]
 name = "Corp gateway"
 base_url = "https://llm.corp.example/v1/"
@@ -62,6 +65,10 @@ def test_the_operators_codex_provider_is_used_and_its_secrets_stay_out(tmp_path:
     assert ours["env_key"] == CAPABILITY_ENV and "experimental_bearer_token" not in ours
     assert '-c model_providers.forgeflow.base_url="http://127.0.0.1:9/model"' in text
     assert (ours["wire_api"], ours["stream_max_retries"]) == ("responses", 0)
+    # The plan tool is forgeflow's to turn on (codex offers it to no model by default):
+    # the receipt's checklist needs it, so the operator's tools table is not copied.
+    assert config["tools"] == {"update_plan": {"enabled": True}}
+    assert "-c tools.update_plan.enabled=true" in text
 
 
 def test_forgeflows_own_settings_win(tmp_path: Path) -> None:

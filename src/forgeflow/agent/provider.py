@@ -70,7 +70,7 @@ class ModelProvider:
 
     def jail_config(self, broker_url: str) -> TomlTable:
         """The config.toml of the jail's ``CODEX_HOME``: the operator's model choice,
-        the provider replaced by the pass-through."""
+        the provider replaced by the pass-through, the plan tool on."""
         provider: TomlTable = {
             "name": "forgeflow model pass-through",
             "wire_api": "responses",
@@ -79,6 +79,10 @@ class ModelProvider:
         }
         return {
             **self.top,
+            # The receipt's checklist is the agent's update_plan calls (turn/plan/updated),
+            # and codex (since 0.152.0) offers that tool to no model unless the config
+            # says so; the operator's config.toml cannot take it away from the receipt.
+            "tools": {"update_plan": {"enabled": True}},
             "model_provider": BROKER_PROVIDER,
             "model_providers": {BROKER_PROVIDER: provider},
         }
