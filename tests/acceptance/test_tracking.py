@@ -185,6 +185,7 @@ def test_the_receipt_shows_the_agents_plan_as_a_checklist_during_the_turn(
     assert during, history
     assert history[-1] == body and during[-1] < len(history) - 1
     assert "answered below" in body and "tokens:" in body
+    assert "- [" not in body  # the outcome replaces the checklist
     assert all(b.startswith("giteabot: 已收到") and "kind=receipt" in b for b in history)
     kinds = sorted(c["body"].rsplit("kind=", 1)[1] for c in agentic.bot_comments())
     assert kinds == ["final -->", "receipt -->"]
