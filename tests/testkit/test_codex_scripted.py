@@ -365,3 +365,28 @@ def test_scripted_model_over_http() -> None:
         assert client.get("/models").status_code == 404
         assert len(model.errors) == 3 and "not offered" in model.errors[0]
         assert [r.path for r in model.requests][-1] == "/v1/models"
+
+
+def test_update_plan_is_offered_only_when_configured(
+    app_server: AppServer, model: ScriptedModel, workdir: Path
+) -> None:
+    """0.171.0 offers its plan tool to no model unless the config enables it; then a call
+    becomes ``turn/plan/updated`` (statuses in camelCase) and the model gets its result."""
+    model.enqueue(message("no plan"))
+    turn_id, _ = start_turn(app_server, start_thread(app_server, workdir), "hello")
+    assert turn_completed(app_server, turn_id)["status"] == "completed"
+    assert model.requests[-1].tool("update_plan") is None
+    plan = [{"step": "Read", "status": "completed"}, {"step": "Fix", "status": "in_progress"}]
+    call_id = model.reply_with_tool_then_message("update_plan", {"plan": plan})
+    planned = start_thread(app_server, workdir, {"tools": {"update_plan": {"enabled": True}}})
+    turn_id, since = start_turn(app_server, planned, "make a plan")
+    assert turn_completed(app_server, turn_id)["status"] == "completed", model.errors
+    (update,) = app_server.notifications("turn/plan/updated", since)
+    assert update["plan"] == [
+        {"step": "Read", "status": "completed"},
+        {"step": "Fix", "status": "inProgress"},
+    ]
+    outputs = [
+        (o["call_id"], o["output"]) for r in model.requests for o in r.function_call_outputs()
+    ]
+    assert outputs == [(call_id, "Plan updated")]
