@@ -1,0 +1,68 @@
+"""Attacks on a repository's environment (issue #26) from inside real turns (the real
+``codex app-server`` and bubblewrap, a scripted model running the attack as a shell
+command): the agent tries to choose what runs with the setup secrets.
+
+- the agent rewrites the setup script in its clone and commits it (a clean tree, so
+  nothing blocks the next task); the next setup, run because a secret changed, runs the
+  default branch's script as Gitea has it, and no secret reaches a turn.
+"""
+
+from __future__ import annotations
+
+from tests.support.agentic import Agentic
+from tests.support.turns import shell_turn
+
+REPO = "/api/gitea-workflow/repos/default:acme/widget/environment"
+FIRST = "first-setup-s3cr3t-81d2aa"
+SECOND = "second-setup-s3cr3t-c47e19"
+
+# Run in the agent's session worktree: its clone is the worktree's common folder's parent.
+HIJACK = """
+clone=$(cd "$(git rev-parse --git-common-dir)/.." && pwd)
+printf '%s\\n' 'echo "ran:agent-script"' 'env > "$HOME/stolen-env"' > "$clone/ci/env-setup.sh"
+git -C "$clone" commit -qam "a setup of my own" && echo hijack-committed
+git -C "$clone" status --porcelain | wc -l | sed 's/^/dirty-lines:/'
+"""
+
+
+def set_secret(agentic: Agentic, value: str, n: int) -> None:
+    with agentic.ff.admin() as admin:
+        body = {"requestId": f"secret-{n}", "secrets": {"SETUP_TOKEN": value}}
+        r = admin.put(REPO + "/secrets", json=body)
+        assert r.status_code == 200, r.text
+
+
+def setup_log(agentic: Agentic) -> str:
+    with agentic.ff.admin() as admin:
+        setup = admin.get(REPO).json()["setup"]
+    assert setup is not None and setup["state"] == "ready", setup
+    return str(setup["log"])
+
+
+def test_a_setup_script_the_agent_rewrote_in_its_clone_never_runs(agentic: Agentic) -> None:
+    agentic.gitea.push_branch(
+        "acme",
+        "widget",
+        "main",
+        {"ci/env-setup.sh": 'echo "ran:gitea-script len:${#SETUP_TOKEN}"\n'},
+    )
+    set_secret(agentic, FIRST, 1)
+    with agentic.ff.admin() as admin:
+        body = {"requestId": "env-1", "environment": {"setupScript": "ci/env-setup.sh"}}
+        assert admin.put(REPO, json=body).status_code == 200
+    first = shell_turn(agentic, HIJACK)
+    assert "hijack-committed" in first.output and "dirty-lines:0" in first.output
+    assert f"ran:gitea-script len:{len(FIRST)}" in setup_log(agentic)
+    # A new secret: the setup must run again before the next turn.
+    set_secret(agentic, SECOND, 2)
+    second = shell_turn(
+        agentic,
+        'cat "$HOME/stolen-env" 2>/dev/null | sed "s/^/stolen:/"\n'
+        'grep -rl --exclude-dir=sessions s3cr3t "$HOME" 2>/dev/null | sed "s/^/found:/"\n'
+        "echo looked",
+    )
+    assert "looked" in second.output
+    assert "stolen:" not in second.output and "found:" not in second.output
+    assert FIRST not in second.output and SECOND not in second.output
+    log = setup_log(agentic)
+    assert f"ran:gitea-script len:{len(SECOND)}" in log and "ran:agent-script" not in log
