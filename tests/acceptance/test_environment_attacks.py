@@ -4,12 +4,18 @@ command): the agent tries to choose what runs with the setup secrets.
 
 - the agent rewrites the setup script in its clone and commits it (a clean tree, so
   nothing blocks the next task); the next setup, run because a secret changed, runs the
-  default branch's script as Gitea has it, and no secret reaches a turn.
+  default branch's script as Gitea has it, and no secret reaches a turn;
+- a failing setup whose output tries to close the answer's code fence (longer runs of
+  tildes than the fence) to have the bot post mentions and links of its choosing: the
+  whole log's end stays inside one fence.
 """
 
 from __future__ import annotations
 
+import re
+
 from tests.support.agentic import Agentic
+from tests.support.cluster import wait_for
 from tests.support.turns import shell_turn
 
 REPO = "/api/gitea-workflow/repos/default:acme/widget/environment"
@@ -66,3 +72,37 @@ def test_a_setup_script_the_agent_rewrote_in_its_clone_never_runs(agentic: Agent
     assert FIRST not in second.output and SECOND not in second.output
     log = setup_log(agentic)
     assert f"ran:gitea-script len:{len(SECOND)}" in log and "ran:agent-script" not in log
+
+
+def test_a_setup_log_cannot_close_the_answer_s_fence(agentic: Agentic) -> None:
+    printed = [
+        "~~~~~",
+        "~~~~~~~~",
+        "   ~~~~~~~~~~~~ ",
+        "@mallory [log in again](http://evil.example/)",
+    ]
+    script = "".join(f"echo '{line}'\n" for line in printed) + "exit 3\n"
+    agentic.gitea.push_branch("acme", "widget", "main", {"ci/broken.sh": script})
+    with agentic.ff.admin() as admin:
+        body = {"requestId": "env-1", "environment": {"setupScript": "ci/broken.sh"}}
+        assert admin.put(REPO, json=body).status_code == 200
+    task_id = agentic.mention("@ccweb-bot please build it")
+    assert agentic.finished(task_id)["task"]["errorCode"] == "environment_setup_failed"
+    answer = wait_for(
+        lambda: next(
+            (c["body"] for c in agentic.bot_comments() if "environment_setup_failed" in c["body"]),
+            None,
+        ),
+        what="the failure's answer",
+    )
+    assert "@mallory" in answer  # quoted, as text
+    _, _, fenced = answer.partition("The log's end:\n\n")
+    opening, _, rest = fenced.partition("\n")
+    assert re.fullmatch(r"~{4,}", opening), answer
+    # CommonMark: a line of at least as many tildes (up to three spaces before) closes it.
+    closing = re.compile(rf"^ {{0,3}}~{{{len(opening)},}}[ \t]*$")
+    lines = rest.split("\n")
+    closers = [i for i, line in enumerate(lines) if closing.match(line)]
+    assert len(closers) == 1, answer  # the fence's own end, nothing of the log's
+    inside = "\n".join(lines[: closers[0]])
+    assert "@mallory" in inside and inside.endswith("exit status 3"), answer
