@@ -7,14 +7,22 @@ command): the agent tries to choose what runs with the setup secrets.
   default branch's script as Gitea has it, and no secret reaches a turn;
 - a failing setup whose output tries to close the answer's code fence (longer runs of
   tildes than the fence) to have the bot post mentions and links of its choosing: the
-  whole log's end stays inside one fence.
+  whole log's end stays inside one fence;
+- a setup printing NUL bytes and terminal escapes: on PostgreSQL its run is recorded
+  (failed, as any), the log kept without them.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
+from pathlib import Path
 
-from tests.support.agentic import Agentic
+import pytest
+
+from forgeflow_testkit.gitea_emulator import GiteaEmulator
+from forgeflow_testkit.model_server import ScriptedModel
+from tests.support.agentic import Agentic, start_agentic
 from tests.support.cluster import wait_for
 from tests.support.turns import shell_turn
 
@@ -39,9 +47,13 @@ def set_secret(agentic: Agentic, value: str, n: int) -> None:
 
 
 def setup_log(agentic: Agentic) -> str:
+    return setup_log_any(agentic, "ready")
+
+
+def setup_log_any(agentic: Agentic, state: str = "failed") -> str:
     with agentic.ff.admin() as admin:
         setup = admin.get(REPO).json()["setup"]
-    assert setup is not None and setup["state"] == "ready", setup
+    assert setup is not None and setup["state"] == state, setup
     return str(setup["log"])
 
 
@@ -106,3 +118,31 @@ def test_a_setup_log_cannot_close_the_answer_s_fence(agentic: Agentic) -> None:
     assert len(closers) == 1, answer  # the fence's own end, nothing of the log's
     inside = "\n".join(lines[: closers[0]])
     assert "@mallory" in inside and inside.endswith("exit status 3"), answer
+
+
+@pytest.fixture
+def pg_agentic(
+    gitea: GiteaEmulator,
+    model: ScriptedModel,
+    tmp_path: Path,
+    pg_url: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> Iterator[Agentic]:
+    yield from start_agentic(gitea, model, tmp_path, pg_url, monkeypatch)
+
+
+def test_a_setup_log_with_nul_bytes_is_kept_on_postgres(pg_agentic: Agentic) -> None:
+    # PostgreSQL's text refuses NUL: the log the setup prints must not stop forgeflow
+    # from recording the setup (and failing the task) as it does for any log.
+    script = "printf 'before\\000after\\n'\nprintf '\\033[2J\\033]0;title\\007'\nexit 4\n"
+    pg_agentic.gitea.push_branch("acme", "widget", "main", {"ci/nul.sh": script})
+    with pg_agentic.ff.admin() as admin:
+        body = {"requestId": "env-1", "environment": {"setupScript": "ci/nul.sh"}}
+        assert admin.put(REPO, json=body).status_code == 200
+    task_id = pg_agentic.mention("@ccweb-bot please build it")
+    detail = pg_agentic.finished(task_id)
+    assert detail["task"]["errorCode"] == "environment_setup_failed", detail["task"]
+    log = setup_log_any(pg_agentic)
+    assert "before" in log and "after" in log
+    assert "\x00" not in log and "\x1b" not in log and "\x07" not in log
+    assert "exit status 4" in log

@@ -256,6 +256,17 @@ def check_secret(name: str, value: JsonValue) -> str:
     return value
 
 
+# Control characters other than tab and newline: a NUL is refused by PostgreSQL's text
+# (the setup's output would decide that its run is never recorded), and terminal
+# escapes are for a terminal, not for a page, a comment or an operator's shell.
+_CONTROLS = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def printable(log: str) -> str:
+    """A log as it is kept and shown: line ends as newlines, other controls as U+FFFD."""
+    return _CONTROLS.sub("\ufffd", log.replace("\r\n", "\n").replace("\r", "\n"))
+
+
 def tail(log: str, limit: int = ANSWER_TAIL) -> str:
     """The end of a log, at most ``limit`` characters, cut at a line."""
     if len(log) <= limit:

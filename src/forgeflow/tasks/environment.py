@@ -187,7 +187,7 @@ class Environments:
         if built.ok and not built.fresh:  # another task's build of the same list
             await self.store.write(lambda c: q.root_used(c, root.key))
             return None
-        text = redact_text(built.log)[-LOG_KEEP:]
+        text = redact_text(env_rules.printable(built.log))[-LOG_KEEP:]
         state = READY if built.ok else FAILED
         await self.store.write(lambda c: q.root_done(c, root.key, state, text, built.size))
         meta: JsonObject = {"rootKey": root.key, "state": state, "suite": root.suite,
@@ -336,7 +336,7 @@ def _setup_log(done: JailResult, limit: int, blocks: Blocks) -> str:
         text += f"\nthe setup did not end within {limit} seconds"
     elif done.returncode != 0:
         text += f"\nthe setup ended with exit status {done.returncode}"
-    return redact_text(text)[-LOG_KEEP:]
+    return redact_text(env_rules.printable(text))[-LOG_KEEP:]
 
 
 def _event(task_id: str, key: str, action: str, meta: JsonObject) -> audit.AuditEvent:
