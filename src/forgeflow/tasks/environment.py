@@ -1,6 +1,8 @@
 """A task's environment step (issue #26): before the turn, the repository's declared
-environment is made ready — its root built (agent/envroot.py) and its setup script run
-in the repository's jail on that root — and the jails of its turns get that system.
+environment is made ready — its root built (agent/envroot.py) and its setup script,
+as Gitea's default branch has it (read from forgeflow's mirror: the clone's copy is the
+agent's), run in the repository's jail on that root — and the jails of its turns get
+that system.
 
 The setup runs again only when its fingerprint changed (the script's content, the
 environment, the root, a setup secret); a failed build or setup is not tried again
