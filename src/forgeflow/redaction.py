@@ -23,14 +23,31 @@ GIT_USERNAMES = ("forgeflow", "ccweb-bot", "x-access-token", "oauth2")
 
 
 def derived_forms(secret: str, usernames: tuple[str, ...] = GIT_USERNAMES) -> set[str]:
-    """The forms a secret travels in: URL-encoded, and base64 of ``user:secret`` (with
-    and without padding, also of the secret alone)."""
-    forms = {quote(secret, safe=""), quote(secret)}
+    """The forms a secret travels in: URL-encoded, hex, and base64 of ``user:secret``
+    (with and without padding, also of the secret alone), and of the secret inside any
+    longer text (a Docker ``auth``, ``user:secret`` of a user not known here)."""
+    raw = secret.encode()
+    forms = {quote(secret, safe=""), quote(secret), raw.hex(), raw.hex().upper()}
     for prefix in ("", *(f"{u}:" for u in usernames)):
         encoded = base64.b64encode(f"{prefix}{secret}".encode()).decode()
         forms |= {encoded, encoded.rstrip("=")}
         forms.add(base64.urlsafe_b64encode(f"{prefix}{secret}".encode()).decode().rstrip("="))
+    forms |= _embedded_base64(raw)
     return {f for f in forms if f != secret}
+
+
+def _embedded_base64(raw: bytes) -> set[str]:
+    """For each of the three places the secret can start in a 3-byte group, the base64
+    characters that depend on its bytes alone (whatever comes before and after); only
+    for secrets long enough that they are not ordinary words."""
+    forms = set()
+    for shift in range(3):
+        first, end = -(-shift // 3), (shift + len(raw)) // 3  # whole groups of the secret
+        if (end - first) * 4 < 16:
+            continue
+        for encode in (base64.b64encode, base64.urlsafe_b64encode):
+            forms.add(encode(b"\0" * shift + raw).decode()[4 * first : 4 * end])
+    return forms
 
 
 def register_secrets(values: list[str], *, usernames: tuple[str, ...] = ()) -> None:

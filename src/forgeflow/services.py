@@ -331,8 +331,14 @@ def _alive(pid: int) -> bool:
 
 
 def forbidden_paths(settings: Settings) -> tuple[str, ...]:
-    """Host folders no environment may bind: forgeflow's data and the workspace."""
-    return (str(Path(settings.data_dir).resolve()), str(settings.resolved_workspace_root))
+    """Host paths no environment may bind, wherever the operator put them: forgeflow's
+    data, the workspace, the environments' roots (their lock files: a jail holding one
+    would stall every build of that list), the operator's Codex configuration (the
+    model's credentials) and forgeflow's configuration file (its tokens)."""
+    paths = [Path(settings.data_dir), settings.resolved_workspace_root]
+    paths += [settings.resolved_environment_roots]
+    paths += [p for p in (settings.codex_home_path, settings.toml_file) if p is not None]
+    return tuple(dict.fromkeys(str(p.resolve()) for p in paths))
 
 
 def ensure_admin_token(settings: Settings) -> tuple[str, bool]:

@@ -71,3 +71,20 @@ def test_setup_secrets_are_answered_by_name_only(world: World) -> None:
             REPO + "/secrets", json={"requestId": "sec-3", "secrets": {"SETUP_TOKEN": None}}
         )
         assert gone.json()["setupSecrets"] == []
+
+
+def test_variables_the_host_s_loader_reads_are_refused(world: World) -> None:
+    # bwrap is started on the host with the jail's environment: LD_DEBUG_OUTPUT had its
+    # loader write a file at a host path, GLIBC_TUNABLES reaches its loader's parser.
+    names = ["LD_DEBUG_OUTPUT", "LD_DEBUG", "ld_profile", "GLIBC_TUNABLES", "MALLOC_TRACE",
+             "GCONV_PATH", "LOCPATH", "HOSTALIASES", "RES_OPTIONS"]  # fmt: skip
+    with world.ff.admin() as admin:
+        for i, name in enumerate(names):
+            env = {"variables": {name: "/tmp/forgeflow-loader-trace"}}
+            r = admin.put(REPO, json={"requestId": f"ld-{i}", "environment": env})
+            assert r.status_code == 400, (name, r.text)
+            assert r.json()["field"] == f"variables.{name}"
+            secret = {"requestId": f"lds-{i}", "secrets": {name: "value-of-a-secret"}}
+            r = admin.put(REPO + "/secrets", json=secret)
+            assert r.status_code == 400, (name, r.text)
+            assert r.json()["field"] == f"secrets.{name}"

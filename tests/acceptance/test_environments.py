@@ -11,7 +11,8 @@ forgeflow's own base packages) in a folder the tests share; forgeflow finds it r
 - the repository's page shows its root (state, size, last use) and its last setup with
   the end of its log;
 - a changed list's old root stays while a jail runs on it (another forgeflow sharing
-  the folder and the database cannot remove it either) and is removed once none does.
+  the folder and the database cannot remove it either) and is removed once none does;
+- neither a setup nor a turn can write into the root it shares with other repositories.
 """
 
 from __future__ import annotations
@@ -280,3 +281,32 @@ def test_an_old_root_is_removed_once_no_jail_uses_it(
     page = ui_page(env_agentic.ff.url, "/ui/repos")
     assert old.key in page and "s-removed" in page
     other.store.close()
+
+
+POISON = """
+for p in /usr/bin/ff-poison /usr/lib/ff-poison /etc/ff-poison /ff-poison; do
+  touch "$p" 2>/dev/null && echo "wrote:$p"
+done
+echo poisoned >> /usr/bin/hello 2>/dev/null && echo wrote:hello
+mount -o remount,rw /usr 2>/dev/null && echo wrote:remount
+echo poison-tried
+"""
+
+
+def test_neither_a_setup_nor_a_turn_can_write_the_shared_root(
+    env_agentic: Agentic, env_roots: Path
+) -> None:
+    # The root of ["hello"] is every repository's that lists hello: a setup (the
+    # repository's script) or a turn writing into it would reach the others' jails.
+    root = env_roots / key_of("hello").key
+    before = (root / "usr" / "bin" / "hello").read_bytes()
+    env_agentic.gitea.push_branch("acme", "widget", "main", {"ci/poison.sh": POISON})
+    declare(env_agentic, {"packages": ["hello"], "setupScript": "ci/poison.sh"})
+    turn = shell_turn(env_agentic, POISON)
+    with env_agentic.ff.admin() as admin:
+        setup = admin.get(REPO).json()["setup"]
+    assert "poison-tried" in setup["log"] and "wrote:" not in setup["log"], setup["log"]
+    assert "poison-tried" in turn.output and "wrote:" not in turn.output, turn.output
+    assert (root / "usr" / "bin" / "hello").read_bytes() == before
+    assert not [p for p in (root / "usr" / "bin", root / "usr" / "lib", root / "etc", root)
+                if (p / "ff-poison").exists()]  # fmt: skip

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
+from forgeflow.config import load_settings
 from forgeflow.domain.environment import (
     EnvironmentInvalid,
     check_secret,
@@ -12,6 +15,7 @@ from forgeflow.domain.environment import (
     setup_fingerprint,
     tail,
 )
+from forgeflow.services import forbidden_paths
 
 DATA = ("/srv/forgeflow", "/srv/forgeflow/workspaces")
 
@@ -95,3 +99,24 @@ def test_a_tail_is_bounded_and_starts_at_a_line() -> None:
     log = "".join(f"line {i}\n" for i in range(1000))
     end = tail(log, 200)
     assert len(end) <= 200 and end.startswith("line ") and end.endswith("line 999\n")
+
+
+def test_binds_never_reach_forgeflow_s_folders_wherever_the_operator_put_them(
+    tmp_path: Path,
+) -> None:
+    config = tmp_path / "forgeflow.toml"
+    config.write_text("")
+    s = load_settings(
+        config,
+        data_dir=Path("/srv/ff/data"),
+        environment_roots=Path("/srv/ff-roots"),
+        codex_home=Path("/srv/operator/codex"),
+    )
+    forbidden = forbidden_paths(s)
+    # The roots' lock files (a jail flocking one stalls that list's builds), the model's
+    # credentials, and above them: each refused.
+    for bind in ["/srv/ff-roots", "/srv/operator", "/srv/operator/codex/x", "/srv"]:
+        with pytest.raises(EnvironmentInvalid, match="forgeflow's own folder"):
+            parse({"binds": [bind]}, forbidden)
+    assert str(config.resolve()) in forbidden  # its tokens: not bound, nor its folder
+    parse({"binds": ["/srv/toolchains"]}, forbidden)

@@ -26,3 +26,25 @@ def test_base64_of_user_and_token_url_encoding_and_auth_headers_are_masked() -> 
     finally:
         forget_secrets([TOKEN])
     assert TOKEN in redact_text(TOKEN)  # forgotten, with its forms
+
+
+def test_hex_and_base64_inside_longer_text_are_masked() -> None:
+    secret = "setup-only-s3cr3t-4f9c2e"
+    register_secrets([secret])
+    try:
+        assert secret.encode().hex() not in redact_text(f"xxd: {secret.encode().hex()}")
+        assert secret.encode().hex().upper() not in redact_text(secret.encode().hex().upper())
+        # base64 of the secret inside other bytes (a user name no one registered, JSON
+        # around it): at each of the three alignments, nothing of it stays readable.
+        for before in ("", "u", "someone:", '{"auth":"'):
+            for after in ("", "\n", '"}'):
+                encoded = base64.b64encode(f"{before}{secret}{after}".encode()).decode()
+                masked = redact_text(f"config {encoded} end")
+                assert MASK in masked, (before, after)
+                # What is left around the mask is the encoding of what was around the
+                # secret, and at most a group's worth of characters more on each side.
+                lead, _, rest = masked.split(" ")[1].partition(MASK)
+                assert len(lead) <= len(base64.b64encode(before.encode())) + 4, masked
+                assert len(rest) <= len(base64.b64encode(after.encode())) + 8, masked
+    finally:
+        forget_secrets([secret])

@@ -48,6 +48,14 @@ _RESERVED = frozenset(
     | {"GIT_AUTHOR_NAME", "GIT_AUTHOR_EMAIL", "GIT_COMMITTER_NAME", "GIT_COMMITTER_EMAIL"}
     | {"LD_PRELOAD", "LD_LIBRARY_PATH", "LD_AUDIT"}
 )
+# Read by the dynamic loader and the C library of every program started with the
+# jail's environment, bwrap itself on the host first (LD_DEBUG_OUTPUT would have it
+# write a file there): glibc's own list of what a privileged program must not inherit
+# (UNSECURE_ENVVARS), with the LD_ and MALLOC_ families whole.
+_LOADER = frozenset(
+    {"GCONV_PATH", "GETCONF_DIR", "GLIBC_TUNABLES", "HOSTALIASES", "LOCALDOMAIN", "LOCPATH"}
+    | {"NIS_PATH", "NLSPATH", "RESOLV_HOST_CONF", "RES_OPTIONS", "TZDIR"}
+)
 # The jail's own mount points and system folders: a bind may not land on or in them.
 _JAIL_OWN = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc",
              "/proc", "/dev", "/sys", "/tmp", "/home",  # noqa: S108 - the jail's, not temp "/run", "/opt/forgeflow", "/root",
@@ -215,6 +223,8 @@ def check_name(where: str, name: str) -> None:
         raise EnvironmentInvalid(where, f"{name!r} is not a variable name")
     if name.upper() in _RESERVED or name.upper().startswith(("FORGEFLOW_", "CODEX_", "NPM_")):
         raise EnvironmentInvalid(where, f"{name} is set by forgeflow in every jail")
+    if name.upper() in _LOADER or name.upper().startswith(("LD_", "MALLOC_")):
+        raise EnvironmentInvalid(where, f"{name} is read by bwrap's loader on the host")
 
 
 def _script(value: JsonValue) -> str | None:
@@ -244,6 +254,17 @@ def check_secret(name: str, value: JsonValue) -> str:
     if not isinstance(value, str) or not value or "\0" in value or len(value) > MAX_SECRET:
         raise EnvironmentInvalid(where, f"must be a string of 1 to {MAX_SECRET} chars")
     return value
+
+
+# Control characters other than tab and newline: a NUL is refused by PostgreSQL's text
+# (the setup's output would decide that its run is never recorded), and terminal
+# escapes are for a terminal, not for a page, a comment or an operator's shell.
+_CONTROLS = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def printable(log: str) -> str:
+    """A log as it is kept and shown: line ends as newlines, other controls as U+FFFD."""
+    return _CONTROLS.sub("\ufffd", log.replace("\r\n", "\n").replace("\r", "\n"))
 
 
 def tail(log: str, limit: int = ANSWER_TAIL) -> str:

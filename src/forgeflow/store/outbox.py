@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -102,9 +103,12 @@ def result_text(task: Task) -> str:
     if task.error_code == "budget_exceeded" and task.execution_error:
         return f"任务失败 / the task was stopped: {task.execution_error}."
     if task.error_code == ENVIRONMENT_SETUP_FAILED and task.execution_error:
-        # The build's or setup's log (redacted when kept), its tail, fenced.
-        fence = "~~~~"
-        body = task.execution_error.replace(fence, "~~~")
+        # The build's or setup's log (redacted when kept), its tail, fenced: the output
+        # is the repository's to choose, so the fence is longer than any run of tildes
+        # in it (a line of as many would close it, and markdown after it would be the
+        # bot's: mentions, links, images).
+        body = task.execution_error
+        fence = "~" * max(4, 1 + max((len(run) for run in re.findall(r"~+", body)), default=0))
         return (
             f"任务失败 / the task failed ({ENVIRONMENT_SETUP_FAILED}): the repository's "
             f"environment could not be made ready. The log's end:\n\n{fence}\n{body}\n{fence}"

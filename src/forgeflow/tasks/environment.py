@@ -1,6 +1,8 @@
 """A task's environment step (issue #26): before the turn, the repository's declared
-environment is made ready — its root built (agent/envroot.py) and its setup script run
-in the repository's jail on that root — and the jails of its turns get that system.
+environment is made ready — its root built (agent/envroot.py) and its setup script,
+as Gitea's default branch has it (read from forgeflow's mirror: the clone's copy is the
+agent's), run in the repository's jail on that root — and the jails of its turns get
+that system.
 
 The setup runs again only when its fingerprint changed (the script's content, the
 environment, the root, a setup secret); a failed build or setup is not tried again
@@ -14,14 +16,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import os
-import re
-import shutil
 import tempfile
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING
 
 import structlog
@@ -53,10 +54,13 @@ if TYPE_CHECKING:
 
 log = structlog.get_logger("forgeflow.environment")
 
-_SHA = re.compile(r"^([0-9a-f]{64})\s")
-# Runs the script (a path in the clone, as the jail sees it) directly when executable,
-# else with sh: the operator named it, the repository holds it.
-_RUN_SETUP = 'exec 2>&1; if [ -x "$0" ]; then exec "./$0"; else exec /bin/sh "$0"; fi'
+# The default branch's script, as forgeflow read it from its mirror: (executable, text),
+# None when the path is not a regular file there.
+ScriptSource = Callable[[str], Awaitable[tuple[bool, str] | None]]
+# Where the jail finds forgeflow's copy of it (the jail's own root, not a bind).
+SETUP_DIR = "/opt/forgeflow/setup"
+# $0 the copy, $1 "exec" when the repository has it executable (its #! line), else sh.
+_RUN_SETUP = 'exec 2>&1; if [ "$1" = exec ]; then exec "$0"; else exec /bin/sh "$0"; fi'
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,8 +135,9 @@ class Environments:
             ident,
         )
 
-    async def prepare(self, repo: RepoRef, task_id: str) -> EnvOutcome:
-        """Make the repository's environment ready for a turn of ``task_id``."""
+    async def prepare(self, repo: RepoRef, task_id: str, read_script: ScriptSource) -> EnvOutcome:
+        """Make the repository's environment ready for a turn of ``task_id``;
+        ``read_script`` reads the setup script from the default branch."""
         key = repo_key(repo.owner, repo.name)
         env = await self.store.read(lambda c: q.get(c, key))
         if env is None or env.empty:
@@ -150,7 +155,7 @@ class Environments:
                 return EnvOutcome(HOST_SYSTEM, failed, tuple(events))
         system = self._system(env, root)
         if env.setup_script:
-            failed = await self._setup(env, root, system, repo, task_id, events)
+            failed = await self._setup(env, root, system, repo, task_id, events, read_script)
             if failed is not None:
                 return EnvOutcome(system, failed, tuple(events))
         self._current[key] = system
@@ -184,7 +189,7 @@ class Environments:
         if built.ok and not built.fresh:  # another task's build of the same list
             await self.store.write(lambda c: q.root_used(c, root.key))
             return None
-        text = redact_text(built.log)[-LOG_KEEP:]
+        text = redact_text(env_rules.printable(built.log))[-LOG_KEEP:]
         state = READY if built.ok else FAILED
         await self.store.write(lambda c: q.root_done(c, root.key, state, text, built.size))
         meta: JsonObject = {"rootKey": root.key, "state": state, "suite": root.suite,
@@ -201,11 +206,12 @@ class Environments:
         repo: RepoRef,
         task_id: str,
         events: list[audit.AuditEvent],
+        read_script: ScriptSource,
     ) -> str | None:
         key = repo_key(repo.owner, repo.name)
         assert env.setup_script is not None
-        clone = str(self.runner.paths(repo).clone)
-        digest = await self._script_sha(env.setup_script, repo, clone, system)
+        found = await read_script(env.setup_script)
+        digest = hashlib.sha256(found[1].encode()).hexdigest() if found else "missing"
         secrets = await self.store.read(lambda c: q.secrets(c, key))
         register_secrets(list(secrets.values()))
         fingerprint = env_rules.setup_fingerprint(env, root.key if root else None, digest, secrets)
@@ -214,49 +220,63 @@ class Environments:
             return None if last.state == READY else (last.log or "the setup failed")
         rk = root.key if root else None
         await self.store.write(lambda c: q.setup_started(c, key, fingerprint, rk, task_id))
-        blocks = Blocks()
-        async with self._proxy(f"{repo.owner}/{repo.name}", blocks) as egress:
-            done = await self.runner.run(
-                ["/bin/sh", "-c", _RUN_SETUP, env.setup_script],
-                repository=repo,
-                cwd=clone,
-                timeout=float(env.setup_timeout_seconds),
-                output_limit=LOG_KEEP,
-                env={**dict(env.variables), **secrets},
-                system=system,
-                egress=egress,
-            )
-        text = _setup_log(done, env.setup_timeout_seconds, blocks)
-        state = READY if done.returncode == 0 and not done.timed_out else FAILED
+        code: int | None = None
+        if found is None:
+            text = f"the setup script {env.setup_script} is not a regular file of the "
+            text += "repository's default branch"
+        else:
+            done, blocks = await self._run_setup(env, secrets, system, repo, found)
+            text = _setup_log(done, env.setup_timeout_seconds, blocks)
+            code = None if done.timed_out else done.returncode
+        state = READY if code == 0 else FAILED
         await self.store.write(lambda c: q.setup_done(c, key, state, text))
-        meta: JsonObject = {"state": state, "script": env.setup_script, "exitCode": done.returncode}
+        meta: JsonObject = {"state": state, "script": env.setup_script, "exitCode": code}
         events.append(_event(task_id, key, "environment.setup", meta))
         return None if state == READY else text
 
-    async def _script_sha(self, script: str, repo: RepoRef, clone: str, system: JailSystem) -> str:
-        """The script's content hash, read in the jail (the clone is the agent's: the
-        host side does not open files in it). Missing, the setup run says so."""
-        done = await self.runner.run(
-            ["sha256sum", "--", script],
-            repository=repo,
-            cwd=clone,
-            timeout=60.0,
-            output_limit=4096,
-            read_only=True,
-            system=system,
-        )
-        found = _SHA.match(done.stdout.decode(errors="replace"))
-        return found.group(1) if found else "missing"
+    async def _run_setup(
+        self,
+        env: Environment,
+        secrets: dict[str, str],
+        system: JailSystem,
+        repo: RepoRef,
+        script: tuple[bool, str],
+    ) -> tuple[JailResult, Blocks]:
+        """Run forgeflow's copy of the default branch's script (the clone's file is the
+        agent's to rewrite: it must not choose what runs with the setup secrets), bound
+        read-only from a private folder of forgeflow's, with the clone as its cwd."""
+        assert env.setup_script is not None
+        blocks = Blocks()
+        with tempfile.TemporaryDirectory(prefix="forgeflow-setup-") as private:
+            copy = Path(private) / "setup"
+            copy.write_text(script[1])
+            copy.chmod(0o500)
+            inside = f"{SETUP_DIR}/{PurePosixPath(env.setup_script).name}"
+            where = inside if self.runner.jailed else str(copy)
+            async with self._proxy(f"{repo.owner}/{repo.name}", blocks, Path(private)) as egress:
+                done = await self.runner.run(
+                    ["/bin/sh", "-c", _RUN_SETUP, where, "exec" if script[0] else "sh"],
+                    repository=repo,
+                    cwd=str(self.runner.paths(repo).clone),
+                    timeout=float(env.setup_timeout_seconds),
+                    output_limit=LOG_KEEP,
+                    extra_ro_binds=[(copy, inside)],
+                    env={**dict(env.variables), **secrets},
+                    system=system,
+                    egress=egress,
+                )
+        return done, blocks
 
     @contextlib.asynccontextmanager
-    async def _proxy(self, repo_name: str, blocks: Blocks) -> AsyncIterator[Path | None]:
-        """The setup run's own egress proxy (as a turn's jail has one), on a socket in a
-        short private folder (a Unix socket's path is limited to 107 bytes); None
-        without the ``proxy`` network."""
+    async def _proxy(
+        self, repo_name: str, blocks: Blocks, folder: Path
+    ) -> AsyncIterator[Path | None]:
+        """The setup run's own egress proxy (as a turn's jail has one), on a socket in
+        the run's short private folder (a Unix socket's path is limited to 107 bytes);
+        None without the ``proxy`` network."""
         if self.egress is None:
             yield None
             return
-        folder = Path(tempfile.mkdtemp(prefix="forgeflow-setup-"))
         proxy = EgressProxy(
             self.egress.for_repository(repo_name), folder / "egress.sock", blocks.add
         )
@@ -265,7 +285,6 @@ class Environments:
             yield proxy.unix_socket
         finally:
             await proxy.aclose()
-            shutil.rmtree(folder, ignore_errors=True)
 
     # -- old roots -------------------------------------------------------------------
 
@@ -319,7 +338,7 @@ def _setup_log(done: JailResult, limit: int, blocks: Blocks) -> str:
         text += f"\nthe setup did not end within {limit} seconds"
     elif done.returncode != 0:
         text += f"\nthe setup ended with exit status {done.returncode}"
-    return redact_text(text)[-LOG_KEEP:]
+    return redact_text(env_rules.printable(text))[-LOG_KEEP:]
 
 
 def _event(task_id: str, key: str, action: str, meta: JsonObject) -> audit.AuditEvent:

@@ -17,6 +17,7 @@ import asyncio
 import contextlib
 import dataclasses
 from dataclasses import dataclass
+from functools import partial
 
 from sqlalchemy import Connection
 
@@ -34,6 +35,7 @@ from forgeflow.tasks.environment import Environments
 from forgeflow.tasks.moves import TaskMoves, task_event
 from forgeflow.tasks.outbox import Outbox, Receipt
 from forgeflow.tasks.prompting import Context, Conversation, Prompts
+from forgeflow.workspace import mirror
 from forgeflow.workspace.manager import (
     PullRequestRefs,
     RepoCheckout,
@@ -127,7 +129,15 @@ class Preparer:
             target = rules.target(resource, refs, repo_row.default_branch)
             notes += await self._lost(task, worktree, target.remote or target.local)
         if self.environments is not None:
-            ready = await self.environments.prepare(resource.repo, task.task_id)
+            # The setup script as Gitea's default branch has it, read from forgeflow's
+            # mirror: the clone's copy is the agent's to rewrite.
+            read = partial(
+                mirror.file_at,
+                self.workspace.git,
+                self.workspace.mirror(resource.repo),
+                checkout.head,
+            )
+            ready = await self.environments.prepare(resource.repo, task.task_id, read)
             notes += ready.events
             if ready.failed is not None:
                 return await self._no_environment(task, ready.failed, notes, await receipt)

@@ -169,3 +169,29 @@ async def diff_since(git: GitRunner, path: str, old: str, new: str) -> str | Non
         return None
     args = ("diff", "--no-color", "--no-ext-diff", "--no-textconv", old, new, "--")
     return (await git.run(*args, cwd=path, time_limit=30)).stdout
+
+
+# What a repository file forgeflow reads from the mirror may weigh (a setup script).
+FILE_LIMIT = 1024 * 1024
+
+
+async def file_at(git: GitRunner, path: str, commit: str, name: str) -> tuple[bool, str] | None:
+    """A regular file of ``commit`` in the mirror (what Gitea has, never the agent's
+    clone): whether it is executable, and its text. None when ``name`` is not a regular
+    file there (missing, a link, a folder, a submodule) or is over FILE_LIMIT."""
+    res = await git.run(
+        "ls-tree", "-z", "--full-tree", check_sha(commit, "commit"), "--", name,
+        cwd=path, check=False,
+    )  # fmt: skip
+    meta, _, found = res.stdout.split("\0", 1)[0].partition("\t")
+    words = meta.split()
+    if res.returncode != 0 or found != name or len(words) != 3 or words[1] != "blob":
+        return None
+    if words[0] not in ("100644", "100755"):
+        return None
+    blob = check_sha(words[2], "blob")
+    size = await git.run("cat-file", "-s", blob, cwd=path)
+    if int(size.stdout.strip()) > FILE_LIMIT:
+        return None
+    text = await git.run("cat-file", "blob", blob, cwd=path)
+    return words[0] == "100755", text.stdout
