@@ -110,6 +110,8 @@ class Launch:
     egress_socket: Path | None = None  # "proxy": this jail's egress proxy socket
     git_name: str = "forgeflow-agent"
     system: jail.JailSystem = jail.HOST_SYSTEM  # the repository's environment (#26)
+    # What the repository's setup left for its turns: bound read-only at jail.ENV_DIR
+    env_dir: Path | None = None
 
     def _offline(self, codex: list[str]) -> Forwarded:
         """A jail without network reaches the brokers through ``forward.py``."""
@@ -131,6 +133,8 @@ class Launch:
             "GIT_COMMITTER_NAME": self.git_name,
             "GIT_COMMITTER_EMAIL": email,
         }
+        if self.env_dir is not None:
+            extra[jail.ENV_DIR_VAR] = jail.ENV_DIR if self.jailed else str(self.env_dir)
         own = self.argv if self.system.root is None else jail.direct_command(self.argv)
         codex = [*own, *overrides(with_capability_env(self.config))]
         if self.jailed:
@@ -147,6 +151,11 @@ class Launch:
                 readable += python
             if self.egress_socket is not None:
                 extra.update(proxy_env(egress_port(self.broker_port)))
+            if self.env_dir is not None:
+                # Read-only: a turn must not leave anything there for the next setup
+                # (which runs with the secrets) or change what later turns are given.
+                jail.check_top_level(self.env_dir)
+                placed += (("--ro-bind", str(self.env_dir), jail.ENV_DIR),)
             spec = jail.JailSpec(
                 self.home,
                 writable,
@@ -216,6 +225,8 @@ class AppServer:
         # whose parents are its own, and the jail checks them with lstat.
         for path in (launch.home, *launch.repository):
             jail.make_tree(launch.root, path)
+        if launch.env_dir is not None:
+            jail.make_tree(launch.root, launch.env_dir)
         if not launch.jailed:  # one trusted user: no jail to make it in
             (launch.home / ".codex").mkdir(exist_ok=True)
         argv, env = launch.command(self.capability)

@@ -63,7 +63,7 @@ from forgeflow.agent.turnstart import request_start, start_params
 from forgeflow.config import Settings
 from forgeflow.domain.ids import RepoRef
 from forgeflow.domain.json import JsonObject
-from forgeflow.domain.paths import agent_home, repo_sessions, repo_workspace
+from forgeflow.domain.paths import agent_home, environment_dir, repo_sessions, repo_workspace
 from forgeflow.domain.rollout import NotKept, Rollout
 from forgeflow.gitea.client import GiteaClient
 from forgeflow.redaction import redact
@@ -176,6 +176,7 @@ class CodexRuntime:
             egress_socket=self.egress.socket(server_key(owner, repo, read_only)),
             git_name=self.cfg.bot_login,
             system=system,
+            env_dir=Path(environment_dir(root, ref)),
         )
 
     async def _server(self, owner: str, repo: str, read_only: bool) -> AppServer:

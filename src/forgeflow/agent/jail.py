@@ -100,6 +100,11 @@ _HOST_ETC = frozenset({"resolv.conf", "hosts", "hostname"})
 # Where forgeflow places host programs a root lacks (the Codex binary's folder is bound
 # at its host path; this is for the few single files).
 SYSTEM_BIN = "/opt/forgeflow/bin"
+# A repository's environment folder (issue #26), at the same path in its setup (which
+# writes it) and its turns (which read it), so what a setup makes there (a virtualenv,
+# an installed toolchain) finds itself at the path it was made for.
+ENV_DIR = "/opt/forgeflow/env"
+ENV_DIR_VAR = "FORGEFLOW_ENV_DIR"
 
 
 @dataclass(frozen=True, slots=True)

@@ -69,6 +69,15 @@ class JailPaths:
             jail.make_tree(root, path)
 
 
+@dataclass(frozen=True, slots=True)
+class Trees:
+    """What a jail that is not the repository's own writes: its home and its
+    read-write trees (bound at their host paths), all forgeflow-made folders."""
+
+    home: Path
+    writable: tuple[Path, ...]
+
+
 class JailRunner:
     """Runs one command in a repository's jail (or unjailed with sandbox ``none``)."""
 
@@ -112,11 +121,17 @@ class JailRunner:
         env: Mapping[str, str] | None = None,
         system: jail.JailSystem = jail.HOST_SYSTEM,
         egress: Path | None = None,
+        own: Trees | None = None,
+        extra_rw_binds: Sequence[tuple[Path, str]] = (),
     ) -> tuple[list[str], dict[str, str], str | None]:
         """(argv, environment, host cwd) of the process to start; ``egress``: the
-        socket of an egress proxy, the jail's only network (no other network then)."""
-        paths = self.paths(repository)  # the home of the repository's own jail
-        paths.make(self.root)
+        socket of an egress proxy, the jail's only network (no other network then);
+        ``own``: a home and trees of the caller's instead of the repository's clone,
+        sessions and home (a setup run: none of the agent's files in it)."""
+        if own is None:
+            paths = self.paths(repository)  # the home of the repository's own jail
+            paths.make(self.root)
+            own = Trees(paths.home, (paths.clone, paths.sessions))
         extra = dict(env or {})
         if not self.jailed:
             environ = jail.base_env(
@@ -124,13 +139,16 @@ class JailRunner:
                     **dict(system.variables),
                     **extra,
                     "PATH": os.environ.get("PATH", jail.JAIL_PATH),
-                    "HOME": str(paths.home),
-                    "CODEX_HOME": str(paths.home / ".codex"),
+                    "HOME": str(own.home),
+                    "CODEX_HOME": str(own.home / ".codex"),
                 }
             )
             return list(argv), environ, cwd
-        trees = (paths.clone, paths.sessions)
+        trees = own.writable
         placed = tuple(("--ro-bind", str(src), dst) for src, dst in extra_ro_binds)
+        for src, _ in extra_rw_binds:
+            jail.check_top_level(src)
+        placed += tuple(("--bind", str(src), dst) for src, dst in extra_rw_binds)
         readable: tuple[Path, ...] = trees if read_only else ()
         command = list(argv)
         if egress is not None:
@@ -138,7 +156,7 @@ class JailRunner:
             placed, readable, network = placed + more, readable + python, False
             extra.update(proxy)
         spec = jail.JailSpec(
-            paths.home,
+            own.home,
             () if read_only else trees,
             readable,
             network=self.network if network is None else network,
@@ -165,6 +183,8 @@ class JailRunner:
         env: Mapping[str, str] | None = None,
         system: jail.JailSystem = jail.HOST_SYSTEM,
         egress: Path | None = None,
+        own: Trees | None = None,
+        extra_rw_binds: Sequence[tuple[Path, str]] = (),
     ) -> JailResult:
         """Run ``argv`` with ``cwd`` (a path as the jail sees it: the host path of a
         folder in the clone or sessions, or /home/agent); see the module docstring."""
@@ -178,6 +198,8 @@ class JailRunner:
             env=env,
             system=system,
             egress=egress if self.jailed else None,
+            own=own,
+            extra_rw_binds=extra_rw_binds,
         )
         # An environment's root is held while the jail runs: not removed under it.
         use = RootUse(system.root) if self.jailed and system.root is not None else None

@@ -14,6 +14,11 @@ from forgeflow.domain.ids import INSTANCE_ID, InvalidName, RepoRef, ResourceRef
 SESSIONS_DIR = ".sessions"
 HOMES_DIR = ".homes"
 READ_ONLY_HOMES_DIR = ".homes-read-only"
+# A repository's environment folder (issue #26): written by its setup, read-only to its
+# turns; and the setup's own home and working tree, which no turn's jail binds.
+ENVIRONMENTS_DIR = ".environments"
+SETUP_HOMES_DIR = ".setup-homes"
+SETUP_EXPORTS_DIR = ".setup-exports"
 
 
 def _under(root: str, *parts: str) -> str:
@@ -39,6 +44,21 @@ def agent_home(root: str, repo: RepoRef, *, read_only: bool = False) -> str:
     spaces' read-only jail has a home of its own."""
     homes = READ_ONLY_HOMES_DIR if read_only else HOMES_DIR
     return _under(root, homes, INSTANCE_ID, repo.owner, repo.name)
+
+
+def environment_dir(root: str, repo: RepoRef) -> str:
+    """What a repository's setup leaves for its turns (bound read-only into them)."""
+    return _under(root, ENVIRONMENTS_DIR, INSTANCE_ID, repo.owner, repo.name)
+
+
+def setup_home(root: str, repo: RepoRef) -> str:
+    """The home of a repository's setup runs, kept between them; no turn binds it."""
+    return _under(root, SETUP_HOMES_DIR, INSTANCE_ID, repo.owner, repo.name)
+
+
+def setup_export(root: str, repo: RepoRef) -> str:
+    """The default branch's tree the setup runs in, made anew for each run."""
+    return _under(root, SETUP_EXPORTS_DIR, INSTANCE_ID, repo.owner, repo.name)
 
 
 def session_worktree(root: str, resource: ResourceRef) -> str:

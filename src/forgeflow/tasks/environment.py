@@ -1,8 +1,8 @@
 """A task's environment step (issue #26): before the turn, the repository's declared
 environment is made ready — its root built (agent/envroot.py) and its setup script,
 as Gitea's default branch has it (read from forgeflow's mirror: the clone's copy is the
-agent's), run in the repository's jail on that root — and the jails of its turns get
-that system.
+agent's), run on that root in a jail with an export of that branch and no file of the
+agent's (setup_run.py) — and the jails of its turns get that system.
 
 The setup runs again only when its fingerprint changed (the script's content, the
 environment, the root, a setup secret); a failed build or setup is not tried again
@@ -15,23 +15,20 @@ kept of the setup is redacted with them registered.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import hashlib
 import os
-import tempfile
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import structlog
 
 from forgeflow.agent.envroot import BASE_PACKAGES, RootBuilder, host_suite, tree_size
 from forgeflow.agent.jail import HOST_SYSTEM, JailSystem
-from forgeflow.agent.oneshot import JailResult, JailRunner
+from forgeflow.agent.oneshot import JailRunner
 from forgeflow.agent.port import AgentError
-from forgeflow.agent.proxy import Blocks, EgressProxy
 from forgeflow.config import Settings
 from forgeflow.domain import environment as env_rules
 from forgeflow.domain.egress import EgressPolicy
@@ -48,6 +45,7 @@ from forgeflow.domain.json import JsonObject
 from forgeflow.redaction import redact_text, register_secrets
 from forgeflow.store import Store, audit
 from forgeflow.store import environments as q
+from forgeflow.tasks.setup_run import Archive, SetupRunner
 
 if TYPE_CHECKING:
     from sqlalchemy import Connection
@@ -57,10 +55,15 @@ log = structlog.get_logger("forgeflow.environment")
 # The default branch's script, as forgeflow read it from its mirror: (executable, text),
 # None when the path is not a regular file there.
 ScriptSource = Callable[[str], Awaitable[tuple[bool, str] | None]]
-# Where the jail finds forgeflow's copy of it (the jail's own root, not a bind).
-SETUP_DIR = "/opt/forgeflow/setup"
-# $0 the copy, $1 "exec" when the repository has it executable (its #! line), else sh.
-_RUN_SETUP = 'exec 2>&1; if [ "$1" = exec ]; then exec "$0"; else exec /bin/sh "$0"; fi'
+
+
+@dataclass(frozen=True, slots=True)
+class DefaultBranch:
+    """The repository's default branch at the commit the preparation fetched, as
+    forgeflow's mirror has it (the clone's copy is the agent's to rewrite)."""
+
+    read: ScriptSource  # one file of it
+    archive: Archive  # its whole tree, as a tar written to a file of forgeflow's
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,6 +94,7 @@ class Environments:
         self.suite = suite
         self.forbidden = tuple(forbidden)
         self.egress = egress
+        self.setups = SetupRunner(runner, egress)
         self._current: dict[str, JailSystem] = {}
         self._sweep: asyncio.Task[None] | None = None
         self._sweep_again = False
@@ -135,9 +139,9 @@ class Environments:
             ident,
         )
 
-    async def prepare(self, repo: RepoRef, task_id: str, read_script: ScriptSource) -> EnvOutcome:
-        """Make the repository's environment ready for a turn of ``task_id``;
-        ``read_script`` reads the setup script from the default branch."""
+    async def prepare(self, repo: RepoRef, task_id: str, branch: DefaultBranch) -> EnvOutcome:
+        """Make the repository's environment ready for a turn of ``task_id``; the setup
+        runs on ``branch`` (its script and its tree)."""
         key = repo_key(repo.owner, repo.name)
         env = await self.store.read(lambda c: q.get(c, key))
         if env is None or env.empty:
@@ -155,7 +159,7 @@ class Environments:
                 return EnvOutcome(HOST_SYSTEM, failed, tuple(events))
         system = self._system(env, root)
         if env.setup_script:
-            failed = await self._setup(env, root, system, repo, task_id, events, read_script)
+            failed = await self._setup(env, root, system, repo, task_id, events, branch)
             if failed is not None:
                 return EnvOutcome(system, failed, tuple(events))
         self._current[key] = system
@@ -206,11 +210,11 @@ class Environments:
         repo: RepoRef,
         task_id: str,
         events: list[audit.AuditEvent],
-        read_script: ScriptSource,
+        branch: DefaultBranch,
     ) -> str | None:
         key = repo_key(repo.owner, repo.name)
         assert env.setup_script is not None
-        found = await read_script(env.setup_script)
+        found = await branch.read(env.setup_script)
         digest = hashlib.sha256(found[1].encode()).hexdigest() if found else "missing"
         secrets = await self.store.read(lambda c: q.secrets(c, key))
         register_secrets(list(secrets.values()))
@@ -225,66 +229,13 @@ class Environments:
             text = f"the setup script {env.setup_script} is not a regular file of the "
             text += "repository's default branch"
         else:
-            done, blocks = await self._run_setup(env, secrets, system, repo, found)
-            text = _setup_log(done, env.setup_timeout_seconds, blocks)
-            code = None if done.timed_out else done.returncode
+            done = await self.setups.run(env, secrets, system, repo, found, branch.archive)
+            text, code = done.log, done.code
         state = READY if code == 0 else FAILED
         await self.store.write(lambda c: q.setup_done(c, key, state, text))
         meta: JsonObject = {"state": state, "script": env.setup_script, "exitCode": code}
         events.append(_event(task_id, key, "environment.setup", meta))
         return None if state == READY else text
-
-    async def _run_setup(
-        self,
-        env: Environment,
-        secrets: dict[str, str],
-        system: JailSystem,
-        repo: RepoRef,
-        script: tuple[bool, str],
-    ) -> tuple[JailResult, Blocks]:
-        """Run forgeflow's copy of the default branch's script (the clone's file is the
-        agent's to rewrite: it must not choose what runs with the setup secrets), bound
-        read-only from a private folder of forgeflow's, with the clone as its cwd."""
-        assert env.setup_script is not None
-        blocks = Blocks()
-        with tempfile.TemporaryDirectory(prefix="forgeflow-setup-") as private:
-            copy = Path(private) / "setup"
-            copy.write_text(script[1])
-            copy.chmod(0o500)
-            inside = f"{SETUP_DIR}/{PurePosixPath(env.setup_script).name}"
-            where = inside if self.runner.jailed else str(copy)
-            async with self._proxy(f"{repo.owner}/{repo.name}", blocks, Path(private)) as egress:
-                done = await self.runner.run(
-                    ["/bin/sh", "-c", _RUN_SETUP, where, "exec" if script[0] else "sh"],
-                    repository=repo,
-                    cwd=str(self.runner.paths(repo).clone),
-                    timeout=float(env.setup_timeout_seconds),
-                    output_limit=LOG_KEEP,
-                    extra_ro_binds=[(copy, inside)],
-                    env={**dict(env.variables), **secrets},
-                    system=system,
-                    egress=egress,
-                )
-        return done, blocks
-
-    @contextlib.asynccontextmanager
-    async def _proxy(
-        self, repo_name: str, blocks: Blocks, folder: Path
-    ) -> AsyncIterator[Path | None]:
-        """The setup run's own egress proxy (as a turn's jail has one), on a socket in
-        the run's short private folder (a Unix socket's path is limited to 107 bytes);
-        None without the ``proxy`` network."""
-        if self.egress is None:
-            yield None
-            return
-        proxy = EgressProxy(
-            self.egress.for_repository(repo_name), folder / "egress.sock", blocks.add
-        )
-        try:
-            await proxy.start()
-            yield proxy.unix_socket
-        finally:
-            await proxy.aclose()
 
     # -- old roots -------------------------------------------------------------------
 
@@ -327,18 +278,6 @@ def _removed(conn: Connection, *, key: str) -> None:
     q.root_removed(conn, key)
     meta: JsonObject = {"rootKey": key}
     audit.append(conn, audit.AuditEvent(action="environment.root_removed", metadata=meta))
-
-
-def _setup_log(done: JailResult, limit: int, blocks: Blocks) -> str:
-    text = (done.stdout + done.stderr).decode(errors="replace")
-    for (host, port), count in blocks.counts.items():
-        why = blocks.reasons[(host, port)]
-        text += f"\nforgeflow: the network policy refused {host}:{port} x{count} ({why})"
-    if done.timed_out:
-        text += f"\nthe setup did not end within {limit} seconds"
-    elif done.returncode != 0:
-        text += f"\nthe setup ended with exit status {done.returncode}"
-    return redact_text(env_rules.printable(text))[-LOG_KEEP:]
 
 
 def _event(task_id: str, key: str, action: str, meta: JsonObject) -> audit.AuditEvent:

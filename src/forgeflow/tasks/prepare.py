@@ -31,7 +31,7 @@ from forgeflow.gitea.client import GiteaClient, GiteaError
 from forgeflow.store import Store, audit, repos
 from forgeflow.tasks import lost
 from forgeflow.tasks.dispatch import Dispatcher
-from forgeflow.tasks.environment import Environments
+from forgeflow.tasks.environment import DefaultBranch, Environments
 from forgeflow.tasks.moves import TaskMoves, task_event
 from forgeflow.tasks.outbox import Outbox, Receipt
 from forgeflow.tasks.prompting import Context, Conversation, Prompts
@@ -129,15 +129,11 @@ class Preparer:
             target = rules.target(resource, refs, repo_row.default_branch)
             notes += await self._lost(task, worktree, target.remote or target.local)
         if self.environments is not None:
-            # The setup script as Gitea's default branch has it, read from forgeflow's
-            # mirror: the clone's copy is the agent's to rewrite.
-            read = partial(
-                mirror.file_at,
-                self.workspace.git,
-                self.workspace.mirror(resource.repo),
-                checkout.head,
-            )
-            ready = await self.environments.prepare(resource.repo, task.task_id, read)
+            # The setup script and the tree it runs in as Gitea's default branch has
+            # them, read from forgeflow's mirror: the clone is the agent's to rewrite.
+            where = (self.workspace.git, self.workspace.mirror(resource.repo), checkout.head)
+            branch = DefaultBranch(partial(mirror.file_at, *where), partial(mirror.archive, *where))
+            ready = await self.environments.prepare(resource.repo, task.task_id, branch)
             notes += ready.events
             if ready.failed is not None:
                 return await self._no_environment(task, ready.failed, notes, await receipt)

@@ -195,3 +195,12 @@ async def file_at(git: GitRunner, path: str, commit: str, name: str) -> tuple[bo
         return None
     text = await git.run("cat-file", "blob", blob, cwd=path)
     return words[0] == "100755", text.stdout
+
+
+async def archive(git: GitRunner, path: str, commit: str, out: Path) -> None:
+    """A tar of ``commit``'s tree (what Gitea has, never the agent's clone) written to
+    ``out``, a file of forgeflow's; it is unpacked only inside a jail."""
+    await git.run(
+        "archive", "--format=tar", f"--output={out}", check_sha(commit, "commit"),
+        cwd=path,
+    )  # fmt: skip
