@@ -33,7 +33,8 @@ SECOND = "second-setup-s3cr3t-c47e19"
 # Run in the agent's session worktree: its clone is the worktree's common folder's parent.
 HIJACK = """
 clone=$(cd "$(git rev-parse --git-common-dir)/.." && pwd)
-printf '%s\\n' 'echo "ran:agent-script"' 'env > "$HOME/stolen-env"' > "$clone/ci/env-setup.sh"
+printf '%s\\n' 'echo "ran:agent-script"' 'env > "$HOME/stolen-env"' \\
+  'env > "$FORGEFLOW_ENV_DIR/stolen-env"' > "$clone/ci/env-setup.sh"
 git -C "$clone" commit -qam "a setup of my own" && echo hijack-committed
 git -C "$clone" status --porcelain | wc -l | sed 's/^/dirty-lines:/'
 """
@@ -75,8 +76,10 @@ def test_a_setup_script_the_agent_rewrote_in_its_clone_never_runs(agentic: Agent
     set_secret(agentic, SECOND, 2)
     second = shell_turn(
         agentic,
-        'cat "$HOME/stolen-env" 2>/dev/null | sed "s/^/stolen:/"\n'
-        'grep -rl --exclude-dir=sessions s3cr3t "$HOME" 2>/dev/null | sed "s/^/found:/"\n'
+        'cat "$HOME/stolen-env" "$FORGEFLOW_ENV_DIR/stolen-env" 2>/dev/null'
+        ' | sed "s/^/stolen:/"\n'
+        'grep -rl --exclude-dir=sessions s3cr3t "$HOME" "$FORGEFLOW_ENV_DIR" 2>/dev/null'
+        ' | sed "s/^/found:/"\n'
         "echo looked",
     )
     assert "looked" in second.output

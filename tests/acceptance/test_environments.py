@@ -124,7 +124,7 @@ def test_a_setup_secret_reaches_the_setup_only(env_agentic: Agentic) -> None:
             "ci/env-setup.sh": (
                 'echo "secret-length:${#SETUP_TOKEN}"\n'
                 'echo "printed:$SETUP_TOKEN"\n'
-                'hello > "$HOME/setup-marker"\n'
+                'hello > "$FORGEFLOW_ENV_DIR/setup-marker"\n'
             )
         },
     )
@@ -137,14 +137,14 @@ def test_a_setup_secret_reaches_the_setup_only(env_agentic: Agentic) -> None:
     turn = shell_turn(
         env_agentic,
         'env | grep -c SETUP_TOKEN || true\necho "value:${SETUP_TOKEN:-absent}"\n'
-        'cat "$HOME/setup-marker"\n'
+        'cat "$FORGEFLOW_ENV_DIR/setup-marker"\n'
         # Its own rollout (sessions/) holds this command, the word searched for.
-        'grep -rl --exclude-dir=sessions s3cr3t "$HOME" /tmp 2>/dev/null'
+        'grep -rl --exclude-dir=sessions s3cr3t "$HOME" "$FORGEFLOW_ENV_DIR" /tmp 2>/dev/null'
         ' | sed "s/^/found:/" || true',
     )
     assert "value:absent" in turn.output
     assert "0\n" in turn.output  # no variable of that name in the turn's environment
-    assert "Hello, world!" in turn.output  # the setup's result, in the persistent home
+    assert "Hello, world!" in turn.output  # the setup's result, in the environment folder
     assert SECRET not in turn.output and "found:" not in turn.output  # nor in a file
     with env_agentic.ff.admin() as admin:
         setup = admin.get(REPO).json()["setup"]

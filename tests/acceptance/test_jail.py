@@ -177,22 +177,24 @@ def test_another_repositorys_clone_and_worktree_are_out_of_reach(agentic: Agenti
     clone = root / "default/acme/other"
     worktree = root / ".sessions/default/acme/other" / f"issue-{issue}"
     home = root / ".homes/default/acme/other"
+    env = root / ".environments/default/acme/other"  # what its setup leaves its turns
     assert (clone / ".git").exists() and (worktree / "SECRET.md").is_file(), "no other clone"
-    assert home.is_dir()
+    assert home.is_dir() and env.is_dir()
+    (env / "ENV.md").write_text("other-repo-secret\n")
     out = run_in_turn(
         agentic,
-        f"echo '== ls'; ls {clone} {worktree} {home} {root / '.homes'}\n"
+        f"echo '== ls'; ls {clone} {worktree} {home} {env} {root / '.homes'}\n"
         f"echo '== cat'; cat {clone}/.git/config {worktree}/SECRET.md\n"
         f"echo '== acme'; ls -A {root}/default/acme {root}/.sessions/default/acme\n"
         # Everywhere but the read-only system and /proc: the file's name and its text.
         "echo '== find'; find / \\( -path /proc -o -path /usr \\) -prune"
         " -o -path '*acme/other*' -print 2>/dev/null;"
         # (in halves: Codex's rollout under ~/.codex holds this very command)
-        ' S=other-repo; grep -rls "${S}-secret" /tmp /home /work /etc /dev 2>/dev/null;'
+        ' S=other-repo; grep -rls "${S}-secret" /tmp /home /work /etc /dev /opt 2>/dev/null;'
         " echo find-done",
     )
     listing = section(out, "ls")
-    for path in (clone, worktree, home, root / ".homes"):
+    for path in (clone, worktree, home, env, root / ".homes"):
         assert f"cannot access '{path}': No such file or directory" in listing, listing
     cat = section(out, "cat")
     for path in (clone / ".git/config", worktree / "SECRET.md"):
