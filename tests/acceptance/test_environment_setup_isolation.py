@@ -9,7 +9,8 @@ app-server`` and bubblewrap, a scripted model running the agent's commands:
   setup runs Gitea's tree with a home of its own: none of it ran, and the next turn
   finds no secret anywhere it can read;
 - what the setup writes to ``$FORGEFLOW_ENV_DIR`` is the next turn's to read and run,
-  not to change, and the setup's home is not in the turn's jail at all.
+  not to change, and the setup's home is not in the turn's jail at all; once the
+  operator takes the setup script out of the environment, the folder is emptied.
 """
 
 from __future__ import annotations
@@ -142,3 +143,10 @@ def test_the_setup_s_folder_is_read_only_to_the_next_turn(agentic: Agentic) -> N
     assert (folder / "result").read_text() == "from-setup\n"
     assert sorted(p.name for p in folder.iterdir()) == ["bin", "result"]
     assert (folder / "bin" / "tool").is_file()
+    # The setup script taken out of the environment: what it left goes with it.
+    with agentic.ff.admin() as admin:
+        body = {"requestId": "env-2", "environment": {"variables": {"STYLE": "plain"}}}
+        assert admin.put(REPO, json=body).status_code == 200
+    after = shell_turn(agentic, 'echo "entries:$(ls -A "$FORGEFLOW_ENV_DIR" | wc -l)"')
+    assert "entries:0" in after.output, after.output
+    assert list(folder.iterdir()) == []

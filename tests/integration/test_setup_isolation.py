@@ -9,7 +9,8 @@ another repository's environment folder is not in it.
   removed in a jail: the next run starts from the tree alone, and the host's files the
   links point at are untouched;
 - what it writes to ``$FORGEFLOW_ENV_DIR`` lands in the repository's environment
-  folder, and its home is kept for the next setup run.
+  folder, emptied before each run and once the setup script is gone; its home is
+  kept for the next setup run.
 """
 
 from __future__ import annotations
@@ -37,9 +38,12 @@ echo "entries:$(ls -A | tr '\\n' ' ')"
 test -e .git && echo has-git || echo no-git
 cat "$HOME/.npmrc" 2>/dev/null | sed 's/^/npmrc:/'
 find / -path /proc -prune -o \\( -name b-marker -o -name agent-clone-file \\
-  -o -name .agent-dotfile -o -name a-result \\) -print 2>/dev/null | sed 's/^/seen:/'
+  -o -name .agent-dotfile -o -name cache-file \\) -print 2>/dev/null | sed 's/^/seen:/'
 test -e "$HOME/cache-file" && echo home-kept
+echo "env-entries:$(ls -A "$FORGEFLOW_ENV_DIR" | tr '\n' ' ')"
 echo "made:${#SETUP_TOKEN}" > "$FORGEFLOW_ENV_DIR/a-result"
+ln -s / "$FORGEFLOW_ENV_DIR/root-link"
+mkdir -p "$FORGEFLOW_ENV_DIR/locked/x" && chmod 000 "$FORGEFLOW_ENV_DIR/locked"
 echo cached > "$HOME/cache-file"
 ln -s / escape; ln -s "$FORGEFLOW_ENV_DIR" envlink
 mkdir -p locked/inner && touch locked/inner/f && chmod 000 locked
@@ -102,15 +106,20 @@ def test_the_setup_runs_on_an_export_with_folders_of_its_own(tmp_path: Path) -> 
         # Only the commit's tree: nothing the last run left (links, the locked folder).
         assert "entries:Makefile ci \n" in log and "no-git" in log, log
         assert "npmrc:" not in log and "done" in log, log
-    # find sees the jail (the last run's result, the control), and nothing else.
+        assert "env-entries:\n" in log, log  # emptied of the last run's results
+    # find sees the jail (the setup's own kept home, the control), and nothing else.
     assert "seen:" not in first
     assert [line for line in second.splitlines() if line.startswith("seen:")] == [
-        "seen:/opt/forgeflow/env/a-result"
+        "seen:/home/agent/cache-file"
     ], second
     assert "home-kept" not in first and "home-kept" in second
     assert (ours.env / "a-result").read_text() == f"made:{len(SECRET)}\n"
     assert (ours.home / "cache-file").read_text() == "cached\n"
     assert list(ours.export.iterdir()) == []  # emptied after the run, in a jail
+    assert sorted(p.name for p in ours.env.iterdir()) == ["a-result", "locked", "root-link"]
+    # The script gone from the environment: its folder is emptied (links not followed).
+    asyncio.run(setups.clear(A))
+    assert list(ours.env.iterdir()) == [] and Path("/usr/bin").is_dir()
     assert sorted(p.name for p in other.env.iterdir()) == ["b-marker"]
     assert sorted(p.name for p in agent.home.iterdir()) == [".agent-dotfile", ".npmrc"]
     assert sorted(p.name for p in agent.clone.iterdir()) == ["agent-clone-file"]

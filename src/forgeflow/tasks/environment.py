@@ -144,6 +144,8 @@ class Environments:
         runs on ``branch`` (its script and its tree)."""
         key = repo_key(repo.owner, repo.name)
         env = await self.store.read(lambda c: q.get(c, key))
+        if env is None or not env.setup_script:
+            await self.setups.clear(repo)  # no setup: nothing of an earlier one stays
         if env is None or env.empty:
             self._current.pop(key, None)
             return EnvOutcome(HOST_SYSTEM)

@@ -15,12 +15,15 @@ them. So the setup's jail binds neither; it gets
   which no turn's jail binds;
 - the repository's environment folder (``environment_dir``) read-write at
   ``jail.ENV_DIR``, named by ``$FORGEFLOW_ENV_DIR``: what the setup leaves for the
-  turns, which get it read-only at the same path.
+  turns, which get it read-only at the same path. It is emptied (in the same jail as
+  the export) before each run, and when the environment has no setup script any more,
+  so it holds what the last run of the current script left, nothing older.
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
 import tempfile
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
@@ -48,11 +51,13 @@ Archive = Callable[[Path], Awaitable[None]]
 SETUP_DIR = "/opt/forgeflow/setup"
 # $0 the copy, $1 "exec" when the repository has it executable (its #! line), else sh.
 _RUN_SETUP = 'exec 2>&1; if [ "$1" = exec ]; then exec "$0"; else exec /bin/sh "$0"; fi'
-# In the export's jail: whatever an earlier run left is made removable (a folder it
-# made unreadable) and removed, then, with $1 "unpack", the tar on stdin is unpacked.
+# In a jail of the setup's folders: each folder named is emptied of what the last run
+# left (a folder it made unreadable is made removable first), then, with $1 "unpack",
+# the tar on stdin is unpacked into the cwd (the export).
 _REFILL = (
-    "set -e; exec 2>&1; chmod -R u+rwX . 2>/dev/null || true; find . -mindepth 1 -delete; "
-    'if [ "$1" = unpack ]; then tar -x -f -; fi'
+    'set -e; exec 2>&1; mode=$1; shift; for d in "$@"; do '
+    'chmod -R u+rwX "$d" 2>/dev/null || true; find "$d" -mindepth 1 -delete; done; '
+    'if [ "$mode" = unpack ]; then tar -x -f -; fi'
 )
 
 
@@ -113,7 +118,8 @@ class SetupRunner:
             except WorkspaceError as exc:
                 why = f"forgeflow could not export the default branch: {exc}"
                 return SetupDone(None, _text(why))
-            unpacked = await self._refill(repo, folders, tar, limit)
+            # The environment folder too: it holds what this run leaves, nothing older.
+            unpacked = await self._refill(repo, folders, tar, limit, env_too=True)
             tar.unlink()
             if unpacked.returncode != 0 or unpacked.timed_out:
                 why = "forgeflow could not unpack the default branch for the setup:\n"
@@ -128,13 +134,41 @@ class SetupRunner:
             None if done.timed_out else done.returncode, _setup_log(done, limit, blocks)
         )
 
+    async def clear(self, repo: RepoRef) -> None:
+        """Without a setup script the environment folder is empty: what an earlier
+        setup left there is removed (in a jail), once."""
+        folders = self.folders(repo)
+        try:
+            with os.scandir(folders.env) as entries:  # a listing: nothing is followed
+                if next(entries, None) is None:
+                    return
+        except FileNotFoundError:
+            return
+        folders.make(self.runner.root)
+        done = await self._refill(repo, folders, None, 300, env_too=True, export_too=False)
+        if done.returncode != 0:
+            log.warning("environment.folder_not_cleared", repo=f"{repo.owner}/{repo.name}")
+
     async def _refill(
-        self, repo: RepoRef, folders: SetupFolders, tar: Path | None, limit: int
+        self,
+        repo: RepoRef,
+        folders: SetupFolders,
+        tar: Path | None,
+        limit: int,
+        *,
+        env_too: bool = False,
+        export_too: bool = True,
     ) -> JailResult:
-        """Empty the export (in a jail: what is there is the last run's) and unpack
-        ``tar`` into it; no network, no secret, on the host's system."""
+        """Empty the export and, ``env_too``, the environment folder (in a jail: what
+        is there is the setup's), then unpack ``tar`` into the export; no network, no
+        secret, on the host's system."""
+        jailed = self.runner.jailed
+        where = [str(folders.export)] if export_too else []
+        if env_too:
+            where.append(ENV_DIR if jailed else str(folders.env))
+        mode = "unpack" if tar is not None else "clear"
         return await self.runner.run(
-            ["/bin/sh", "-c", _REFILL, "refill", "unpack" if tar is not None else "clear"],
+            ["/bin/sh", "-c", _REFILL, "refill", mode, *where],
             repository=repo,
             cwd=str(folders.export),
             stdin=tar,
@@ -142,6 +176,7 @@ class SetupRunner:
             output_limit=LOG_KEEP,
             network=False,
             own=Trees(folders.home, (folders.export,)),
+            extra_rw_binds=[(folders.env, ENV_DIR)] if env_too else [],
         )
 
     async def _script(
