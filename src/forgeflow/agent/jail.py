@@ -14,6 +14,8 @@ built as an allow-list: bwrap starts from an empty root and we bind in only
   tree is ever a bind source or destination;
 - a private home that persists between app-servers (package caches, Codex's rollouts
   for ``thread/resume``) and a private ``/tmp``;
+- the repository's environment folder, read-only at ``ENV_DIR``: what its setup left
+  for the turns (tasks/setup_run.py);
 - a fresh ``/proc`` of its own PID namespace and a minimal ``/dev``.
 
 The environment is rebuilt from a fixed list: no variable of forgeflow's and no
