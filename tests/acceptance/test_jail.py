@@ -94,9 +94,12 @@ def test_other_processes_and_their_environments_are_out_of_sight(agentic: Agenti
     assert "HOME=/home/agent" in environ and "KEY=" not in environ, environ
     for what, secret in secrets(agentic).items():
         assert secret not in out, f"the {what} is visible in the jail"
-    assert "FORGEFLOW_" not in environ
+    # Of forgeflow's names only the one it gives every turn: where its environment is.
+    ours = [line for line in environ.splitlines() if "FORGEFLOW_" in line]
+    assert set(ours) <= {"FORGEFLOW_ENV_DIR=/opt/forgeflow/env"}, ours
     names = {line.split("=", 1)[0] for line in environ.splitlines() if "=" in line}
-    assert not {n for n in names if n.startswith(("FORGEFLOW", "SCRIPTED_MODEL", "OPENAI"))}
+    others = {n for n in names if n.startswith(("FORGEFLOW", "SCRIPTED_MODEL", "OPENAI"))}
+    assert others <= {"FORGEFLOW_ENV_DIR"}, others
     # Its own PID namespace: bwrap's init, Codex and the shell, nothing of the host.
     assert 2 <= int(section(out, "count").strip()) <= 12, out
     cmdlines = section(out, "cmdlines")
@@ -144,7 +147,9 @@ def test_forgeflow_data_and_the_model_key_are_out_of_reach(agentic: Agentic) -> 
         assert f"cannot access '{data_dir / folder}': No such file or directory" in files
     assert "auth.json: No such file or directory" in section(out, "auth")
     env = section(out, "env")
-    assert "HOME=/home/agent" in env and "FORGEFLOW_" not in env and "KEY=" not in env, env
+    assert "HOME=/home/agent" in env and "KEY=" not in env, env
+    ours = [line for line in env.splitlines() if "FORGEFLOW_" in line]
+    assert ours == ["FORGEFLOW_ENV_DIR=/opt/forgeflow/env"], env  # the only one
     assert section(out, "grep").strip() == "grep-exit=1"  # searched, found nothing
     config = section(out, "config")
     # forgeflow writes no config.toml (Codex may keep its own there, e.g. the projects
