@@ -25,8 +25,8 @@ from forgeflow.domain.states import NEVER_QUEUED_STATES, TERMINAL_STATES, TaskSt
 from forgeflow.store import acceptance, audit, comments, deliveries, rows, scheduling, sessions
 from forgeflow.store import tasks as task_q
 from forgeflow.store.acceptance import Accept
+from forgeflow.store.bookkeeping_schema import comments as comments_t
 from forgeflow.store.comments import CONFIRMED, PENDING, SENT, SKIPPED
-from forgeflow.store.schema import comments as comments_t
 from forgeflow.store.schema import tasks
 from forgeflow.store.sql import notify_tasks
 
