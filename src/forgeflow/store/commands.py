@@ -30,7 +30,7 @@ from forgeflow.store.comments import CONFIRMED, PENDING, SENT, SKIPPED
 from forgeflow.store.schema import tasks
 from forgeflow.store.sql import notify_tasks
 
-# Intents older than this may be posted by whoever comes first (see replies.IN_FLIGHT).
+# Intents older than this may be posted by whoever comes first (comment_intents.IN_FLIGHT).
 _CLAIMABLE_AGE = timedelta(minutes=5)
 
 
