@@ -19,7 +19,7 @@ from pydantic_settings import (
 from forgeflow import config_checks as checks
 from forgeflow.config_defaults import PINNED_CODEX, default_data_dir, default_max_preparations
 
-# ConfigError and the TOML types are named from here too (cli_ops.py, agent/provider.py).
+# Re-exported: callers (cli_ops.py, agent/provider.py, tests) take them from config.py.
 from forgeflow.config_file import ConfigError as ConfigError
 from forgeflow.config_file import TomlSource
 from forgeflow.config_file import TomlTable as TomlTable
