@@ -19,11 +19,9 @@ from pydantic_settings import (
 from forgeflow import config_checks as checks
 from forgeflow.config_defaults import PINNED_CODEX, default_data_dir, default_max_preparations
 
-# Re-exported: callers (cli_ops.py, agent/provider.py, tests) take them from config.py.
+# Re-exported: load_settings raises it, so its callers take it from here.
 from forgeflow.config_file import ConfigError as ConfigError
 from forgeflow.config_file import TomlSource
-from forgeflow.config_file import TomlTable as TomlTable
-from forgeflow.config_file import TomlValue as TomlValue
 from forgeflow.domain.budgets import Budgets
 from forgeflow.domain.egress import (
     DEFAULT_ALLOW,
