@@ -1,6 +1,7 @@
 """What the scripts of bench/ share: the Gitea emulator of the testkit in this process, a
-real ``forgeflow serve`` child process on SQLite, signed deliveries, the settings of the
-real Codex path, percentiles and the description of the machine a figure was measured on.
+real ``forgeflow serve`` child process on SQLite, signed deliveries, the real Codex path
+(its settings, the scripted model answering, a serve driving it), percentiles and the
+description of the machine a figure was measured on.
 """
 
 from __future__ import annotations
@@ -24,8 +25,10 @@ from typing import Any, TypeVar
 
 import httpx
 
+from forgeflow_testkit.agents import answering_agent
 from forgeflow_testkit.codex_home import write_codex_home
 from forgeflow_testkit.gitea_emulator import GiteaEmulator
+from forgeflow_testkit.model_server import ScriptedModel
 
 T = TypeVar("T")
 ROOT = Path(__file__).resolve().parent.parent
@@ -284,6 +287,29 @@ class World:
 
     def stop(self) -> None:
         self.emu.stop()
+
+
+def answering_model() -> ScriptedModel:
+    """The testkit's scripted model server, started, whose every turn answers the mention
+    with forgeflow's Gitea tools (``answering_agent``); the caller stops it."""
+    model = ScriptedModel().start()
+    answering_agent(model)
+    return model
+
+
+def codex_serve(
+    world: World,
+    workdir: Path,
+    home: Path,
+    model: ScriptedModel,
+    *,
+    sandbox: str = "bwrap",
+    **env: str,
+) -> Serve:
+    """A started serve in ``workdir`` on the real agent path (:func:`codex_env`, its
+    CODEX_HOME at ``home``) against ``world``'s Gitea emulator; ``env``: more settings."""
+    settings = codex_env(home, model.url, sandbox) | env
+    return Serve(workdir, world.emu.url, world.bot_token, settings).start()
 
 
 @contextmanager

@@ -53,7 +53,8 @@ from common import (
     TERMINAL,
     Serve,
     World,
-    codex_env,
+    answering_model,
+    codex_serve,
     epoch,
     machine,
     scratch,
@@ -63,7 +64,7 @@ from common import (
 )
 from forgeflow.agent.envroot import BASE_PACKAGES, host_suite
 from forgeflow.domain.environment import Environment, root_key
-from forgeflow_testkit.agents import answering_agent, read_turn
+from forgeflow_testkit.agents import read_turn
 from forgeflow_testkit.model_server import RecordedRequest, ScriptedModel
 from sessions import idle
 
@@ -199,10 +200,14 @@ def disk(path: Path) -> Result:
 
 def one_round(root: Path, k: int, model: ScriptedModel, roots: Path, key: str) -> Result:
     world = World(root / f"r{k}")
-    env = codex_env(root / "codex-home", model.url)
-    env |= {"FORGEFLOW_AGENT_IDLE_SECONDS": str(IDLE_SECONDS)}
-    env |= {"FORGEFLOW_ENVIRONMENT_ROOTS": str(roots)}
-    serve = Serve(root / f"serve-{k}", world.emu.url, world.bot_token, env).start()
+    serve = codex_serve(
+        world,
+        root / f"serve-{k}",
+        root / "codex-home",
+        model,
+        FORGEFLOW_AGENT_IDLE_SECONDS=str(IDLE_SECONDS),
+        FORGEFLOW_ENVIRONMENT_ROOTS=str(roots),
+    )
     try:
         add_repo(world, serve, "warmup")  # untimed: broker, tools, the first app-server
         timed_turn(serve, world, model, "warmup", 180)
@@ -226,8 +231,7 @@ def one_round(root: Path, k: int, model: ScriptedModel, roots: Path, key: str) -
 def run(root: Path, rounds: int, kept_roots: Path | None, keep: bool) -> Result:
     key = root_key(Environment(packages=PACKAGES), host_suite(), BASE_PACKAGES)
     assert key is not None
-    model = ScriptedModel().start()
-    answering_agent(model)
+    model = answering_model()
     out: Result = {"machine": machine(), "rounds": rounds, "packages": list(PACKAGES)}
     out |= {"suite": host_suite(), "root_key": key.key, "kept_roots": str(kept_roots or "")}
     per_round: list[Result] = []

@@ -61,7 +61,8 @@ from common import (
     Mention,
     Serve,
     World,
-    codex_env,
+    answering_model,
+    codex_serve,
     epoch,
     machine,
     scratch,
@@ -80,7 +81,7 @@ from forgeflow.pipelines.kinds import RunStatus
 from forgeflow.pipelines.registry import PipelineBodyRegistry, StepContext
 from forgeflow.store import Store
 from forgeflow.store import pipelines as pipeline_store
-from forgeflow_testkit.agents import answering_agent, read_turn
+from forgeflow_testkit.agents import read_turn
 from forgeflow_testkit.codex_home import write_codex_home
 from forgeflow_testkit.model_server import ScriptedModel
 
@@ -370,9 +371,9 @@ def codex_path(
 ) -> dict[str, list[float]]:
     """forgeflow with ``FORGEFLOW_SANDBOX=sandbox``: new repository, follow-up, new issue
     on the active repository, mention → the model's first request."""
-    env = codex_env(root / f"codex-home-{sandbox}", model.url, sandbox)
     times: dict[str, list[float]] = {"new_repo": [], "follow_up": [], "new_issue": []}
-    serve = Serve(root / f"codex-{sandbox}", world.emu.url, world.bot_token, env).start()
+    home = root / f"codex-home-{sandbox}"
+    serve = codex_serve(world, root / f"codex-{sandbox}", home, model, sandbox=sandbox)
     try:
         warmup = f"cx-warmup-{sandbox}"
         world.add_repo(warmup, 1, serve.url)  # untimed: broker, gitea-mcp, clone
@@ -390,8 +391,7 @@ def codex_path(
 def codex(world: World, root: Path, rounds: int) -> Result:
     """Jailed forgeflow against the same forgeflow unjailed (``none``) in the same run,
     and against the direct floor, with one scripted model answering all."""
-    model = ScriptedModel().start()
-    answering_agent(model)
+    model = answering_model()
     try:
         times = codex_path(world, root, model, rounds, "bwrap")
         unjailed = codex_path(world, root, model, rounds, "none")

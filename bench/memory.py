@@ -41,13 +41,13 @@ from common import (
     Mention,
     Serve,
     World,
-    codex_env,
+    answering_model,
+    codex_serve,
     machine,
     scratch,
     wait_for,
     write_result,
 )
-from forgeflow_testkit.agents import answering_agent
 from forgeflow_testkit.model_server import ScriptedModel
 
 Result = dict[str, Any]
@@ -229,12 +229,11 @@ def variant(
 ) -> Result:
     """One serve, ``args.repos`` repositories of ``args.issues`` issues, a mention on each
     issue posted at once; its memory at start, at the peak, and once idle."""
-    env = codex_env(root / f"codex-home-{name}", model.url)
-    env["FORGEFLOW_AGENT_IDLE_SECONDS"] = str(args.idle)
+    env = {"FORGEFLOW_AGENT_IDLE_SECONDS": str(args.idle)}
     if name == "external":
         env["FORGEFLOW_GITEA_MCP_COMMAND"] = GITEA_MCP
     out: Result = {"loadavg_1m_start": machine()["loadavg_1m"]}
-    serve = Serve(root / f"memory-{name}", world.emu.url, world.bot_token, env).start()
+    serve = codex_serve(world, root / f"memory-{name}", root / f"codex-home-{name}", model, **env)
     try:
         time.sleep(1.0)  # settled after start-up
         out["start"] = vars(Reading.of(tree(serve.pid), serve.pid))
@@ -279,8 +278,7 @@ def variant(
 def run(args: argparse.Namespace, root: Path) -> Result:
     res: Result = {"machine": machine(), "args": vars(args)}
     world = World(root)
-    model = ScriptedModel().start()
-    answering_agent(model)
+    model = answering_model()
     try:
         for name in VARIANTS:
             print(f"{name} …", file=sys.stderr, flush=True)

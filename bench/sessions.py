@@ -27,15 +27,14 @@ from common import (
     ROOT,
     Serve,
     World,
-    codex_env,
+    answering_model,
+    codex_serve,
     machine,
     scratch,
     summary_ms,
     wait_for,
     write_result,
 )
-from forgeflow_testkit.agents import answering_agent
-from forgeflow_testkit.model_server import ScriptedModel
 from latency import mention_to_request
 
 Result = dict[str, Any]
@@ -55,11 +54,10 @@ def kept_bytes(serve: Serve, repo: str) -> int:
 
 
 def run(root: Path, rounds: int, turns: int) -> Result:
-    model = ScriptedModel().start()
-    answering_agent(model)
+    model = answering_model()
     world = World(root)
-    env = codex_env(root / "codex-home", model.url) | {"FORGEFLOW_AGENT_IDLE_SECONDS": "1"}
-    serve = Serve(root / "serve", world.emu.url, world.bot_token, env).start()
+    idle_soon = {"FORGEFLOW_AGENT_IDLE_SECONDS": "1"}
+    serve = codex_serve(world, root / "serve", root / "codex-home", model, **idle_soon)
     local: list[float] = []
     restored: list[float] = []
     per_turn: list[int] = []

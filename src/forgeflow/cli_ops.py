@@ -99,10 +99,6 @@ def connect(
 ) -> None:
     """Create or update the webhook of a repository or organisation, and with --oauth
     forgeflow's OAuth2 application (idempotent)."""
-    from forgeflow.domain.ids import InvalidName
-    from forgeflow.gitea import hooks
-    from forgeflow.gitea.client import GiteaClient, GiteaError
-
     s = settings_or_exit(config)
     if oauth:
         from forgeflow.cli_oauth import connect_oauth
@@ -113,6 +109,17 @@ def connect(
             typer.echo("forgeflow: give OWNER/REPO or ORG, or --oauth", err=True)
             raise typer.Exit(2)
         return
+    _connect_hook(s, target, url, dry_run=dry_run, update_secret=update_secret)
+
+
+def _connect_hook(
+    s: Settings, target: str, url: str | None, *, dry_run: bool, update_secret: bool
+) -> None:
+    """The webhook part of ``gitea connect``: the hook of ``target`` made to match."""
+    from forgeflow.domain.ids import InvalidName
+    from forgeflow.gitea import hooks
+    from forgeflow.gitea.client import GiteaClient, GiteaError
+
     if s.webhook_secret is None:
         typer.echo("forgeflow: FORGEFLOW_WEBHOOK_SECRET is needed", err=True)
         raise typer.Exit(2)

@@ -4,72 +4,45 @@ from __future__ import annotations
 
 import os
 import shlex
-import tomllib
-from datetime import date, datetime, time
 from decimal import Decimal
 from enum import StrEnum
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
-from pydantic import Field, SecretStr, ValidationError, ValidationInfo, field_validator
+from pydantic import Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
     SettingsConfigDict,
 )
 
+from forgeflow import config_checks as checks
 from forgeflow.config_defaults import PINNED_CODEX, default_data_dir, default_max_preparations
+
+# Re-exported: load_settings raises it, so its callers take it from here.
+from forgeflow.config_file import ConfigError as ConfigError
+from forgeflow.config_file import TomlSource
 from forgeflow.domain.budgets import Budgets
 from forgeflow.domain.egress import (
     DEFAULT_ALLOW,
     DEFAULT_PORTS,
     EgressPolicy,
-    PolicyError,
     parse_hosts,
     parse_pins,
     parse_ports,
 )
 from forgeflow.domain.images import Bounds as ImageBounds
 from forgeflow.domain.permissions import Permission
-from forgeflow.domain.prices import Price, PriceError, Prices, check_currency, parse_prices
+from forgeflow.domain.prices import Price, Prices, parse_prices
 from forgeflow.domain.reviews import DEFAULT_SKIP as REVIEW_SKIP
 
 ENV_PREFIX = "FORGEFLOW_"
-
-
-MIN_ADMIN_TOKEN = 20
 
 
 class Role(StrEnum):
     ALL = "all"
     INGRESS = "ingress"
     WORKER = "worker"
-
-
-# A TOML document as tomllib reads it: JSON's values, and dates and times.
-TomlValue = (
-    str | int | float | bool | datetime | date | time | list["TomlValue"] | dict[str, "TomlValue"]
-)
-TomlTable = dict[str, TomlValue]
-
-
-class ConfigError(Exception):
-    """A setting that stops start-up; ``str()`` is one line naming the variable."""
-
-
-class _TomlSource(PydanticBaseSettingsSource):
-    def __init__(self, settings_cls: type[BaseSettings], path: Path | None) -> None:
-        super().__init__(settings_cls)
-        self._data: TomlTable = {}
-        if path is not None:
-            self._data = read_toml(path, set(settings_cls.model_fields))
-
-    def get_field_value(self, field: Any, field_name: str) -> tuple[Any, str, bool]:
-        return self._data.get(field_name), field_name, False
-
-    # The values pydantic-settings validates into the settings' fields.
-    def __call__(self) -> TomlTable:
-        return {k: v for k, v in self._data.items() if k in self.settings_cls.model_fields}
 
 
 class Settings(BaseSettings):
@@ -236,93 +209,16 @@ class Settings(BaseSettings):
             },
         )
 
-    @field_validator("egress_allow", "egress_ports", "egress_resolve")
-    @classmethod
-    def _check_egress(cls, value: str, info: Any) -> str:
-        parse = {"egress_allow": parse_hosts, "egress_ports": parse_ports}
-        try:
-            parse.get(info.field_name, parse_pins)(value, "value")
-        except PolicyError as exc:
-            raise ValueError(str(exc).removeprefix("value: ")) from None
-        return value
-
-    @field_validator("prices")
-    @classmethod
-    def _check_prices(cls, value: dict[str, Any]) -> dict[str, Any]:
-        try:
-            parse_prices(value)
-        except PriceError as exc:
-            raise ValueError(str(exc)) from None
-        return value
-
-    @field_validator("price_currency")
-    @classmethod
-    def _check_currency(cls, value: str) -> str:
-        try:
-            return check_currency(value)
-        except PriceError as exc:
-            raise ValueError(str(exc)) from None
-
-    @field_validator("egress_repos")
-    @classmethod
-    def _check_egress_repos(cls, value: dict[str, list[str]]) -> dict[str, list[str]]:
-        for key, hosts in value.items():
-            if key.count("/") != 1 or not all(key.split("/")):
-                raise ValueError(f"{key!r} is not owner/repo")
-            try:
-                parse_hosts(hosts, key)
-            except PolicyError as exc:
-                raise ValueError(str(exc)) from None
-        return value
-
-    @field_validator("gitea_url", "public_url", "model_base_url")
-    @classmethod
-    def _check_url(cls, value: str | None) -> str | None:
-        if value is None or value == "":
-            return None
-        if not value.startswith(("http://", "https://")):
-            raise ValueError("must start with http:// or https://")
-        return value.rstrip("/")
-
-    @field_validator("database_url")
-    @classmethod
-    def _check_db(cls, value: SecretStr | None) -> SecretStr | None:
-        if value is None or not value.get_secret_value():
-            return None
-        scheme = value.get_secret_value().split(":", 1)[0]
-        if scheme.split("+", 1)[0] not in {"sqlite", "postgresql", "postgres"}:
-            raise ValueError("must be a sqlite:/// or postgresql:// URL")
-        return value
-
-    @field_validator("admin_token")
-    @classmethod
-    def _check_admin_token(cls, value: SecretStr | None) -> SecretStr | None:
-        # An outsider can try tokens at the sign-in form and the API: a short one falls
-        # to guessing despite the per-address slow-down.
-        if value is not None and len(value.get_secret_value().strip()) < MIN_ADMIN_TOKEN:
-            raise ValueError(
-                f"is shorter than {MIN_ADMIN_TOKEN} characters; use a random one "
-                "(python -c 'import secrets; print(secrets.token_urlsafe(32))')"
-            )
-        return value
-
-    @field_validator("bot_login")
-    @classmethod
-    def _check_login(cls, value: str) -> str:
-        if not value or any(c.isspace() or c == "@" for c in value):
-            raise ValueError("must be a Gitea login without '@' or spaces")
-        return value
-
-    @field_validator("codex_command", "gitea_mcp_command")
-    @classmethod
-    def _check_command(cls, value: str, info: ValidationInfo) -> str:
-        try:
-            parts = shlex.split(value)
-        except ValueError as exc:
-            raise ValueError(f"is not a valid command line ({exc})") from exc
-        if not parts and info.field_name == "codex_command":
-            raise ValueError("must not be empty")
-        return value
+    # The checks pydantic's types do not make (config_checks.py).
+    _check_egress = field_validator("egress_allow", "egress_ports", "egress_resolve")(checks.egress)
+    _check_prices = field_validator("prices")(checks.prices)
+    _check_currency = field_validator("price_currency")(checks.currency)
+    _check_egress_repos = field_validator("egress_repos")(checks.egress_repos)
+    _check_url = field_validator("gitea_url", "public_url", "model_base_url")(checks.url)
+    _check_db = field_validator("database_url")(checks.database_url)
+    _check_admin_token = field_validator("admin_token")(checks.admin_token)
+    _check_login = field_validator("bot_login")(checks.bot_login)
+    _check_command = field_validator("codex_command", "gitea_mcp_command")(checks.command)
 
     @classmethod
     def settings_customise_sources(
@@ -337,7 +233,7 @@ class Settings(BaseSettings):
         toml_file = getattr(settings_cls, "toml_file", None)
         if toml_file is None:
             return (init_settings, env_settings)
-        return (init_settings, env_settings, _TomlSource(settings_cls, toml_file))
+        return (init_settings, env_settings, TomlSource(settings_cls, toml_file))
 
     # Derived values -------------------------------------------------------------
 
@@ -410,37 +306,6 @@ def _url_password(url: str) -> str | None:
         return make_url(url).password
     except Exception:
         return None
-
-
-def read_toml(path: Path, known: set[str]) -> TomlTable:
-    """The settings of a TOML file (a ``[forgeflow]`` table or the top level), keyed by
-    field name; :class:`ConfigError` naming the file and the key for anything else: a
-    typo that were ignored would leave the setting at its default without a word."""
-    if path.is_dir():
-        raise ConfigError(f"--config: {path} is a folder, not a TOML file")
-    if not path.exists():
-        raise ConfigError(f"--config: file {path} does not exist")
-    try:
-        with path.open("rb") as fh:
-            raw: TomlTable = tomllib.load(fh)
-    except OSError as exc:
-        raise ConfigError(f"--config: cannot read {path} ({exc.strerror})") from None
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"--config: {path} is not valid TOML ({exc})") from None
-    prefix, table = "", raw
-    inner = raw.get("forgeflow")
-    if isinstance(inner, dict):
-        beside = [k for k in raw if k != "forgeflow"]
-        if beside:
-            raise ConfigError(f"--config: {path}: unknown key {beside[0]!r} beside [forgeflow]")
-        prefix, table = "[forgeflow] ", inner
-    data: TomlTable = {}
-    for key, value in table.items():
-        name = str(key).lower().removeprefix("forgeflow_")
-        if name not in known:
-            raise ConfigError(f"--config: {path}: unknown key {prefix}{key!r}")
-        data[name] = value
-    return data
 
 
 def load_settings(config_file: Path | None = None, **overrides: Any) -> Settings:

@@ -21,7 +21,7 @@ from sqlalchemy import Connection, delete, select
 
 from forgeflow.domain.json import JsonObject
 from forgeflow.store import Store, audit
-from forgeflow.store.schema import audit_events
+from forgeflow.store.bookkeeping_schema import audit_events
 from forgeflow.store.types import utcnow
 
 log = structlog.get_logger("forgeflow.rejections")

@@ -10,7 +10,6 @@ import secrets
 import socket
 import uuid
 from dataclasses import dataclass, field
-from datetime import timedelta
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -42,15 +41,8 @@ from forgeflow.workspace.manager import WorkspaceManager
 
 if TYPE_CHECKING:
     from forgeflow.tasks.environment import Environments
-    from forgeflow.tasks.moves import TaskMoves
-    from forgeflow.tasks.prompting import Prompts
-    from forgeflow.tasks.publish import Publisher
-    from forgeflow.tasks.replies import Replies
-    from forgeflow.tasks.reviews import PullReviews
     from forgeflow.tasks.scheduler import Scheduler
-    from forgeflow.tasks.tracking import Tracker
-    from forgeflow.tasks.turn import TurnRunner
-    from forgeflow.tasks.verify import Verifier
+    from forgeflow.tasks.wiring import Process
 
 ADMIN_TOKEN_FILE = "admin_token"  # noqa: S105 - a file name, not a secret
 log = structlog.get_logger("forgeflow.services")
@@ -139,11 +131,11 @@ class Services:
         from forgeflow.tasks.publish import Publisher
         from forgeflow.tasks.reviews import PullReviews
         from forgeflow.tasks.tool_comments import ToolComments
+        from forgeflow.tasks.wiring import build_scheduler
 
         s = self.settings
         assert s.gitea_token is not None and self.gitea is not None
-        workspace = self.workspace
-        publisher = Publisher(self.store, workspace)
+        publisher = Publisher(self.store, self.workspace)
         comments = ToolComments(self.store, self.gitea, s.bot_login, self.threads)
         reviews = PullReviews(
             self.store, self.gitea, s.bot_login, allowed_events=s.review_allowed()
@@ -156,125 +148,26 @@ class Services:
         except RuntimeUnavailable as exc:
             log.warning("worker.unavailable", reason=str(exc))
             return
-        scheduler = self._build_scheduler(workspace, publisher, self.runtime, reviews, environments)
+        scheduler = build_scheduler(self._process(), publisher, self.runtime, reviews, environments)
         await self._register_worker()
         self.scheduler = scheduler
         await scheduler.start()
 
-    def _build_scheduler(
-        self,
-        workspace: WorkspaceManager,
-        publisher: Publisher,
-        runtime: AgentRuntime,
-        reviews: PullReviews | None = None,
-        environments: Environments | None = None,
-    ) -> Scheduler:
-        """The objects that run tasks, each given its collaborators as it is built."""
-        from forgeflow.tasks.dispatch import Dispatcher
-        from forgeflow.tasks.images import ConversationImages
-        from forgeflow.tasks.moves import TaskMoves
-        from forgeflow.tasks.outbox import Outbox
-        from forgeflow.tasks.prepare import Preparer
-        from forgeflow.tasks.prompting import Prompts
-        from forgeflow.tasks.replies import Replies
-        from forgeflow.tasks.run import Execution
-        from forgeflow.tasks.scheduler import Scheduler
-        from forgeflow.tasks.tracking import Tracker
-        from forgeflow.tasks.verify import Verifier
+    def _process(self) -> Process:
+        """What this process shares with the task runner it builds."""
+        from forgeflow.tasks.wiring import Process
 
-        s, gitea, store = self.settings, self.gitea, self.store
-        assert gitea is not None
-        ttl = timedelta(seconds=s.lease_ttl_seconds)
-        dispatcher = Dispatcher(
-            store,
-            owner=self.owner,
-            lease_ttl=ttl,
-            worker_id=self.worker_id,
-            max_preparations=s.max_preparations,
-        )
-        replies = Replies(
-            store,
-            gitea,
-            s.bot_login,
-            workers_ttl=ttl,
-            public_url=s.public_url,
-            threads=self.threads,
-        )
-        tracker = Tracker(
-            store,
-            gitea,
-            replies,
-            every_seconds=s.tracking_edit_seconds,
-            prices=s.price_table(),
-            default_model=s.model,
-        )
-        outbox = Outbox(store, replies, dispatcher, gitea=gitea, tracker=tracker)
-        moves = TaskMoves(store, self.retry, dispatcher)
-        images = ConversationImages(store, gitea, moves, s.image_bounds())
-        prompts = Prompts(
-            store,
-            workspace,
-            gitea,
-            moves,
-            bot_login=s.bot_login,
-            threads=self.threads,
-            images=images,
-        )
-        verifier = Verifier(store, replies, moves, reviews)
-        preparer = Preparer(
-            store, workspace, gitea, outbox, moves, prompts, dispatcher, environments
-        )
-        turns = self._build_turns(runtime, replies, moves, prompts, verifier, tracker)
-        execution = Execution(dispatcher, preparer, turns, verifier, workspace, publisher)
-        return Scheduler(
-            store,
-            execution,
-            dispatcher,
-            outbox,
-            self.wakeup,
-            node_prefix=f"{self.worker_id}/",
+        assert self.gitea is not None
+        return Process(
+            settings=self.settings,
+            store=self.store,
+            gitea=self.gitea,
+            workspace=self.workspace,
+            wakeup=self.wakeup,
             retry=self.retry,
-            poll_seconds=s.poll_seconds,
-        )
-
-    def _build_turns(
-        self,
-        runtime: AgentRuntime,
-        replies: Replies,
-        moves: TaskMoves,
-        prompts: Prompts,
-        verifier: Verifier,
-        tracker: Tracker,
-    ) -> TurnRunner:
-        """The runner of a task's turn: its follower (abort watch, budgets, receipt) and
-        the prompts of a pull request review."""
-        from forgeflow.tasks.abort_watch import AbortWatch
-        from forgeflow.tasks.follow import TurnFollower
-        from forgeflow.tasks.review_prompt import ReviewLimits, ReviewPrompts
-        from forgeflow.tasks.turn import TurnRunner
-
-        s, gitea, store = self.settings, self.gitea, self.store
-        assert gitea is not None
-        follower = TurnFollower(
-            store,
-            runtime,
-            AbortWatch(store),
-            abort_timeout=s.abort_timeout_seconds,
-            budgets=s.budgets(),
-            tracker=tracker,
-        )
-        root = str(s.resolved_workspace_root)
-        limits = ReviewLimits(s.review_diff_bytes, s.review_skipped())
-        return TurnRunner(
-            store,
-            runtime,
-            replies,
-            moves,
-            prompts,
-            verifier,
-            follower,
-            workspace_root=root,
-            review_prompts=ReviewPrompts(gitea, limits, store=store, mirror=self.workspace),
+            worker_id=self.worker_id,
+            owner=self.owner,
+            threads=self.threads,
         )
 
     async def _register_worker(self) -> None:

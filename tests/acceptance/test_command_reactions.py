@@ -8,7 +8,7 @@ from typing import Any
 
 from sqlalchemy import select, update
 
-from forgeflow.store.schema import comments
+from forgeflow.store.bookkeeping_schema import comments
 from forgeflow_testkit.gitea_emulator import GiteaEmulator
 from tests.acceptance.test_commands import _detail, _say
 from tests.support.cluster import wait_for

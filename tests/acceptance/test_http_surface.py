@@ -27,7 +27,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sqlalchemy import create_engine, func, select
 
-from forgeflow.store.schema import audit_events
+from forgeflow.store.bookkeeping_schema import audit_events
 from forgeflow_testkit.gitea_emulator import GiteaEmulator
 from tests.support.cluster import wait_for
 from tests.support.forgeflow import ADMIN_TOKEN, WEBHOOK_SECRET

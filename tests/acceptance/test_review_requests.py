@@ -10,7 +10,8 @@ from typing import Any
 
 from sqlalchemy import func, select
 
-from forgeflow.store.schema import audit_events, tasks, webhook_deliveries
+from forgeflow.store.bookkeeping_schema import audit_events
+from forgeflow.store.schema import tasks, webhook_deliveries
 from tests.support.world import BOT, World
 
 

@@ -177,7 +177,7 @@ def test_abort_running_task_releases_the_lease(worker: Worker) -> None:  # AC-10
     again = _control(ff, f"tasks/{task}/abort", "abort-2")
     assert again["changed"] is False
     wait_for(lambda: _state(ff, task) == "aborted", timeout=10)
-    from forgeflow.store.schema import repo_leases
+    from forgeflow.store.bookkeeping_schema import repo_leases
 
     leases = ff.services.store.db.read_sync(lambda c: c.execute(select(repo_leases)).all())
     assert leases == []

@@ -191,6 +191,9 @@ def test_sign_in_sets_a_strict_http_only_signed_cookie(world: World) -> None:
         assert client.get("/ui").headers["location"].endswith("/ui/")
         page = client.get("/ui/repos")
         assert page.status_code == 200 and "admin:bob" in page.text
+        # The page's title is its name, and its roots' table stands once, in its body.
+        assert "<title>Repositories · forgeflow</title>" in page.text
+        assert page.text.count('id="repo-roots"') == 1
         assert page.headers["x-frame-options"] == "DENY"
         assert "frame-ancestors 'none'" in page.headers["content-security-policy"]
         out = client.post("/ui/logout", data={"csrf": _csrf(page.text)})

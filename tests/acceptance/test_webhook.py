@@ -11,7 +11,8 @@ from typing import Any
 import httpx
 from sqlalchemy import func, select
 
-from forgeflow.store.schema import audit_events, repositories, tasks, webhook_deliveries
+from forgeflow.store.bookkeeping_schema import audit_events
+from forgeflow.store.schema import repositories, tasks, webhook_deliveries
 from forgeflow_testkit.gitea_emulator import Delivery
 from tests.support.forgeflow import WEBHOOK_SECRET
 from tests.support.world import BOT, World

@@ -57,7 +57,8 @@ from typing import Any
 
 from sqlalchemy import create_engine, func, select
 
-from forgeflow.store.schema import audit_events, tasks, webhook_deliveries
+from forgeflow.store.bookkeeping_schema import audit_events
+from forgeflow.store.schema import tasks, webhook_deliveries
 from forgeflow_testkit.gitea_emulator import Delivery, GiteaEmulator
 from tests.support.cluster import SCRIPTED, scan_for_secrets
 from tests.support.dbwatch import DbWatch

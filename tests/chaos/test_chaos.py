@@ -18,7 +18,7 @@ pytestmark = pytest.mark.chaos
 
 # About 25 s of load and kills; the drain can last up to a minute more: a comment intent
 # left pending by a kill is taken over at once by a worker started after it, but by the
-# other, older worker only after it aged 60 s (replies.IN_FLIGHT).
+# other, older worker only after it aged 60 s (comment_intents.IN_FLIGHT).
 CI = ChaosConfig(repos=10, tasks=50, kills=6, workers=2, gap=(0.3, 1.5), drain_timeout=100)
 
 

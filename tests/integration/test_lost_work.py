@@ -8,7 +8,7 @@ from datetime import timedelta
 from sqlalchemy import Connection, update
 
 from forgeflow.store import Store, audit, workers
-from forgeflow.store.schema import workers as workers_table
+from forgeflow.store.bookkeeping_schema import workers as workers_table
 from forgeflow.store.types import utcnow
 from forgeflow.tasks import lost
 

@@ -187,3 +187,51 @@ def test_a_branch_behind_with_uncommitted_work_blocks(world: World) -> None:
     )
     assert git(one.path, "rev-parse", "HEAD") == c1
     assert Path(one.path, "fix.txt").read_text() == "wip\n"
+
+
+def test_gitea_s_word_on_the_session_branch_spares_the_one_ref_fetch(world: World) -> None:
+    """With the API's lookup, a skipped fetch fetches the session branch only when Gitea
+    has it at a head the mirror lacks: a new session (no branch) costs no git exchange."""
+    from forgeflow.workspace.published import Said
+
+    wm = world.manager("w1")
+    c1 = commit(world.session(wm), "fix.txt", "one")
+    publish(world, wm, c1)
+    other = world.manager("w2", fetch_interval=60)
+    world.session(other)  # the mirror (with c1 on the session branch) and the clone
+
+    async def main_head() -> str | None:
+        return world.emu.branch_sha("alice", "proj", "main")
+
+    def lookup(branch: str) -> Any:
+        async def said() -> Said:
+            return Said(world.emu.branch_sha("alice", "proj", branch))
+
+        return said
+
+    def fetches() -> int:
+        # git's first request of each fetch is refused for want of credentials, then sent
+        # again with them: the answered one is counted.
+        return sum(p.endswith("/info/refs") and s == 200 for _m, p, s in world.emu.requests)
+
+    def fresh_session(resource: ResourceRef, branch: str) -> SessionWorktree:
+        wm2 = world.manager("w2", fetch_interval=60)  # a restart: no worktree known
+        checkout = run(wm2.prepare_repo(REPO, world.clone_url, "main", session=resource,
+                                        branch_head=main_head))  # fmt: skip
+        assert checkout.action == "reused"
+        return run(wm2.prepare_session(resource, checkout, default_branch="main",
+                                       published_head=lookup(branch)))  # fmt: skip
+
+    # No branch on Gitea: the default branch, and not one git request.
+    before = fetches()
+    issue2 = ResourceRef(REPO, ResourceKind.ISSUE, 2)
+    fresh = fresh_session(issue2, "ccweb/issue-2")
+    assert fresh.created and fresh.published is None and fetches() == before
+    # Gitea's head is the mirror's: no fetch either.
+    shutil.rmtree(Path(world.session(other).path))
+    same = fresh_session(ISSUE, BRANCH)
+    assert same.published == c1 and same.status.head == c1 and fetches() == before
+    # Gitea's branch moved: it is fetched, and the worktree follows it.
+    c2 = world.emu.push_branch("alice", "proj", BRANCH, {"fix.txt": "by hand\n"})
+    moved = fresh_session(ISSUE, BRANCH)
+    assert moved.published == c2 and moved.status.head == c2 and fetches() == before + 1

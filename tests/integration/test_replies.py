@@ -17,7 +17,7 @@ from forgeflow.domain.records import Task
 from forgeflow.gitea.client import GiteaClient, GiteaError
 from forgeflow.store import Store, acceptance, task_reads, workers
 from forgeflow.store import comments as comment_q
-from forgeflow.store.schema import comments
+from forgeflow.store.bookkeeping_schema import comments
 from forgeflow.store.types import utcnow
 from forgeflow.tasks.replies import Replies
 from forgeflow.tasks.verify import Found, look

@@ -125,7 +125,7 @@ def test_the_sql_helpers_store_what_sqlalchemy_stores(store: Store) -> None:
 
     from sqlalchemy import select, text
 
-    from forgeflow.store.schema import audit_events
+    from forgeflow.store.bookkeeping_schema import audit_events
     from forgeflow.store.sql import insert_ignore, insert_row
 
     when = datetime(2026, 11, 30, 13, 10, 29, 445190, tzinfo=UTC)

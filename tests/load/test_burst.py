@@ -40,7 +40,8 @@ import httpx
 import pytest
 from sqlalchemy import create_engine, func, select
 
-from forgeflow.store.schema import audit_events, tasks, webhook_deliveries
+from forgeflow.store.bookkeeping_schema import audit_events
+from forgeflow.store.schema import tasks, webhook_deliveries
 from forgeflow_testkit.gitea_emulator import GiteaEmulator
 from tests.support.forgeflow import ADMIN_TOKEN, WEBHOOK_SECRET
 from tests.support.process import clean_env, free_port, start_serve, wait_healthy

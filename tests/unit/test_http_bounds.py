@@ -14,7 +14,7 @@ from forgeflow.api.limits import json_depth
 from forgeflow.guard import FailureThrottle, same_secret
 from forgeflow.rejections import ACTOR, Rejection, RejectionLog, cut
 from forgeflow.store import Store
-from forgeflow.store.schema import audit_events
+from forgeflow.store.bookkeeping_schema import audit_events
 
 
 def test_json_depth_counts_nesting_outside_strings() -> None:

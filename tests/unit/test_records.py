@@ -26,6 +26,17 @@ from forgeflow.domain.records import (
     TranscriptEntry,
     Turn,
 )
+from forgeflow.store.bookkeeping_schema import (
+    audit_events,
+    comments,
+    control,
+    control_requests,
+    domain_events,
+    pushes,
+    repo_leases,
+    ui_sessions,
+    workers,
+)
 from forgeflow.store.pipeline_schema import (
     pipeline_definitions,
     pipeline_hook_deliveries,
@@ -34,21 +45,12 @@ from forgeflow.store.pipeline_schema import (
     pipeline_triggers,
 )
 from forgeflow.store.schema import (
-    audit_events,
-    comments,
-    control,
-    control_requests,
-    domain_events,
-    pushes,
-    repo_leases,
     repositories,
     sessions,
     tasks,
     transcript_entries,
     turns,
-    ui_sessions,
     webhook_deliveries,
-    workers,
 )
 
 TABLES = [

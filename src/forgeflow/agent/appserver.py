@@ -21,6 +21,7 @@ import structlog
 import forgeflow
 from forgeflow.agent import forward, jail
 from forgeflow.agent.broker import Grant
+from forgeflow.agent.codexconfig import CodexConfig, server_key
 from forgeflow.agent.envroot import RootUse
 from forgeflow.agent.jsonrpc import (
     Handler,
@@ -33,6 +34,8 @@ from forgeflow.agent.jsonrpc import (
 )
 from forgeflow.agent.port import AgentError, Notice
 from forgeflow.agent.provider import CAPABILITY_ENV, overrides, with_capability_env
+from forgeflow.domain.ids import RepoRef
+from forgeflow.domain.paths import agent_home, environment_dir, repo_sessions, repo_workspace
 
 log = structlog.get_logger("forgeflow.appserver")
 
@@ -178,6 +181,44 @@ class Launch:
             }
         )
         return codex, env
+
+
+def repository_launch(
+    cfg: CodexConfig,
+    ref: RepoRef,
+    read_only: bool,
+    *,
+    installation: tuple[Path, ...],
+    model_url: str,
+    broker_socket: Path | None,
+    broker_port: int,
+    egress_socket: Path | None,
+    system: jail.JailSystem,
+) -> Launch:
+    """The launch of ``ref``'s app-server (a draft space's with ``read_only``): its home,
+    its clone and sessions, the Codex config that sends its model requests to
+    ``model_url`` (the broker's), its sockets and the system of its environment."""
+    root = str(cfg.workspace_root)
+    key = server_key(ref.owner, ref.name, read_only)
+    return Launch(
+        argv=cfg.argv,
+        root=cfg.workspace_root,
+        home=Path(agent_home(root, ref, read_only=read_only)),
+        repository=(Path(repo_workspace(root, ref)), Path(repo_sessions(root, ref))),
+        installation=installation,
+        read_only=read_only,
+        jailed=cfg.jailed,
+        network=cfg.network,
+        config=cfg.provider.jail_config(model_url),
+        log_path=cfg.data_dir / "logs" / "codex-app-server.log",
+        pgid_file=pgid_file(cfg.data_dir / "run", key),
+        broker_socket=broker_socket,
+        broker_port=broker_port,
+        egress_socket=egress_socket,
+        git_name=cfg.bot_login,
+        system=system,
+        env_dir=Path(environment_dir(root, ref)),
+    )
 
 
 def pgid_file(run_dir: Path, key: str) -> Path:

@@ -30,7 +30,7 @@ from typing import Any
 import structlog
 
 from forgeflow.agent import jail
-from forgeflow.agent.appserver import AppServer, Launch, end_leftovers, pgid_file
+from forgeflow.agent.appserver import AppServer, end_leftovers, repository_launch
 from forgeflow.agent.broker import Broker, Grant
 from forgeflow.agent.codexconfig import (
     CodexConfig,
@@ -63,7 +63,6 @@ from forgeflow.agent.turnstart import request_start, start_params
 from forgeflow.config import Settings
 from forgeflow.domain.ids import RepoRef
 from forgeflow.domain.json import JsonObject
-from forgeflow.domain.paths import agent_home, environment_dir, repo_sessions, repo_workspace
 from forgeflow.domain.rollout import NotKept, Rollout
 from forgeflow.gitea.client import GiteaClient
 from forgeflow.redaction import redact
@@ -147,38 +146,6 @@ class CodexRuntime:
 
     # -- one app-server per repository ---------------------------------------------------
 
-    def _launch(
-        self,
-        owner: str,
-        repo: str,
-        read_only: bool,
-        broker_socket: Path | None,
-        system: jail.JailSystem,
-    ) -> Launch:
-        root = str(self.cfg.workspace_root)
-        ref = RepoRef(owner, repo)
-        if self._readable is None:
-            self._readable = jail.installation_paths(self.cfg.argv) if self.cfg.jailed else ()
-        return Launch(
-            argv=self.cfg.argv,
-            root=self.cfg.workspace_root,
-            home=Path(agent_home(root, ref, read_only=read_only)),
-            repository=(Path(repo_workspace(root, ref)), Path(repo_sessions(root, ref))),
-            installation=self._readable,
-            read_only=read_only,
-            jailed=self.cfg.jailed,
-            network=self.cfg.network,
-            config=self.cfg.provider.jail_config(self.broker.model_url),
-            log_path=self.cfg.data_dir / "logs" / "codex-app-server.log",
-            pgid_file=pgid_file(self.cfg.data_dir / "run", server_key(owner, repo, read_only)),
-            broker_socket=broker_socket,
-            broker_port=self.broker.port,
-            egress_socket=self.egress.socket(server_key(owner, repo, read_only)),
-            git_name=self.cfg.bot_login,
-            system=system,
-            env_dir=Path(environment_dir(root, ref)),
-        )
-
     async def _server(self, owner: str, repo: str, read_only: bool) -> AppServer:
         key = server_key(owner, repo, read_only)
         async with self._starting.setdefault(key, asyncio.Lock()):
@@ -204,7 +171,19 @@ class CodexRuntime:
             server = AppServer(key, owner, repo, read_only, grant, self.broker.grant(grant))
             server.system = system.key
             socket = await self.broker.jail_socket(key)
-            launch = self._launch(owner, repo, read_only, socket, system)
+            if self._readable is None:
+                self._readable = jail.installation_paths(self.cfg.argv) if self.cfg.jailed else ()
+            launch = repository_launch(
+                self.cfg,
+                RepoRef(owner, repo),
+                read_only,
+                installation=self._readable,
+                model_url=self.broker.model_url,
+                broker_socket=socket,
+                broker_port=self.broker.port,
+                egress_socket=self.egress.socket(key),
+                system=system,
+            )
             proc = await server.start(launch, partial(self._on_message, server), 60.0)
             self._servers[key] = server
             asyncio.get_running_loop().create_task(self._watch(server, proc))

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from forgeflow.config import TomlTable, TomlValue
+from forgeflow.config_file import TomlTable, TomlValue
 
 OPENAI_BASE_URL = "https://api.openai.com/v1"
 BROKER_PROVIDER = "forgeflow"

@@ -20,7 +20,6 @@ from datetime import timedelta
 from functools import partial
 
 import structlog
-from sqlalchemy import Connection
 
 from forgeflow.domain.json import JsonObject
 from forgeflow.domain.pipeline_records import PipelineRun, PipelineStep
@@ -41,7 +40,7 @@ from forgeflow.pipelines.registry import (
     StepFailed,
     Suspend,
 )
-from forgeflow.pipelines.runs import Parent, PipelineError, Started
+from forgeflow.pipelines.runs import Parent, Started
 from forgeflow.redaction import redact_text
 from forgeflow.store import Store
 from forgeflow.store import pipeline_recovery as qr
@@ -50,8 +49,6 @@ from forgeflow.store.pipelines import StepKey
 from forgeflow.store.types import utcnow
 
 log = structlog.get_logger("forgeflow.pipelines")
-
-MAX_DEPTH = 8
 
 
 class PipelineEngine:
@@ -165,29 +162,15 @@ class PipelineEngine:
         inputs: JsonObject,
         dedupe_key: str,
     ) -> str:
-        def _start(conn: Connection) -> str:
-            chain: list[str] = []
-            run = q.get_run(conn, parent_run_id)
-            while run is not None:
-                chain.append(run.template_key)
-                run = q.get_run(conn, run.parent_run_id) if run.parent_run_id else None
-            if template_key in chain or len(chain) >= MAX_DEPTH:
-                raise PipelineError(
-                    "recursive_pipeline",
-                    f"{template_key} is already running above this step ({' > '.join(chain)})",
-                )
-            started = templates.start(
-                conn,
-                template_key,
-                trigger_type="pipeline",
+        run_id = await self.store.write(
+            partial(
+                templates.start_child,
+                key=template_key,
+                parent=Parent(parent_run_id, parent_step_id, parent_item_index),
                 inputs=inputs,
                 dedupe_key=dedupe_key,
-                actor=f"pipeline:{parent_run_id}",
-                parent=Parent(parent_run_id, parent_step_id, parent_item_index),
             )
-            return str(started.run.run_id)
-
-        run_id = await self.store.write(_start)
+        )
         self.wake()
         return run_id
 

@@ -1,4 +1,5 @@
-"""Templates as units of work: create, replace, enable/disable, and starting a run.
+"""Templates as units of work: create, replace, enable/disable, and starting a run (by
+hand, by a trigger, or by a step of another run).
 
 ``PipelineEngine.start`` refuses a disabled template with ``template_disabled``: the
 template is the switch, not its trigger, so built-in templates can ship disabled and
@@ -155,6 +156,37 @@ def start(
         actor=actor,
         parent=parent,
     )
+
+
+MAX_DEPTH = 8  # runs above a child run, at the most
+
+
+def start_child(
+    conn: Connection, key: str, *, parent: Parent, inputs: JsonObject, dedupe_key: str
+) -> str:
+    """Start the run a step of ``parent``'s run asks for (``RunsPort.start_child``);
+    refused with ``recursive_pipeline`` when the template already runs above that step
+    or the chain of runs is :data:`MAX_DEPTH` deep."""
+    chain: list[str] = []
+    run = q.get_run(conn, parent.run_id)
+    while run is not None:
+        chain.append(run.template_key)
+        run = q.get_run(conn, run.parent_run_id) if run.parent_run_id else None
+    if key in chain or len(chain) >= MAX_DEPTH:
+        raise PipelineError(
+            "recursive_pipeline",
+            f"{key} is already running above this step ({' > '.join(chain)})",
+        )
+    started = start(
+        conn,
+        key,
+        trigger_type="pipeline",
+        inputs=inputs,
+        dedupe_key=dedupe_key,
+        actor=f"pipeline:{parent.run_id}",
+        parent=parent,
+    )
+    return str(started.run.run_id)
 
 
 def has_manual_trigger(conn: Connection, key: str) -> bool:

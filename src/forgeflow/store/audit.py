@@ -13,7 +13,7 @@ from forgeflow.domain.ids import new_event_id
 from forgeflow.domain.json import JsonObject
 from forgeflow.redaction import redact
 from forgeflow.store import rows
-from forgeflow.store.schema import audit_events
+from forgeflow.store.bookkeeping_schema import audit_events
 from forgeflow.store.sql import insert_row
 from forgeflow.store.types import utcnow
 

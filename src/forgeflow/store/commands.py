@@ -25,12 +25,12 @@ from forgeflow.domain.states import NEVER_QUEUED_STATES, TERMINAL_STATES, TaskSt
 from forgeflow.store import acceptance, audit, comments, deliveries, rows, scheduling, sessions
 from forgeflow.store import tasks as task_q
 from forgeflow.store.acceptance import Accept
+from forgeflow.store.bookkeeping_schema import comments as comments_t
 from forgeflow.store.comments import CONFIRMED, PENDING, SENT, SKIPPED
-from forgeflow.store.schema import comments as comments_t
 from forgeflow.store.schema import tasks
 from forgeflow.store.sql import notify_tasks
 
-# Intents older than this may be posted by whoever comes first (see replies.IN_FLIGHT).
+# Intents older than this may be posted by whoever comes first (comment_intents.IN_FLIGHT).
 _CLAIMABLE_AGE = timedelta(minutes=5)
 
 

@@ -11,7 +11,8 @@ from sqlalchemy import Connection, bindparam, select, update
 from forgeflow.domain.bookkeeping import Comment
 from forgeflow.domain.records import Task
 from forgeflow.store import audit, rows, sql
-from forgeflow.store.schema import comments, tasks
+from forgeflow.store.bookkeeping_schema import comments
+from forgeflow.store.schema import tasks
 from forgeflow.store.sql import insert_ignore
 from forgeflow.store.types import utcnow
 

@@ -8,7 +8,7 @@ from sqlalchemy import Connection, bindparam, select, update
 from forgeflow.domain.bookkeeping import Control, ControlRequest
 from forgeflow.domain.json import JsonObject
 from forgeflow.store import audit, rows
-from forgeflow.store.schema import control, control_requests
+from forgeflow.store.bookkeeping_schema import control, control_requests
 from forgeflow.store.sql import insert_ignore
 from forgeflow.store.types import utcnow
 

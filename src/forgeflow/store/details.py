@@ -21,7 +21,7 @@ from forgeflow.domain.states import (
 )
 from forgeflow.store import audit, control, pushes, repos, scheduling, task_reads, tasks, turns
 from forgeflow.store import rows as rows_mod
-from forgeflow.store.schema import comments
+from forgeflow.store.bookkeeping_schema import comments
 from forgeflow.store.schema import tasks as tasks_table
 from forgeflow.store.types import iso, utcnow
 

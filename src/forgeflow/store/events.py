@@ -18,8 +18,8 @@ from forgeflow.domain.bookkeeping import StoredEvent
 from forgeflow.domain.events import KNOWN_EVENT_TYPES, DomainEvent
 from forgeflow.domain.json import JsonObject
 from forgeflow.store import rows, sql
+from forgeflow.store.bookkeeping_schema import domain_events
 from forgeflow.store.db import after_commit
-from forgeflow.store.schema import domain_events
 from forgeflow.store.sql import insert_ignore, insert_rows
 from forgeflow.store.types import utcnow
 

@@ -7,8 +7,8 @@ from dataclasses import dataclass
 
 from sqlalchemy import Connection, delete, insert, select, update
 
-from forgeflow.store.schema import ui_gitea_logins as t
-from forgeflow.store.schema import ui_sessions
+from forgeflow.store.bookkeeping_schema import ui_gitea_logins as t
+from forgeflow.store.bookkeeping_schema import ui_sessions
 from forgeflow.store.types import utcnow
 
 

@@ -14,7 +14,7 @@ from sqlalchemy import Connection, bindparam, delete, select, update
 from forgeflow.domain.bookkeeping import Lease
 from forgeflow.domain.ids import new_lease_id
 from forgeflow.store import audit, rows
-from forgeflow.store.schema import repo_leases
+from forgeflow.store.bookkeeping_schema import repo_leases
 from forgeflow.store.sql import insert_ignore
 from forgeflow.store.types import utcnow
 

@@ -23,8 +23,9 @@ from forgeflow.domain.states import (
 )
 from forgeflow.store import comments as comment_q
 from forgeflow.store import rows
+from forgeflow.store.bookkeeping_schema import comments, pushes
 from forgeflow.store.comments import CONFIRMED, PENDING, SENT, SKIPPED
-from forgeflow.store.schema import comments, pushes, tasks
+from forgeflow.store.schema import tasks
 from forgeflow.store.sql import insert_ignore
 from forgeflow.store.types import utcnow
 

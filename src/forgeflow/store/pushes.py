@@ -9,7 +9,7 @@ from forgeflow.domain.bookkeeping import (
     Push as Push,  # re-exported: the store's callers name it here
 )
 from forgeflow.store import rows
-from forgeflow.store.schema import pushes
+from forgeflow.store.bookkeeping_schema import pushes
 from forgeflow.store.sql import insert_ignore
 from forgeflow.store.types import utcnow
 

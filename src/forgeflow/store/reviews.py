@@ -9,8 +9,9 @@ from sqlalchemy import Connection, bindparam, select
 from forgeflow.domain.bookkeeping import Comment
 from forgeflow.domain.review_record import BotReview
 from forgeflow.store import rows
+from forgeflow.store.bookkeeping_schema import comments
 from forgeflow.store.comments import SENT
-from forgeflow.store.schema import comments, tasks
+from forgeflow.store.schema import tasks
 
 KIND = "review"
 MAX_LISTED = 200  # a session page lists at most this many of a pull request's reviews

@@ -18,7 +18,8 @@ from forgeflow.domain.states import ACTIVE_STATES, IN_LINE_STATES, WAITING_STATE
 from forgeflow.store import control, leases, repos, rows, sessions, sql
 from forgeflow.store import tasks as task_q
 from forgeflow.store import workers as worker_q
-from forgeflow.store.schema import repositories, tasks, workers
+from forgeflow.store.bookkeeping_schema import workers
+from forgeflow.store.schema import repositories, tasks
 from forgeflow.store.tasks import StaleStateVersion, Transition
 from forgeflow.store.types import utcnow
 

@@ -9,8 +9,8 @@ from sqlalchemy import Connection, delete, insert, select, update
 
 from forgeflow.domain.bookkeeping import UiSession
 from forgeflow.store import rows
-from forgeflow.store.schema import ui_gitea_logins
-from forgeflow.store.schema import ui_sessions as t
+from forgeflow.store.bookkeeping_schema import ui_gitea_logins
+from forgeflow.store.bookkeeping_schema import ui_sessions as t
 from forgeflow.store.types import utcnow
 
 # Rows kept after they end or expire, for the operator's list; then deleted.

@@ -9,7 +9,8 @@ from sqlalchemy import Connection, bindparam, select, update
 
 from forgeflow.domain.bookkeeping import Worker
 from forgeflow.store import audit, rows, sql
-from forgeflow.store.schema import repositories, workers
+from forgeflow.store.bookkeeping_schema import workers
+from forgeflow.store.schema import repositories
 from forgeflow.store.sql import insert_ignore
 from forgeflow.store.types import utcnow
 

@@ -15,35 +15,31 @@ from datetime import timedelta
 from functools import partial
 
 import structlog
-from sqlalchemy import Connection
 
 from forgeflow.config import Settings
-from forgeflow.domain import modes
 from forgeflow.domain.events import DomainEvent
-from forgeflow.domain.ids import ResourceKind, delivery_key, sha256_ref
+from forgeflow.domain.ids import delivery_key, sha256_ref
 from forgeflow.domain.intake import (
     BadSignature,
-    DeliveryRecord,
     NoSecret,
     Outcome,
     Recorded,
     Refused,
 )
+from forgeflow.domain.json import JsonObject
 from forgeflow.domain.markers import parse_marker
 from forgeflow.domain.mentions import REVIEW_WORD, Mention, find_mention
-from forgeflow.domain.paths import repo_workspace
 from forgeflow.domain.permissions import Permission
 from forgeflow.gitea import events as gitea_events
 from forgeflow.gitea import webhook
 from forgeflow.gitea.client import GiteaError, PermissionCache
 from forgeflow.rejections import Rejection, RejectionLog, cut
-from forgeflow.store import Store, acceptance, commands, deliveries
+from forgeflow.store import Store, deliveries
 from forgeflow.store import events as store_events
-from forgeflow.tasks.commenters import Commenters, Unknown
+from forgeflow.tasks.admission import Admission
 from forgeflow.tasks.threads import ReviewThreads
 
 log = structlog.get_logger("forgeflow.tasks.intake")
-_Unit = Callable[[Connection, acceptance.Accept], DeliveryRecord]
 
 
 def _printable(value: str, limit: int) -> str:
@@ -53,11 +49,6 @@ def _printable(value: str, limit: int) -> str:
 
 def _invalid(message: str, body: bytes, delivery_id: str | None, event_type: str) -> Refused:
     return Refused("invalid", "invalid_payload", message, delivery_id, event_type, sha256_ref(body))
-
-
-def _with_events(unit: _Unit, found: Sequence[DomainEvent]) -> _Unit:
-    """The acceptance unit of work, recording the comment's domain events with it."""
-    return lambda conn, a: store_events.after_delivery(conn, unit(conn, a), found)
 
 
 class WebhookIngress:
@@ -73,16 +64,12 @@ class WebhookIngress:
         """``threads``: reads a submitted review's line comments, so a mention in a new
         line comment (``pull_request_review_comment``) becomes a task."""
         self._threads = threads
-        self.on_accept = on_accept
         self._rejections = rejections
         self._settings = settings
         self._store = store
-        self._commenters = Commenters(settings, store, permissions)
+        self._admission = Admission(settings, store, permissions, on_accept)
         self._retention = timedelta(days=settings.delivery_retention_days)
-        self._root = str(settings.resolved_workspace_root)
-        self._budgets = settings.budgets()
         self._bot = settings.bot_login
-        self._models = settings.allowed_model_list()
 
     async def handle(self, headers: Mapping[str, str], body: bytes, source: str = "-") -> Outcome:
         """``source``: the client address, for the audit of a refusal. A :class:`Refused`
@@ -105,7 +92,13 @@ class WebhookIngress:
         if delivery_id is None:
             why = "no X-Gitea-Delivery header and no comment id in the payload"
             return _invalid(why, body, None, event_type)
-        key = delivery_key(delivery_id)
+        return await self._route(delivery_key(delivery_id), delivery_id, event_type, payload, body)
+
+    async def _route(
+        self, key: str, delivery_id: str, event_type: str, payload: JsonObject, body: bytes
+    ) -> Outcome:
+        """A verified delivery, by its event: a review request, a review's line comment,
+        a comment, or anything else (recorded, with its domain events)."""
         if event_type == webhook.REVIEW_REQUEST:
             try:
                 request = webhook.review_request(delivery_id, payload, self._bot)
@@ -166,7 +159,7 @@ class WebhookIngress:
                 if reason == "no_mention"
                 else (),
             )
-        return await self._admit(key, event, body, mention, "webhook.delivery")
+        return await self._admission.admit(key, event, body, mention, "webhook.delivery")
 
     async def _line_comment(
         self,
@@ -216,7 +209,9 @@ class WebhookIngress:
         reason = self._not_a_mention(event)
         if reason is not None:
             return await ignore(reason)
-        return await self._admit(key, event, body, mention, "webhook.review_comment", found)
+        return await self._admission.admit(
+            key, event, body, mention, "webhook.review_comment", found
+        )
 
     async def _review_request(
         self,
@@ -228,7 +223,9 @@ class WebhookIngress:
         """The bot asked for its review: a review task, with a mention's permission
         rule for the one who asked."""
         mention = Mention(REVIEW_WORD, review_focus="")
-        return await self._admit(key, event, body, mention, "webhook.review_request", found)
+        return await self._admission.admit(
+            key, event, body, mention, "webhook.review_request", found
+        )
 
     async def ask_review(
         self, event: webhook.CommentEvent, focus: str, body: bytes, *, operator: bool
@@ -239,49 +236,9 @@ class WebhookIngress:
         mention = Mention(f"{REVIEW_WORD} {focus}".strip(), review_focus=focus)
         key = delivery_key(event.delivery_id)
         granted = Permission.ADMIN if operator else None
-        return await self._admit(key, event, body, mention, "pipeline.review_request", (), granted)
-
-    async def _admit(
-        self,
-        key: str,
-        event: webhook.CommentEvent,
-        body: bytes,
-        mention: Mention,
-        log_event: str,
-        found: Sequence[DomainEvent] | None = None,
-        granted: Permission | None = None,
-    ) -> Outcome:
-        """Whoever asked, checked with Gitea (unless ``granted``: the operator's), then
-        accepted or refused in one write."""
-        permission = (
-            granted if granted is not None else await self._commenters.permission_for(key, event)
+        return await self._admission.admit(
+            key, event, body, mention, "pipeline.review_request", (), granted
         )
-        if isinstance(permission, Unknown):
-            # Gitea could not say: refused for now, Gitea redelivers.
-            return Refused(
-                permission.kind,
-                permission.code,
-                permission.message,
-                event.delivery_id,
-                event.event_type,
-                sha256_ref(body),
-                event.repo.key,
-            )
-        if isinstance(permission, DeliveryRecord):
-            return Recorded(permission)  # a redelivery's answer
-        record = await self._accept(key, event, body, mention, permission, found)
-        if record.status == "accepted" and not record.duplicate and self.on_accept is not None:
-            # A new task, or a command's answer waiting in the outbox.
-            self.on_accept()
-        log.info(
-            log_event,
-            delivery_id=event.delivery_id,
-            status=record.status,
-            task_id=record.task_id,
-            repo_key=event.repo.key,
-            reason=record.reason,
-        )
-        return Recorded(record)
 
     def _not_a_mention(self, event: webhook.CommentEvent) -> str | None:
         """Why a comment cannot start a task (an edit, the bot's own), else None."""
@@ -290,57 +247,6 @@ class WebhookIngress:
         if event.actor_login.lower() == self._bot.lower() or parse_marker(event.comment_body):
             return "bot_comment"
         return None
-
-    async def _accept(
-        self,
-        key: str,
-        event: webhook.CommentEvent,
-        body: bytes,
-        mention: Mention,
-        permission: Permission,
-        found: Sequence[DomainEvent] | None = None,
-    ) -> DeliveryRecord:
-        """One transaction: the delivery, and its task or command (or its rejection).
-        ``found``: the delivery's domain events (a comment's by default)."""
-        permitted = permission.allows(self._settings.trigger_permission)
-        command = mention.command if permitted else None
-        unit: _Unit = (
-            acceptance.accept if command is None else partial(commands.run, command=command)
-        )
-        if found is None:
-            found = [gitea_events.comment_created(event, mentions_bot=True)]
-        unit = _with_events(unit, found)
-        # ``@bot review [focus]`` on a pull request, or a review request: a review task.
-        review = (
-            mention.review_focus is not None
-            and command is None
-            and event.resource.kind is ResourceKind.PULL_REQUEST
-        )
-        accept = acceptance.Accept(
-            delivery_key=key,
-            delivery_id=event.delivery_id,
-            event_type=event.event_type,
-            payload_hash=sha256_ref(body),
-            retention=self._retention,
-            resource=event.resource,
-            clone_url=event.clone_url,
-            default_branch=event.default_branch,
-            workspace_path=repo_workspace(self._root, event.repo),
-            comment_id=event.comment_id or None,  # 0: a review request's
-            author=event.actor_login,
-            instruction=mention.instruction,
-            refs=event.refs,
-            permitted=permitted,
-            permission=permission.value,
-            budgets=self._budgets,
-            mode=modes.PR_REVIEW if review else None,
-            # A review request has no comment id: its payload names it (a replay under
-            # a new delivery id sends the same bytes; docs/reviews.md).
-            replay_by_payload=event.event_type == webhook.REVIEW_REQUEST,
-            options=mention.options,
-            allowed_models=self._models,
-        )
-        return await self._store.write(lambda c: unit(c, accept))
 
     async def _ignore(
         self,

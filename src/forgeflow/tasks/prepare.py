@@ -25,6 +25,7 @@ from forgeflow.domain import publish as rules
 from forgeflow.domain.environment import ENVIRONMENT_SETUP_FAILED, tail
 from forgeflow.domain.ids import ResourceKind, ResourceRef, parse_resource_key
 from forgeflow.domain.json import JsonObject
+from forgeflow.domain.paths import session_branch
 from forgeflow.domain.records import Refs, Repository, Task
 from forgeflow.domain.states import TaskState
 from forgeflow.gitea.client import GiteaClient, GiteaError
@@ -35,7 +36,8 @@ from forgeflow.tasks.environment import DefaultBranch, Environments
 from forgeflow.tasks.moves import TaskMoves, task_event
 from forgeflow.tasks.outbox import Outbox, Receipt
 from forgeflow.tasks.prompting import Context, Conversation, Prompts
-from forgeflow.workspace import mirror
+from forgeflow.workspace import mirror, published
+from forgeflow.workspace.git import GitFailed, check_sha
 from forgeflow.workspace.manager import (
     PullRequestRefs,
     RepoCheckout,
@@ -201,7 +203,11 @@ class Preparer:
         if resource.kind is ResourceKind.PULL_REQUEST:
             pull, found = await self._pull(resource, repo_row.clone_url)
         worktree = await self.workspace.prepare_session(
-            resource, checkout, default_branch=repo_row.default_branch, pull=pull
+            resource,
+            checkout,
+            default_branch=repo_row.default_branch,
+            pull=pull,
+            published_head=partial(self._session_head, resource),
         )
         if found is None:
             return worktree, task.refs
@@ -245,6 +251,19 @@ class Preparer:
         try:
             return await self.gitea.branch_head(resource.repo.owner, resource.repo.name, branch)
         except GiteaError:
+            return None
+
+    async def _session_head(self, resource: ResourceRef) -> published.Said | None:
+        """Gitea's head of the session's branch (Said(None): no such branch); None when
+        Gitea cannot say, and then the branch is fetched."""
+        repo = resource.repo
+        try:
+            sha = await self.gitea.branch_head(repo.owner, repo.name, session_branch(resource))
+        except GiteaError as exc:
+            return published.Said(None) if exc.status == 404 else None
+        try:
+            return published.Said(check_sha(sha, "session branch head"))
+        except GitFailed:
             return None
 
     async def _record_checkout(self, task: Task, checkout: RepoCheckout) -> list[audit.AuditEvent]:

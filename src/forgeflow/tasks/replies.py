@@ -9,13 +9,9 @@ taken over, not waited out, so a crash never loses a comment either.
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Callable
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from enum import Enum
-from functools import partial
 from typing import Protocol
 from urllib.parse import quote
 
@@ -30,18 +26,17 @@ from forgeflow.domain.records import Task
 from forgeflow.domain.threads import Thread
 from forgeflow.gitea.client import GiteaClient, GiteaError
 from forgeflow.gitea.models import Comment as GiteaComment
-from forgeflow.store import Store, workers
+from forgeflow.store import Store
 from forgeflow.store import comments as comment_q
 from forgeflow.store.db import Unit
 from forgeflow.store.types import utcnow
+from forgeflow.tasks.comment_intents import IN_FLIGHT, CommentIntents, How
 from forgeflow.tasks.threads import ReviewThreads
 
 log = structlog.get_logger("forgeflow.tasks.replies")
 
 RECEIPT_TEXT = "giteabot: 已收到"
 _ANSWERS = frozenset({MarkerKind.FINAL, MarkerKind.FALLBACK})
-# How long a pending intent belongs to its poster before another may take it over.
-IN_FLIGHT = timedelta(seconds=60)
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,19 +75,6 @@ def _where(task: About) -> tuple[RepoRef, int]:
     return resource.repo, resource.number
 
 
-class _How(Enum):
-    OURS = "ours"  # this call writes or took over the intent: it posts
-    POSTED = "posted"  # already posted (by whoever): nothing to do
-    BUSY = "busy"  # another poster holds the intent
-
-
-@dataclass(frozen=True, slots=True)
-class _Claim:
-    how: _How
-    comment_id: int | None = None
-    taken: bool = False  # taken over: the earlier poster may have posted; look first
-
-
 class Replies:
     def __init__(
         self,
@@ -113,12 +95,9 @@ class Replies:
         self._threads = threads
         self._public_url = public_url.rstrip("/") if public_url else None
         self._store = store
-        self._workers_ttl = workers_ttl
+        self._intents = CommentIntents(store, workers_ttl)
         self._gitea = gitea
         self._bot = bot_login.lower()
-        # Posts in flight in this process, by comment key: a caller that waits for
-        # another poster's result here wakes when it lands instead of polling.
-        self._posting: dict[str, asyncio.Future[None]] = {}
 
     async def marked(
         self, task: About, kinds: AbstractSet[MarkerKind], turn: str | None
@@ -190,59 +169,13 @@ class Replies:
                 body_hash=sha256_ref(body.encode()),
             )
 
-        claim = await self._claim(key, intent, wait_in_flight)
-        if claim.how is not _How.OURS:
+        claim = await self._intents.claim(key, intent, wait_in_flight)
+        if claim.how is not How.OURS:
             return Posted(claim.comment_id)
-        done = asyncio.get_running_loop().create_future()
-        self._posting[key] = done
-        try:
+        with self._intents.posting(key):
             return await self._post(
                 task, key, body, marker, kind, look_first=claim.taken, defer=defer
             )
-        finally:
-            self._posting.pop(key, None)
-            done.set_result(None)
-
-    async def _claim(
-        self, key: str, intent: Callable[[Connection], tuple[bool, Comment]], wait: bool
-    ) -> _Claim:
-        """The intent to post ``key``: written now, taken over from a poster that cannot
-        still be posting, found already posted, or (after waiting, with ``wait``)
-        still held by another poster."""
-        loop = asyncio.get_running_loop()
-        # A live poster's attempt (a look and a post, each bounded by the Gitea client's
-        # timeout) settles well within IN_FLIGHT, after which its intent may be taken.
-        deadline = loop.time() + (IN_FLIGHT.total_seconds() + 1.0 if wait else 0.0)
-        looked = False
-        while True:
-            inserted, row = await self._store.write(intent)
-            if row.status in (comment_q.SENT, comment_q.CONFIRMED):
-                return _Claim(_How.POSTED, row.comment_id)
-            if inserted:
-                return _Claim(_How.OURS)
-            if await self._store.write(partial(self._take_over, key=key)):
-                return _Claim(_How.OURS, taken=True)
-            if loop.time() >= deadline:
-                return _Claim(_How.BUSY)
-            ours = self._posting.get(key)
-            if ours is not None:
-                await asyncio.wait([ours], timeout=max(deadline - loop.time(), 0.0))
-            elif looked:  # another process posts it
-                await asyncio.sleep(0.25)
-            # else: our own poster may have finished just now; look again at once
-            looked = True
-
-    def _take_over(self, conn: Connection, key: str) -> bool:
-        """Take a pending intent over when its poster cannot still be posting: it went
-        quiet for IN_FLIGHT, or it was written before every live worker started (its
-        process was killed: a restart must not wait IN_FLIGHT, or a task that ends
-        sooner than that would never get its receipt)."""
-        stale = utcnow() - IN_FLIGHT
-        if self._workers_ttl is not None:
-            oldest = workers.oldest_live_start(conn, self._workers_ttl)
-            if oldest is not None and oldest > stale:
-                stale = oldest
-        return comment_q.take_over(conn, key, stale_before=stale)
 
     async def _post(
         self,

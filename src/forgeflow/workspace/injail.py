@@ -109,11 +109,15 @@ if [ ! -e "$2" ] && [ ! -L "$2" ]; then
   echo ff:created
 fi
 cd "$2" 2>/dev/null || {{ echo ff:occupied; exit 0; }}
-top=$(g rev-parse --show-toplevel 2>/dev/null) && [ "$top" = "$2" ] \\
+# One git for the three: each git process is a measurable part of a warm task's start.
+dirs=$(g rev-parse --show-toplevel --git-common-dir --absolute-git-dir 2>/dev/null) \\
   || {{ echo ff:occupied; exit 0; }}
-common=$(cd "$(g rev-parse --git-common-dir)" && pwd -P)
+{{ read -r top; read -r common; read -r admin; }} <<EOF
+$dirs
+EOF
+[ "$top" = "$2" ] || {{ echo ff:occupied; exit 0; }}
+common=$(cd "$common" 2>/dev/null && pwd -P)
 [ "$common" = "$(cd "$1/.git" && pwd -P)" ] || {{ echo ff:occupied; exit 0; }}
-admin=$(g rev-parse --absolute-git-dir)
 # Registered at this very path (a copy of another worktree points elsewhere).
 [ "$(cat "$admin/gitdir" 2>/dev/null)" = "$2/.git" ] || {{ echo ff:occupied; exit 0; }}
 [ -e "$admin/index.lock" ] && {{ echo ff:index_lock; exit 0; }}

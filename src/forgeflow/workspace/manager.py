@@ -178,9 +178,11 @@ class WorkspaceManager:
         *,
         default_branch: str,
         pull: PullRequestRefs | None = None,
+        published_head: published.Lookup | None = None,
     ) -> SessionWorktree:
         """The session's worktree, created on first use and checked every time; a pull
-        request's session follows its head when it can do so without touching work."""
+        request's session follows its head when it can do so without touching work.
+        ``published_head`` asks Gitea for an issue session's branch before it is fetched."""
         repo = resource.repo
         main = repo_workspace(str(self.root), repo)
         if os.path.realpath(checkout.path) != main:
@@ -195,7 +197,7 @@ class WorkspaceManager:
         async with self.locks.hold(repo, "prepare_session"):
             check = self.clones.take_deferred(repo)
             report, head = await self._session_step(repo, main, path, resource, checkout, pull,
-                                                    check)  # fmt: skip
+                                                    check, published_head)  # fmt: skip
             if any(word.startswith("clone_") for word in report.words):
                 # Not plainly ours and clean: the repo step, with a whole bundle, gives
                 # its verdict (WorkspaceDirty) or delivers; then the session's step.
@@ -209,7 +211,7 @@ class WorkspaceManager:
                     self.fetch_rule.forget(self.mirror(repo))  # the next task fetches
                     raise
                 report, head = await self._session_step(repo, main, path, resource, checkout,
-                                                        pull, False)  # fmt: skip
+                                                        pull, False, published_head)  # fmt: skip
         status = published.verdict(report, path, session_branch(resource), head)
         self._sessions.add(path)
         return SessionWorktree(
@@ -225,6 +227,7 @@ class WorkspaceManager:
     async def _session_step(
         self, repo: RepoRef, main: str, path: str, resource: ResourceRef,
         checkout: RepoCheckout, pull: PullRequestRefs | None, check: bool,
+        lookup: published.Lookup | None,
     ) -> tuple[Report, str | None]:  # fmt: skip
         """The session step in the jail; with the session branch's published head (an
         issue's, None: not published) that the worktree starts from and is checked
@@ -238,7 +241,7 @@ class WorkspaceManager:
                 head, send = await published.bundle(
                     self.git, mpath, session_branch(resource), out,
                     origin=self.clones.origins.get(repo.key) if fetch else None,
-                    known=self.clones.delivered.get(repo.key, set()),
+                    known=self.clones.delivered.get(repo.key, set()), lookup=lookup,
                 )  # fmt: skip
                 start, mode = (head, "published") if head else (start, "")
             else:

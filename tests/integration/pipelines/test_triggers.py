@@ -26,7 +26,7 @@ from forgeflow.store import Store, audit, events
 from forgeflow.store import pipeline_templates as tpl
 from forgeflow.store import pipelines as q
 from forgeflow.store import triggers as tq
-from forgeflow.store.schema import domain_events
+from forgeflow.store.bookkeeping_schema import domain_events
 from forgeflow.store.types import utcnow
 from tests.integration.pipelines.harness import Harness, harness, run_async
 from tests.support.pipelines import dag_doc
