@@ -128,3 +128,45 @@ def test_the_setup_runs_on_an_export_with_folders_of_its_own(tmp_path: Path) -> 
     for argv in spawned:
         for path in (agent.home, agent.clone, agent.sessions, other.env, other.home):
             assert str(path) not in argv, argv
+
+
+UNJAILED = """
+echo "pwd:$(pwd) env:$FORGEFLOW_ENV_DIR"
+echo "entries:$(ls -A | tr '\\n' ' ')"
+echo "token:${#SETUP_TOKEN}"
+echo made > "$FORGEFLOW_ENV_DIR/result"
+ln -s / "$FORGEFLOW_ENV_DIR/root-link"
+echo left > stray
+"""
+
+
+def test_without_a_jail_the_setup_runs_on_the_export_with_host_paths(tmp_path: Path) -> None:
+    """FORGEFLOW_SANDBOX=none (one trusted user): the same export and folders, named by
+    their host paths; what a run left is removed before the next, links not followed."""
+    runner = JailRunner(tmp_path / "ws", jailed=False)
+    source = tmp_path / "source"
+    head = commit_tree(source)
+    git = GitRunner(str(tmp_path / "git"), None)
+
+    async def archive(out: Path) -> None:
+        await mirror.archive(git, str(source), head, out)
+
+    setups = SetupRunner(runner, None)
+    env = Environment(setup_script="ci/setup.sh")
+    ours = setups.folders(A)
+
+    def run() -> str:
+        done = asyncio.run(
+            setups.run(env, {"SETUP_TOKEN": SECRET}, HOST_SYSTEM, A, (False, UNJAILED), archive)
+        )
+        assert done.code == 0, done.log
+        return done.log
+
+    for log in (run(), run()):
+        assert f"pwd:{ours.export} env:{ours.env}" in log, log
+        assert "entries:Makefile ci \n" in log, log  # no `stray` from the run before
+        assert f"token:{len(SECRET)}" in log and SECRET not in log, log
+    assert (ours.env / "result").read_text() == "made\n"
+    assert list(ours.export.iterdir()) == []
+    asyncio.run(setups.clear(A))
+    assert list(ours.env.iterdir()) == [] and Path("/usr/bin").is_dir()
