@@ -11,6 +11,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from sqlalchemy import create_engine, select
+
+from forgeflow.store.schema import session_threads
 from forgeflow_testkit.agents import answering_agent
 from forgeflow_testkit.codex_home import write_codex_home
 from forgeflow_testkit.gitea_emulator import GiteaEmulator
@@ -195,3 +198,36 @@ def _finished(cluster: Any, task: str) -> dict[str, Any]:
 
         detail: dict[str, Any] = wait_for(done, timeout=90, what="the task ends")
         return detail
+
+
+def test_a_review_leaves_the_pull_requests_kept_thread_alone(
+    agentic: Agentic, sqlite_url: str
+) -> None:
+    """The review runs on a read-only thread of its own (never resumed, never kept): the
+    rollout kept for the pull request's own thread (issue #27) stays what it was, so a
+    follow-up on another worker still resumes that thread rather than rebuilding it."""
+    gitea, model = agentic.gitea, agentic.model
+    pull = _pull(gitea)
+    reviewing_agent(model, [])
+    answering_agent(model)
+    first = agentic.finished(agentic.mention("@ccweb-bot what changed here?", index=pull))
+    assert first["task"]["state"] == "succeeded", first["task"]
+    before = _kept(sqlite_url)
+    assert before["thread_id"] == first["task"]["threadId"] and before["status"] == "kept"
+    review = agentic.finished(agentic.mention("@ccweb-bot review", index=pull))
+    assert review["task"]["state"] == "succeeded", review["task"]
+    assert review["task"]["threadId"] != first["task"]["threadId"]
+    after = _kept(sqlite_url)
+    assert (after["thread_id"], after["status"], after["turn_key"]) == (
+        before["thread_id"],
+        "kept",
+        before["turn_key"],
+    )
+
+
+def _kept(db_url: str) -> dict[str, Any]:
+    engine = create_engine(db_url)
+    with engine.connect() as conn:
+        row = conn.execute(select(session_threads)).mappings().one()
+    engine.dispose()
+    return dict(row)
