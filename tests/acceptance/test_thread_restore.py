@@ -209,7 +209,7 @@ ROLLOUT = "f=$(ls ~/.codex/sessions/*/*/*/rollout-*.jsonl | head -n 1); echo rol
 
 # A line within every bound but nested past what Python's JSON decoder recurses into.
 DEEP = (
-    "{ printf '{\"type\":\"event_msg\",\"payload\":'; "
+    '{ printf \'{"type":"event_msg","payload":\'; '
     "head -c 100000 /dev/zero | tr '\\0' '['; head -c 100000 /dev/zero | tr '\\0' ']'; "
     "printf '}\\n'; } >> $f"
 )
