@@ -261,3 +261,41 @@ def test_a_listed_login_is_an_operator(site: Site) -> None:
     assert site.widget_task in listing and site.secret_task in listing
     reader = signed_in_client(site.world, site.ff.url, "rita")
     assert reader.get("/ui/repos").status_code == 404
+
+
+def test_a_writer_reusing_an_operators_request_id_learns_nothing_of_other_repositories(
+    site: Site,
+) -> None:
+    """requestIds are one namespace for the API and the pages: an operator's earlier
+    control (by an id a script chose, like ``nightly-1``) must not be named to a Gitea
+    user who sends the same id, or its answer would name a task and a repository they
+    cannot read."""
+    with site.ff.admin() as admin:
+        for path, request_id in (
+            (f"/api/gitea-workflow/tasks/{site.secret_task}/cancel", "nightly-1"),
+            ("/api/gitea-workflow/repos/default:acme/secret/disable", "nightly-2"),
+        ):
+            body = {"requestId": request_id, "reason": "ops", "operator": "ops"}
+            assert admin.post(path, json=body).status_code == 200, path
+    writer = signed_in_client(site.world, site.ff.url, "wendy")
+    page = writer.get(f"/ui/tasks/{site.widget_task}")
+    csrf = re.search(r'name="csrf" value="([^"]+)"', page.text)
+    assert csrf is not None
+    for request_id in ("nightly-1", "nightly-2"):
+        done = writer.post(
+            f"/ui/tasks/{site.widget_task}/cancel",
+            data={"csrf": csrf.group(1), "requestId": request_id, "next": "/ui/tasks"},
+        )
+        assert done.status_code == 303
+        shown = writer.get(done.headers["location"]).text
+        assert "request_id_conflict" in shown  # refused, as before
+        assert site.secret_task not in shown and "acme/secret" not in shown, request_id
+    with site.ff.admin() as admin:
+        widget = admin.get(f"/api/gitea-workflow/tasks/{site.widget_task}").json()
+        # The admin token is still told what the id was used for.
+        again = admin.post(
+            f"/api/gitea-workflow/tasks/{site.widget_task}/cancel",
+            json={"requestId": "nightly-1", "reason": "ops", "operator": "ops"},
+        )
+    assert widget["task"]["state"] == "queued"
+    assert again.status_code == 409 and site.secret_task in again.json()["message"]

@@ -207,7 +207,15 @@ def _finished(cluster: Cluster, task_id: str) -> dict[str, Any]:
 ROLLOUT = "f=$(ls ~/.codex/sessions/*/*/*/rollout-*.jsonl | head -n 1); echo rollout=$f; "
 
 
-@pytest.mark.parametrize("attack", ["symlink", "huge", "token"])
+# A line within every bound but nested past what Python's JSON decoder recurses into.
+DEEP = (
+    '{ printf \'{"type":"event_msg","payload":\'; '
+    "head -c 100000 /dev/zero | tr '\\0' '['; head -c 100000 /dev/zero | tr '\\0' ']'; "
+    "printf '}\\n'; } >> $f"
+)
+
+
+@pytest.mark.parametrize("attack", ["symlink", "huge", "token", "deep"])
 def test_a_forged_rollout_reads_nothing_of_the_host_and_leaks_no_secret(
     gitea: GiteaEmulator,
     model: ScriptedModel,
@@ -217,8 +225,9 @@ def test_a_forged_rollout_reads_nothing_of_the_host_and_leaks_no_secret(
     attack: str,
 ) -> None:
     """From inside a real turn the agent replaces its rollout with a symlink to a host
-    file, makes it huge, or writes the bot token into it: forgeflow reads it only out of
-    a jail, bounded, and keeps nothing of the host and no secret."""
+    file, makes it huge, writes the bot token into it, or nests a line 100 000 deep:
+    forgeflow reads it only out of a jail, bounded, and keeps nothing of the host, no
+    secret, and no line it cannot parse (the task still ends as it should)."""
     victim = tmp_path / "victim.txt"
     victim.write_text("HOST-VICTIM-7f3a9c\n")
     for world in start_agentic(
@@ -244,14 +253,18 @@ def test_a_forged_rollout_reads_nothing_of_the_host_and_leaks_no_secret(
                 "symlink": f"ls -l $f {victim}",
                 "huge": "head -c 9000000 /dev/zero | tr '\\0' x >> $f",
                 "token": f"printf '%s\\n' '{line}' >> $f",
+                "deep": DEEP,
             }[attack]
         )
-        attempt_turn(world, command, "@ccweb-bot look at it")
+        first = attempt_turn(world, command, "@ccweb-bot look at it")
         stored = _stored(sqlite_url)
         if attack == "symlink":
             assert stored["status"] == "kept"
         elif attack == "huge":
             assert stored["status"] == "too_big" and stored["body"] is None
+        elif attack == "deep":
+            assert stored["status"] == "corrupt" and stored["body"] is None
+            assert first.detail["task"]["state"] == "succeeded", first.detail["task"]
         else:
             assert stored["status"] == "kept" and "the token is ***" in stored["body"]
         wait_idle(world)

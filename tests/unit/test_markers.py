@@ -4,7 +4,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from forgeflow.domain.markers import Marker, MarkerKind, append_marker, find_markers, parse_marker
+from forgeflow.domain.markers import (
+    Marker,
+    MarkerKind,
+    append_marker,
+    find_markers,
+    parse_marker,
+    quoted,
+)
 
 TASK = "gitea-task-0123456789abcdef01234567"
 RES = "default:acme/widget:issue:42"
@@ -38,3 +45,13 @@ def test_only_the_last_line_marks_a_comment() -> None:
 def test_fields_cannot_break_the_comment(bad: str) -> None:
     with pytest.raises(ValueError):
         Marker(bad, f"{TASK}:1", RES, MarkerKind.RECEIPT).render()
+
+
+def test_quoted_text_carries_no_marker_and_says_what_it_was() -> None:
+    m = Marker("gitea-task-1", "gitea-task-1:1", "default:acme/widget:issue:1", MarkerKind.FINAL)
+    text = f"Copied from a receipt:\n\n{m.render()}\n"
+    out = quoted(text)
+    assert find_markers(text) == [m] and find_markers(out) == []
+    assert "ccweb:quoted taskId=gitea-task-1 " in out
+    assert quoted(out) == out  # already quoted: unchanged
+    assert quoted("no marker here <!-- a comment -->") == "no marker here <!-- a comment -->"

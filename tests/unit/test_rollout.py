@@ -54,3 +54,12 @@ def test_a_kept_row_is_checked_again_before_a_restore() -> None:
     assert isinstance(rollout.check(bad), rollout.NotKept)
     forged = rollout.Rollout(TID, "../escape.jsonl", '{"type": "x"}\n', 1)
     assert isinstance(rollout.check(forged), rollout.NotKept)
+
+
+def test_a_line_nested_past_the_decoders_depth_is_corrupt_not_an_exception() -> None:
+    deep = b'{"type":"event_msg","payload":' + b"[" * 100_000 + b"]" * 100_000 + b"}\n"
+    got = rollout.parse(TID, _out(line(text="hi") + deep), False, _mask)
+    assert isinstance(got, rollout.NotKept) and got.reason == rollout.CORRUPT
+    kept = rollout.Rollout(TID, NAME, deep.decode(), 1)  # a row written by anything else
+    again = rollout.check(kept)
+    assert isinstance(again, rollout.NotKept) and again.reason == rollout.CORRUPT

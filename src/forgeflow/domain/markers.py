@@ -78,6 +78,13 @@ def find_markers(body: str) -> list[Marker]:
     ]
 
 
+def quoted(text: str) -> str:
+    """``text`` with every marker in it broken (``ccweb`` becomes ``ccweb:quoted``), for
+    text of the agent's that forgeflow posts under a marker of its own: a marker copied
+    from a receipt must not make that text another task's answer."""
+    return _MARKER_RE.sub(lambda m: m.group(0).replace("ccweb", "ccweb:quoted", 1), text)
+
+
 def parse_marker(body: str) -> Marker | None:
     """The marker on the last non-empty line of ``body``, or ``None``.
 

@@ -19,7 +19,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Literal
 
-from forgeflow.domain.markers import Marker, append_marker
+from forgeflow.domain.markers import Marker, append_marker, quoted
 
 Side = Literal["new", "old"]
 EVENTS = ("COMMENT", "APPROVE", "REQUEST_CHANGES")
@@ -166,21 +166,23 @@ def _fence(text: str) -> str:
 def comment_body(c: LineComment, *, suggestions: bool = True) -> str:
     """A line comment's text; a suggested replacement in Gitea's ``suggestion`` block,
     or, where Gitea does not read one (``suggestions`` false: gitea_versions.py), in a
-    plain code block under "Suggested replacement:"."""
+    plain code block under "Suggested replacement:". The bot posts it: any marker in it
+    is broken (``markers.quoted``), so it never reads as a task's answer."""
     if c.suggestion is None:
-        return c.body
+        return quoted(c.body)
     fence = _fence(c.suggestion)
     text = c.suggestion.rstrip(chr(10))
     if not suggestions:
-        return f"{c.body}\n\nSuggested replacement:\n\n{fence}\n{text}\n{fence}"
-    return f"{c.body}\n\n{fence}suggestion\n{text}\n{fence}"
+        return quoted(f"{c.body}\n\nSuggested replacement:\n\n{fence}\n{text}\n{fence}")
+    return quoted(f"{c.body}\n\n{fence}suggestion\n{text}\n{fence}")
 
 
 def review_body(
     summary: str, moved: tuple[LineComment, ...], marker: Marker, *, suggestions: bool = True
 ) -> str:
     """The review's body: the summary, then the comments whose line is not in the diff
-    (each with its location), then the hidden marker on the last line."""
+    (each with its location), then the hidden marker on the last line. Every marker in
+    the agent's text above it is broken (``markers.quoted``)."""
     parts = [summary.strip() or "Review."]
     if moved:
         lines = ["**Comments on lines outside this pull request's diff:**", ""]
@@ -188,7 +190,7 @@ def review_body(
             text = comment_body(c, suggestions=suggestions).replace("\n", "\n  ")
             lines.append(f"- `{c.location}`: {text}")
         parts.append("\n".join(lines))
-    return append_marker("\n\n".join(parts), marker)
+    return append_marker(quoted("\n\n".join(parts)), marker)
 
 
 def review_event(asked: str, allowed: frozenset[str]) -> str:

@@ -113,7 +113,7 @@ def _line(line: str, redact: Callable[[str], str]) -> str | None:
     redacted = redact(line)
     try:
         value = json.loads(redacted)
-    except ValueError:
+    except (ValueError, RecursionError):  # nesting past the decoder's depth: corrupt too
         return None
     if not isinstance(value, dict) or not isinstance(value.get("type"), str):
         return None

@@ -49,9 +49,14 @@ def run(
     earlier = control.find_request(conn, req.request_id)
     if earlier is not None:
         if earlier.action != action or earlier.target != target:
+            # The ids are one namespace for the API and the pages: what someone else's
+            # id was used for is told to the admin token only (a Gitea user would learn
+            # a task or a repository they may not read).
+            named = req.kind == "admin" or earlier.operator == req.actor
+            used = f" for {earlier.action} on {earlier.target}" if named else " by another"
             return 409, {
                 "error": "request_id_conflict",
-                "message": f"requestId was already used for {earlier.action} on {earlier.target}",
+                "message": f"requestId was already used{used}",
             }
         return earlier.status_code, {**earlier.response, "replayed": True}
     status, body = fn(conn, req)

@@ -26,7 +26,7 @@ from forgeflow.domain import reviews as r
 from forgeflow.domain.bookkeeping import Comment
 from forgeflow.domain.gitea_versions import renders_suggestions
 from forgeflow.domain.ids import sha256_ref, turn_key
-from forgeflow.domain.markers import Marker, MarkerKind, find_markers
+from forgeflow.domain.markers import Marker, MarkerKind, parse_marker
 from forgeflow.domain.records import Task
 from forgeflow.domain.review_record import PostedLine, ReviewRecord
 from forgeflow.domain.states import TaskState
@@ -165,14 +165,14 @@ class PullReviews:
         return Submitted(review.id, len(record.comments), moved, False)
 
     async def _find(self, task: Task) -> PullReview | None:
-        """The bot's review of the pull request whose body carries the task's marker."""
+        """The bot's review of the pull request whose body ends with the task's marker.
+        Only the last line counts: the summary above it is the agent's, which can read
+        another task's marker in a receipt and copy it there."""
         repo, number = task.resource.repo, task.resource.number
         for review in await self._gitea.list_reviews(repo.owner, repo.name, number):
             login = review.user.login.lower() if review.user else ""
-            marked = any(
-                m.task_id == task.task_id and m.kind is MarkerKind.REVIEW
-                for m in find_markers(review.body)
-            )
+            m = parse_marker(review.body)
+            marked = m is not None and m.task_id == task.task_id and m.kind is MarkerKind.REVIEW
             if login == self._bot and marked:
                 return review
         return None

@@ -25,6 +25,7 @@ from sqlalchemy import Connection
 from forgeflow.agent.gitea_tools.handlers import Posted, ToolRefused
 from forgeflow.domain.bookkeeping import Comment
 from forgeflow.domain.ids import sha256_ref, turn_key
+from forgeflow.domain.markers import find_markers
 from forgeflow.domain.records import Task
 from forgeflow.domain.threads import Thread
 from forgeflow.gitea.client import GiteaClient, GiteaError
@@ -65,6 +66,7 @@ class ToolComments:
     async def post(self, session_key: str, body: str) -> Posted:
         async with self._one_at_a_time(session_key):
             task = await self._running(session_key)
+            _own_markers_only(task, body)
             thread = await self._thread(task)
             inserted, row = await self._store.write(lambda c: _intend_post(c, task, body))
             if row.status == comment_q.SENT and row.comment_id is not None:
@@ -89,6 +91,7 @@ class ToolComments:
     async def edit(self, session_key: str, comment_id: int, body: str) -> GiteaComment:
         async with self._one_at_a_time(session_key):
             task = await self._running(session_key)
+            _own_markers_only(task, body)
             if not await self._posted_here(task, comment_id):
                 raise ToolRefused(
                     f"comment {comment_id} was not posted by you in this session; you may "
@@ -196,6 +199,18 @@ class ToolComments:
                 c, key, status=comment_q.PENDING, comment_id=None, error=error, how=how
             )
         )
+
+
+def _own_markers_only(task: Task, body: str) -> None:
+    """Refuse a text that carries another task's hidden marker: verification and the
+    retries find a task's answer by its marker, so an agent that read a queued task's
+    receipt could otherwise post that task's "answer" before its turn ever ran."""
+    for marker in find_markers(body):
+        if marker.task_id != task.task_id or marker.resource_key != task.resource_key:
+            raise ToolRefused(
+                "the text carries the hidden marker of another task; end your answer with "
+                "the marker you were given for this turn, and no other"
+            )
 
 
 def _intend(conn: Connection, task: Task, key: str, kind: str, body: str) -> tuple[bool, Comment]:

@@ -144,7 +144,8 @@ class TurnRunner:
             )
         )
         end = _End(handle, *await self.follower.follow(task, plan.key, handle))
-        if not draft:
+        if not (draft or review):  # a read-only thread is never resumed: nothing to keep
+            # (a review's would replace the kept thread of its pull request's session)
             await self.threads.keep(task, resource, thread_id, plan.key)
         return await self._end(task, plan, end)
 
