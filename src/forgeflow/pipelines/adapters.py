@@ -191,13 +191,16 @@ def gitea_step_failed(exc: GiteaError) -> StepFailed:
 class GiteaAdapter:
     """GiteaPort on the bot's REST client."""
 
-    def __init__(self, client: GiteaClient) -> None:
+    def __init__(self, client: GiteaClient, bot_login: str) -> None:
         self.client = client
+        self.bot = bot_login.lower()
 
     async def comment(self, repo: RepoRef, number: int, body: str, *, marker: str) -> int:
         try:
             for c in await self.client.list_comments(repo.owner, repo.name, number):
-                if marker in c.body:
+                # The bot's own comment, ending with the marker: anyone (an agent too)
+                # can quote the marker, and that must not pass for the step's post.
+                if c.user.login.lower() == self.bot and c.body.rstrip().endswith(marker):
                     return c.id
             made = await self.client.create_comment(
                 repo.owner, repo.name, number, f"{body}\n\n{marker}"

@@ -48,7 +48,7 @@ def build_engine(
         node_prefix=node_prefix,
         workspace=workspace,
         agent=StoreAgentDispatch(store, workspace_root=root, gitea=gitea, wake=wake_tasks),
-        gitea=GiteaAdapter(gitea) if gitea is not None else None,
+        gitea=GiteaAdapter(gitea, settings.bot_login) if gitea is not None else None,
         reviews=reviews,
         lease_ttl=settings.lease_ttl_seconds,
         poll_seconds=settings.poll_seconds,
