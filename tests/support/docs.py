@@ -36,3 +36,107 @@ def table_rows(text: str) -> list[list[str]]:
 def code_spans(text: str) -> list[str]:
     """The text of every inline code span (single backticks) in ``text``."""
     return re.findall(r"(?<!`)`([^`\n]+)`(?!`)", text)
+
+
+METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE")
+_METHOD_SPAN = re.compile(
+    r"^((?:GET|POST|PUT|PATCH|DELETE)(?:/(?:GET|POST|PUT|PATCH|DELETE))*)\s+(\S+)"
+)
+# Paths that are forgeflow's own from their first segment; any other "/x" in a section
+# whose heading names a base (``/api/gitea-workflow/...``) is relative to that base.
+ROOTS = ("/api", "/webhooks", "/healthz", "/readyz", "/metrics", "/openapi.json", "/ui")
+
+
+def _rooted(path: str) -> bool:
+    return any(path == root or path.startswith(root + "/") for root in ROOTS)
+
+
+def _chunks(text: str) -> list[str]:
+    """Table rows and paragraphs: a code span never crosses one, a method carries over
+    to the bare paths after it within one (``POST /tasks/{id}/cancel``, ``/abort``)."""
+    chunks: list[str] = []
+    # A list item is a chunk of its own, like a paragraph.
+    for block in re.split(r"\n\s*\n|\n(?=\s*[-*] |\s*\d+\. )", text):
+        lines = block.splitlines()
+        if lines and all(line.lstrip().startswith("|") for line in lines):
+            chunks.extend(lines)
+        else:
+            chunks.append(" ".join(line.strip() for line in lines))
+    return chunks
+
+
+def _expand(path: str) -> list[str]:
+    """``/a/enable|disable`` is two paths; a query and a trailing slash are dropped,
+    ``<id>`` is written ``{id}``."""
+    path = path.split("?", 1)[0].replace("\\|", "|")
+    path = re.sub(r"<([^>]+)>", r"{\1}", path)
+    paths = [""]
+    for segment in path.strip("/").split("/"):
+        paths = [f"{p}/{alt}" for p in paths for alt in segment.split("|")]
+    return [p if p else "/" for p in paths]
+
+
+def _splice(anchor: str, history: list[str], rest: str) -> str:
+    """``…/runs/{runId}/cancel`` after ``/api/pipelines/runs/{runId}``: the rest replaces
+    the anchor from its first segment on (the newest earlier path holding that segment);
+    a single segment (``/enable`` after ``…/disable``) is the anchor's sibling."""
+    parts = rest.strip("/").split("/")
+    if len(parts) > 1:
+        for earlier in [anchor, *reversed(history)]:
+            segments = earlier.strip("/").split("/")
+            if parts[0] in segments:
+                keep = len(segments) - 1 - segments[::-1].index(parts[0])
+                return "/" + "/".join(segments[:keep] + parts)
+    return anchor.rsplit("/", 1)[0] + "/" + "/".join(parts)
+
+
+def route_mentions(text: str, *, pages: bool = False) -> set[tuple[str, str]]:
+    """Every (method, path) ``text`` names in code spans: ``GET /healthz``, ``GET/PUT
+    /api/x``, ``…/x`` continuing the path before it, bare ``/x`` after a span with a
+    method. With ``pages``, a bare ``/ui/...`` path is a page: ``GET``."""
+    found: set[tuple[str, str]] = set()
+    history: list[str] = []
+    base: str | None = None
+    for chunk in _chunks(text):
+        if chunk.startswith("#"):
+            named = re.search(r"`(/api/[a-z-]+)/\.\.\.`", chunk)
+            base = named.group(1) if named else None
+        methods: list[str] = []
+        anchor: str | None = None
+        for span in re.findall(r"`([^`]+)`", chunk):
+            span = span.strip()
+            match = _METHOD_SPAN.match(span)
+            if match:
+                methods, raw = match.group(1).split("/"), match.group(2)
+            elif re.match(r"^…?/[A-Za-z{<][^\s]*$", span) and methods:
+                raw = span
+            elif pages and (span == "/" or re.match(r"^…?/ui(/\S*)?$", span)):
+                raw = span
+            else:
+                continue
+            span_methods = methods if (match or methods) else ["GET"]
+            for path in _resolve(raw, bool(match), base, anchor, history):
+                found.update((m, path) for m in span_methods)
+                history.append(path)
+                if match:
+                    anchor = path
+    return found
+
+
+def _resolve(
+    raw: str, has_method: bool, base: str | None, anchor: str | None, history: list[str]
+) -> list[str]:
+    """The full paths a mention stands for."""
+    if raw.startswith("…/"):
+        rest = raw[1:]
+        if _rooted(rest):
+            return _expand(rest)
+        previous = history[-1] if history else ""
+        return [_splice(previous, history, p) for p in _expand(rest)]
+    if _rooted(raw) or raw == "/":
+        return _expand(raw)
+    if has_method and base is not None:
+        return _expand(base + raw)
+    if anchor is not None:
+        return [_splice(anchor, [], p) for p in _expand(raw)]
+    return _expand(raw)

@@ -1,0 +1,107 @@
+"""The HTTP docs against the app's routes: every route of ``create_app`` is named with
+its method in docs/api.md, docs/pipelines.md (its "HTTP and command line"), README.md,
+or, under ``/ui``, docs/ui.md; and every route those pages name exists with that method.
+The routes are walked with ``fastapi.routing.iter_route_contexts``, the walk FastAPI
+offers for the routers ``include_router`` keeps as a tree."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+from fastapi.routing import iter_route_contexts
+
+from forgeflow.api import create_app
+from forgeflow.config import load_settings
+from forgeflow.services import build_services
+from tests.support import docs
+
+# Which pages describe forgeflow's own routes, and whether a bare /ui path is a page.
+PAGES = {"docs/api.md": False, "docs/pipelines.md": False, "README.md": False, "docs/ui.md": True}
+# docs/ui.md names Gitea's API too (what Sign in with Gitea asks it): not forgeflow's.
+GITEA_API = "/api/v1/"
+
+
+@pytest.fixture(scope="module")
+def routes(tmp_path_factory: pytest.TempPathFactory) -> set[tuple[str, str]]:
+    """(method, path) of every route, HEAD aside (Starlette adds it to every GET)."""
+    data = tmp_path_factory.mktemp("data")
+    settings = load_settings(data_dir=data, admin_token="t" * 32)
+    app = create_app(build_services(settings, migrate=False), lifecycle=False)
+    found = set()
+    for route in iter_route_contexts(app.routes):
+        assert route.path is not None
+        for method in (route.methods or set()) - {"HEAD"}:
+            found.add((method, route.path))
+    assert ("POST", "/api/gitea/webhook") in found, found  # the walk saw the routers
+    return found
+
+
+def _shape(path: str) -> str:
+    """A path with its parameters unnamed: ``/tasks/{taskId}`` and ``/tasks/{task_id}``
+    are the same route; a trailing slash does not count."""
+    return re.sub(r"\{[^}]+\}", "{}", path).rstrip("/") or "/"
+
+
+def _pattern(path: str) -> re.Pattern[str]:
+    """What a route's path matches, as Starlette routes it (``{key:path}`` spans
+    slashes), so a documented example such as ``/repos/default:acme/widget/disable``
+    is found."""
+    out = ""
+    for piece in re.split(r"(\{[^}]+\})", path.rstrip("/") or "/"):
+        if piece.startswith("{"):
+            out += ".+" if piece.endswith(":path}") else "[^/]+"
+        else:
+            out += re.escape(piece)
+    return re.compile(out + "/?")
+
+
+def _mentions() -> dict[tuple[str, str], str]:
+    found: dict[tuple[str, str], str] = {}
+    for name, pages in PAGES.items():
+        for method, path in docs.route_mentions(docs.read(name), pages=pages):
+            if not path.startswith(GITEA_API):
+                found.setdefault((method, path), name)
+    return found
+
+
+def test_every_route_is_documented(routes: set[tuple[str, str]]) -> None:
+    documented = {(m, _shape(p)) for m, p in _mentions()}
+    missing = sorted(r for r in routes if (r[0], _shape(r[1])) not in documented)
+    assert not missing, "routes no doc names:\n" + "\n".join(f"{m} {p}" for m, p in missing)
+
+
+def test_every_documented_route_exists(routes: set[tuple[str, str]]) -> None:
+    patterns = [(m, _pattern(p)) for m, p in routes]
+    unknown = [
+        f"{where}: {method} {path}"
+        for (method, path), where in sorted(_mentions().items())
+        if not any(m == method and pat.fullmatch(path) for m, pat in patterns)
+    ]
+    assert not unknown, "documented routes that do not exist:\n" + "\n".join(unknown)
+
+
+def test_the_reader_follows_the_docs_shorthand() -> None:
+    """The shorthand the docs use, read as the full routes (else both tests above would
+    pass or fail for the wrong reason)."""
+    text = (
+        "## Control: `/api/gitea-workflow/...`\n\n"
+        "| `POST /tasks/{taskId}/cancel`, `/abort` | x |\n"
+        "| `GET /api/pipelines/runs/{runId}` then `POST …/runs/{runId}/steps/{s}/approve|reject` |\n"
+    )
+    assert docs.route_mentions(text) == {
+        ("POST", "/api/gitea-workflow/tasks/{taskId}/cancel"),
+        ("POST", "/api/gitea-workflow/tasks/{taskId}/abort"),
+        ("GET", "/api/pipelines/runs/{runId}"),
+        ("POST", "/api/pipelines/runs/{runId}/steps/{s}/approve"),
+        ("POST", "/api/pipelines/runs/{runId}/steps/{s}/reject"),
+    }
+    assert docs.route_mentions("A page: `/ui/tasks/<taskId>`.", pages=True) == {
+        ("GET", "/ui/tasks/{taskId}")
+    }
+
+
+def test_pages_named_are_files() -> None:
+    for name in PAGES:
+        assert (docs.ROOT / name).is_file(), Path(name)
