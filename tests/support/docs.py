@@ -38,10 +38,10 @@ def code_spans(text: str) -> list[str]:
     return re.findall(r"(?<!`)`([^`\n]+)`(?!`)", text)
 
 
-METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE")
-_METHOD_SPAN = re.compile(
-    r"^((?:GET|POST|PUT|PATCH|DELETE)(?:/(?:GET|POST|PUT|PATCH|DELETE))*)\s+(\S+)"
-)
+_METHOD = r"(?:GET|POST|PUT|PATCH|DELETE)"
+_METHOD_SPAN = re.compile(rf"^({_METHOD}(?:/{_METHOD})*)\s+(\S+)")
+_BARE = re.compile(r"^…?/[A-Za-z{<]\S*$")  # a path after a span with a method
+_PAGE = re.compile(r"^…?/ui(/\S*)?$|^/$")  # a page of docs/ui.md
 # Paths that are forgeflow's own from their first segment; any other "/x" in a section
 # whose heading names a base (``/api/gitea-workflow/...``) is relative to that base.
 ROOTS = ("/api", "/webhooks", "/healthz", "/readyz", "/metrics", "/openapi.json", "/ui")
@@ -108,13 +108,11 @@ def route_mentions(text: str, *, pages: bool = False) -> set[tuple[str, str]]:
             match = _METHOD_SPAN.match(span)
             if match:
                 methods, raw = match.group(1).split("/"), match.group(2)
-            elif re.match(r"^…?/[A-Za-z{<][^\s]*$", span) and methods:
-                raw = span
-            elif pages and (span == "/" or re.match(r"^…?/ui(/\S*)?$", span)):
+            elif (methods and _BARE.match(span)) or (pages and _PAGE.match(span)):
                 raw = span
             else:
                 continue
-            span_methods = methods if (match or methods) else ["GET"]
+            span_methods = methods or ["GET"]  # a bare page of docs/ui.md
             for path in _resolve(raw, bool(match), base, anchor, history):
                 found.update((m, path) for m in span_methods)
                 history.append(path)

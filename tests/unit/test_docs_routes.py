@@ -88,7 +88,8 @@ def test_the_reader_follows_the_docs_shorthand() -> None:
     text = (
         "## Control: `/api/gitea-workflow/...`\n\n"
         "| `POST /tasks/{taskId}/cancel`, `/abort` | x |\n"
-        "| `GET /api/pipelines/runs/{runId}` then `POST …/runs/{runId}/steps/{s}/approve|reject` |\n"
+        "| `GET /api/pipelines/runs/{runId}`, then |\n"
+        "| `POST …/runs/{runId}/steps/{s}/approve|reject` |\n"
     )
     assert docs.route_mentions(text) == {
         ("POST", "/api/gitea-workflow/tasks/{taskId}/cancel"),
