@@ -138,3 +138,34 @@ def _resolve(
     if anchor is not None:
         return [_splice(anchor, [], p) for p in _expand(raw)]
     return _expand(raw)
+
+
+def code_texts(text: str) -> list[str]:
+    """Every inline code span and every line of a fenced block, backticks removed."""
+    found: list[str] = []
+    fenced = False
+    for line in text.splitlines():
+        if line.lstrip().startswith("```"):
+            fenced = not fenced
+        elif fenced:
+            found.append(line.replace("`", ""))
+    # Spans may wrap a line; a fenced block's lines hold no spans of their own.
+    prose = re.sub(r"```.*?```", "", text, flags=re.DOTALL)
+    for paragraph in re.split(r"\n\s*\n", prose):
+        spans = re.finditer(r"(`+)((?:(?!\1).)+?)\1", paragraph, re.DOTALL)
+        found.extend(m.group(2).strip().replace("\n", " ") for m in spans)
+    return found
+
+
+def command_lines(text: str) -> list[list[str]]:
+    """The words after ``forgeflow`` in each command line the docs write
+    (``forgeflow gitea connect acme --dry-run``, ``.venv/bin/forgeflow doctor``), up to a
+    shell comment or the next command; ``a | b`` alternatives are kept as ``|``."""
+    found = []
+    for code in code_texts(text):
+        # The program, not a folder or a user named forgeflow (``sudo -u forgeflow …``).
+        for match in re.finditer(r"(?:^|(?<=\s)|(?<=bin/))forgeflow ((?:[^\s#;&]+ ?)+)", code):
+            words = match.group(1).split()
+            if re.fullmatch(r"[a-z][a-z-]*", words[0]):
+                found.append(words)
+    return found
