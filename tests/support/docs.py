@@ -94,7 +94,20 @@ def route_mentions(text: str, *, pages: bool = False) -> set[tuple[str, str]]:
     """Every (method, path) ``text`` names in code spans: ``GET /healthz``, ``GET/PUT
     /api/x``, ``…/x`` continuing the path before it, bare ``/x`` after a span with a
     method. With ``pages``, a bare ``/ui/...`` path is a page: ``GET``."""
-    found: set[tuple[str, str]] = set()
+    return {(method, path) for method, path, _query in _route_spans(text, pages)}
+
+
+def route_queries(text: str) -> dict[tuple[str, str], set[str]]:
+    """The query parameters ``text`` gives a route (``GET /tasks?state=&limit=``)."""
+    found: dict[tuple[str, str], set[str]] = {}
+    for method, path, query in _route_spans(text, False):
+        if query:
+            found.setdefault((method, path), set()).update(query)
+    return found
+
+
+def _route_spans(text: str, pages: bool) -> list[tuple[str, str, frozenset[str]]]:
+    found: list[tuple[str, str, frozenset[str]]] = []
     history: list[str] = []
     base: str | None = None
     for chunk in _chunks(text):
@@ -112,9 +125,10 @@ def route_mentions(text: str, *, pages: bool = False) -> set[tuple[str, str]]:
                 raw = span
             else:
                 continue
+            query = frozenset(re.findall(r"[?&]([A-Za-z]+)=", raw))
             span_methods = methods or ["GET"]  # a bare page of docs/ui.md
             for path in _resolve(raw, bool(match), base, anchor, history):
-                found.update((m, path) for m in span_methods)
+                found.extend((m, path, query) for m in span_methods)
                 history.append(path)
                 if match:
                     anchor = path

@@ -10,6 +10,7 @@ import re
 from pathlib import Path
 
 import pytest
+from fastapi import FastAPI
 from fastapi.routing import iter_route_contexts
 
 from forgeflow.api import create_app
@@ -24,11 +25,15 @@ GITEA_API = "/api/v1/"
 
 
 @pytest.fixture(scope="module")
-def routes(tmp_path_factory: pytest.TempPathFactory) -> set[tuple[str, str]]:
-    """(method, path) of every route, HEAD aside (Starlette adds it to every GET)."""
+def app(tmp_path_factory: pytest.TempPathFactory) -> FastAPI:
     data = tmp_path_factory.mktemp("data")
     settings = load_settings(data_dir=data, admin_token="t" * 32)
-    app = create_app(build_services(settings, migrate=False), lifecycle=False)
+    return create_app(build_services(settings, migrate=False), lifecycle=False)
+
+
+@pytest.fixture(scope="module")
+def routes(app: FastAPI) -> set[tuple[str, str]]:
+    """(method, path) of every route, HEAD aside (Starlette adds it to every GET)."""
     found = set()
     for route in iter_route_contexts(app.routes):
         assert route.path is not None
@@ -80,6 +85,31 @@ def test_every_documented_route_exists(routes: set[tuple[str, str]]) -> None:
         if not any(m == method and pat.fullmatch(path) for m, pat in patterns)
     ]
     assert not unknown, "documented routes that do not exist:\n" + "\n".join(unknown)
+
+
+def test_query_parameters_are_the_routes(app: FastAPI) -> None:
+    """Where the docs give a route's query (``GET /tasks?state=&limit=``), they give all of
+    its parameters and no other; and every route that takes a query has one in the docs."""
+    taken = {
+        (method.upper(), _shape(path)): {
+            p["name"] for p in op.get("parameters", []) if p["in"] == "query"
+        }
+        for path, ops in app.openapi()["paths"].items()
+        for method, op in ops.items()
+    }
+    given: dict[tuple[str, str], set[str]] = {}
+    for name in PAGES:
+        for (method, path), names in docs.route_queries(docs.read(name)).items():
+            given.setdefault((method, _shape(path)), set()).update(names)
+    wrong = [
+        f"{k}: docs {sorted(v)}, code {sorted(taken.get(k, set()))}"
+        for k, v in given.items()
+        if v != taken.get(k)
+    ]
+    wrong += [
+        f"{k}: its query {sorted(v)} is in no doc" for k, v in taken.items() if v and k not in given
+    ]
+    assert not wrong, "\n".join(wrong)
 
 
 def test_the_reader_follows_the_docs_shorthand() -> None:
