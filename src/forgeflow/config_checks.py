@@ -1,7 +1,8 @@
 """The checks of settings that their types do not make: URLs and the database's, command
-lines, the admin token's length, the bot's login, the log level, the egress and price settings (their
-rules in ``domain/``). Each takes a value as read and returns it, or raises ``ValueError``
-with the words ``config.load_settings`` puts after the setting's name."""
+lines, the admin token's length, the bot's login, the log level, the egress and price
+settings (their rules in ``domain/``). Each takes a value as read and returns it, or
+raises ``ValueError`` with the words ``config.load_settings`` puts after the setting's
+name."""
 
 from __future__ import annotations
 
