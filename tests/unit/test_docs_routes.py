@@ -14,7 +14,7 @@ from fastapi import FastAPI
 from fastapi.routing import iter_route_contexts
 
 from forgeflow.api import create_app
-from forgeflow.config import load_settings
+from forgeflow.config import Settings, load_settings
 from forgeflow.services import build_services
 from tests.support import docs
 
@@ -110,6 +110,25 @@ def test_query_parameters_are_the_routes(app: FastAPI) -> None:
         f"{k}: its query {sorted(v)} is in no doc" for k, v in taken.items() if v and k not in given
     ]
     assert not wrong, "\n".join(wrong)
+
+
+def test_every_error_code_a_route_declares_is_documented(app: FastAPI) -> None:
+    """The codes /openapi.json gives each answer of each route are in the API's docs (the
+    error codes are stable: docs/api.md), and every ``NNN code`` the docs answer with is a
+    code the source has."""
+    declared = set()
+    for ops in app.openapi()["paths"].values():
+        for op in ops.values():
+            for answer in op.get("responses", {}).values():
+                declared.update(re.findall(r"[a-z]+(?:_[a-z]+)+", answer.get("description", "")))
+    declared -= set(Settings.model_fields)  # "over api_max_body_bytes" names a setting
+    text = "".join(docs.read(n) for n in (*PAGES, "docs/security.md"))
+    undocumented = sorted(c for c in declared if f"`{c}`" not in text and f" {c}`" not in text)
+    assert not undocumented, f"error codes no doc names: {undocumented}"
+    source = "".join(p.read_text(encoding="utf-8") for p in (docs.ROOT / "src").rglob("*.py"))
+    answered = set(re.findall(r"`[1-5]\d\d ([a-z]+(?:_[a-z]+)*)`", text))
+    unknown = sorted(c for c in answered if f'"{c}"' not in source)
+    assert not unknown, f"codes the docs answer with that no source has: {unknown}"
 
 
 def test_the_reader_follows_the_docs_shorthand() -> None:
