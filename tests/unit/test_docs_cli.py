@@ -19,6 +19,7 @@ SHARED = "--config"
 # Words after "forgeflow " in the docs' code that are not a command line: a quoted
 # error of the crash harness (docs/CHAOS.md).
 NOT_COMMANDS = {"exited"}
+SERVICE = docs.ROOT / "deploy" / "forgeflow.service"
 
 
 def _commands() -> dict[tuple[str, ...], set[str]]:
@@ -89,12 +90,18 @@ def _documented() -> list[tuple[str, tuple[str, ...], set[str]]]:
     """(file, command path, options) of every command line in the docs."""
     commands = _commands()
     found = []
-    for path in docs.doc_files():
-        for words in docs.command_lines(path.read_text(encoding="utf-8")):
+    texts = {p.name: p.read_text(encoding="utf-8") for p in docs.doc_files()}
+    # The systemd unit's ExecStart is a command line as well (its comments are prose).
+    unit = SERVICE.read_text(encoding="utf-8").splitlines()
+    starts = [line for line in unit if line.startswith("ExecStart")]
+    assert starts, "the unit starts nothing"
+    texts[SERVICE.name] = "```\n" + "\n".join(starts) + "\n```"
+    for name, text in texts.items():
+        for words in docs.command_lines(text):
             if words[0] in NOT_COMMANDS:
                 continue
             for line in _split(words):
-                found.append((path.name, _path(line, commands), _options(line)))
+                found.append((name, _path(line, commands), _options(line)))
     return found
 
 

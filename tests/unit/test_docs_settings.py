@@ -102,7 +102,11 @@ def test_the_readme_table_agrees_with_the_code() -> None:
     assert not wrong, "\n".join(wrong)
 
 
-@pytest.mark.parametrize("path", docs.doc_files(), ids=lambda p: p.name)
+# The deployment files name settings too (deploy/forgeflow.env.example is copied as is).
+DEPLOY = sorted((docs.ROOT / "deploy").iterdir())
+
+
+@pytest.mark.parametrize("path", docs.doc_files() + DEPLOY, ids=lambda p: p.name)
 def test_every_variable_the_docs_name_exists(path: Path) -> None:
     text = path.read_text(encoding="utf-8")
     unknown = sorted(set(NAME.findall(text)) - set(_env_names()) - set(NOT_SETTINGS))
