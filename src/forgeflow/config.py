@@ -219,6 +219,7 @@ class Settings(BaseSettings):
     _check_admin_token = field_validator("admin_token")(checks.admin_token)
     _check_login = field_validator("bot_login")(checks.bot_login)
     _check_command = field_validator("codex_command", "gitea_mcp_command")(checks.command)
+    _check_log_level = field_validator("log_level")(checks.log_level)
 
     @classmethod
     def settings_customise_sources(

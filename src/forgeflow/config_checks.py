@@ -1,7 +1,8 @@
 """The checks of settings that their types do not make: URLs and the database's, command
-lines, the admin token's length, the bot's login, the egress and price settings (their
-rules in ``domain/``). Each takes a value as read and returns it, or raises ``ValueError``
-with the words ``config.load_settings`` puts after the setting's name."""
+lines, the admin token's length, the bot's login, the log level, the egress and price
+settings (their rules in ``domain/``). Each takes a value as read and returns it, or
+raises ``ValueError`` with the words ``config.load_settings`` puts after the setting's
+name."""
 
 from __future__ import annotations
 
@@ -15,6 +16,8 @@ from forgeflow.domain.egress import PolicyError, parse_hosts, parse_pins, parse_
 from forgeflow.domain.prices import PriceError, check_currency, parse_prices
 
 MIN_ADMIN_TOKEN = 20
+# The levels docs/configuration.md names for FORGEFLOW_LOG_LEVEL.
+LOG_LEVELS = ("debug", "info", "warning", "error")
 
 
 def egress(value: str, info: ValidationInfo) -> str:
@@ -97,3 +100,12 @@ def command(value: str, info: ValidationInfo) -> str:
     if not parts and info.field_name == "codex_command":
         raise ValueError("must not be empty")
     return value
+
+
+def log_level(value: str) -> str:
+    """A level of LOG_LEVELS, in any case: a typo such as ``verbose`` used to leave the logs
+    at ``info`` without a word, where every other invalid setting stops start-up."""
+    level = value.strip().lower()
+    if level not in LOG_LEVELS:
+        raise ValueError(f"must be one of {', '.join(LOG_LEVELS)}, not {value!r}")
+    return level

@@ -50,6 +50,7 @@ def test_environment_wins_over_toml(tmp_path: Path, monkeypatch: pytest.MonkeyPa
         ("FORGEFLOW_BOT_LOGIN", "@bot", "FORGEFLOW_BOT_LOGIN"),
         ("FORGEFLOW_CODEX_COMMAND", "codex 'unterminated", "FORGEFLOW_CODEX_COMMAND"),
         ("FORGEFLOW_MAX_PREPARATIONS", "0", "FORGEFLOW_MAX_PREPARATIONS"),
+        ("FORGEFLOW_LOG_LEVEL", "verbose", "FORGEFLOW_LOG_LEVEL"),
     ],
 )
 def test_invalid_setting_names_the_variable(
@@ -61,6 +62,14 @@ def test_invalid_setting_names_the_variable(
     message = str(info.value)
     assert message.startswith(named + ":")
     assert "\n" not in message
+
+
+def test_the_log_level_is_one_the_docs_name_in_any_case(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("FORGEFLOW_LOG_LEVEL", " WARNING ")
+    assert load_settings().log_level == "warning"
+    monkeypatch.setenv("FORGEFLOW_LOG_LEVEL", "critical")
+    with pytest.raises(ConfigError, match="must be one of debug, info, warning, error"):
+        load_settings()
 
 
 def test_bad_toml_is_a_config_error(tmp_path: Path) -> None:

@@ -6,13 +6,16 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from forgeflow.domain.admission import Refusal
 from forgeflow.domain.states import (
     TERMINAL_STATES,
     TRANSITIONS,
+    IllegalTransition,
     TaskState,
     allowed_next,
     is_allowed,
 )
+from forgeflow.store.tasks import StaleStateVersion
 
 STATES_DOC = Path(__file__).resolve().parents[2] / "docs" / "states.md"
 TICKED = re.compile(r"`([a-z_]+)`")
@@ -65,3 +68,9 @@ def test_a_delivery_that_starts_nothing_is_no_task_state() -> None:
     # ignored and duplicate are the webhook's answers, not states a task reaches.
     names = {s.value for s in TaskState}
     assert "ignored" not in names and "duplicate" not in names
+
+
+def test_the_refusal_codes_the_doc_names_are_the_codes() -> None:
+    text = STATES_DOC.read_text()
+    for code in (IllegalTransition.code, StaleStateVersion.code, Refusal.INVALID_OPTIONS.value):
+        assert f"`{code}`" in text, code

@@ -103,7 +103,7 @@ _ERR = {"model": WebhookError}
         200: {"model": WebhookRun, "description": "a repeated call: the run the first one started"},
         202: {"model": WebhookRun, "description": "the run was started"},
         400: {**_ERR, "description": "invalid_payload or invalid_inputs"},
-        401: {**_ERR, "description": "invalid_signature"},
+        401: {**_ERR, "description": "invalid_signature or stale_timestamp"},
         404: {**_ERR, "description": "trigger_not_found"},
         409: {**_ERR, "description": "template_disabled, trigger_disabled or no_start_node"},
         413: {**_ERR, "description": "payload_too_large"},
