@@ -260,6 +260,27 @@ def test_stale_index_lock_in_main_clone_is_dirty(world: World) -> None:
     assert lock.exists()
 
 
+@pytest.mark.parametrize("stage", ["cloning", "checking_out"])
+def test_a_clone_a_kill_interrupted_is_made_again(world: World, stage: str) -> None:
+    """What a worker's kill -9 in the middle of the first clone leaves (the marker folder,
+    and below it or in its place a partial repository) is cloned again, not a clone that
+    blocks its repository for ever (a chaos run on PostgreSQL found one)."""
+    target = world.root / "default" / "alice" / "proj"
+    marker = target / ".forgeflow-cloning"
+    (marker / "c").mkdir(parents=True)
+    git(str(marker / "c"), "init", "-q")
+    if stage == "checking_out":  # the objects are in, the files are not yet
+        git(str(marker / "c"), "fetch", "-q", str(world.emu.git_root / "alice/proj.git"), "main")
+        (marker / "c" / ".git").rename(target / ".git")
+    else:
+        (marker / "c" / ".git" / "HEAD").unlink()  # git had not got that far
+    checkout = run(world.manager().prepare_repo(world.repo, world.clone_url, "main"))
+    assert checkout.action == "cloned"
+    assert sorted(os.listdir(target)) == [".git", "a.txt", "b.txt"]
+    assert git(str(target), "status", "--porcelain") == ""
+    assert git(str(target), "rev-parse", "HEAD") == checkout.head
+
+
 def test_directory_that_is_not_our_clone_is_dirty(world: World) -> None:
     target = world.root / "default" / "alice" / "proj"
     target.mkdir(parents=True)

@@ -41,16 +41,22 @@ _G = (
 _STATUS = "g status --porcelain=v2 --branch -z --untracked-files=all --ignored=no"
 
 # $1 the clone, $2 "bundle" when one comes on stdin, $3 the origin URL to record.
+# A clone is made below a marker folder, made first and removed last: a kill on the way
+# (a worker's death) leaves the marker, and the next step makes the clone again instead
+# of finding a broken one that blocks the repository. No turn has seen it by then.
 REPO_STEP = (
     _G
     + f"""
-if [ -z "$(ls -A "$1")" ]; then
+m="$1/.forgeflow-cloning"
+if [ -z "$(ls -A "$1")" ] || [ -d "$m" ]; then
   [ "$2" = bundle ] || {{ echo ff:need_bundle; exit 0; }}
+  find "$1" -mindepth 1 -delete && mkdir "$m" || exit 1
   cat > /tmp/in.bundle || exit 1
-  if ! g clone -q --origin origin /tmp/in.bundle "$1" >&2; then
+  if ! {{ g clone -q --no-checkout --origin origin /tmp/in.bundle "$m/c" >&2 \\
+      && mv "$m/c/.git" "$1/.git" && g -C "$1" reset -q --hard HEAD >&2; }}; then
     find "$1" -mindepth 1 -delete; echo ff:clone_failed; exit 0
   fi
-  g -C "$1" remote set-url origin "$3"; echo ff:cloned; exit 0
+  g -C "$1" remote set-url origin "$3"; rm -rf "$m"; echo ff:cloned; exit 0
 fi
 cd "$1" || exit 1
 top=$(g rev-parse --show-toplevel 2>/dev/null) && [ "$top" = "$1" ] \\
