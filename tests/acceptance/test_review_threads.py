@@ -152,6 +152,97 @@ def test_a_mention_in_a_reply_is_answered_by_a_reply_in_the_conversation(
     assert "alice (the mention): @ccweb-bot what do you think?" in ask.prompt
 
 
+def _answers_by_thread(gitea: GiteaEmulator, asked: list[int]) -> dict[int, list[str]]:
+    """The bot's answers in the thread of each asking comment."""
+    return {
+        c: [x["body"] for x in gitea.thread_comments(c) if x["user"]["login"] == BOT] for c in asked
+    }
+
+
+def test_every_mention_among_a_reviews_line_comments_is_answered_in_its_own_thread(
+    agentic: Agentic,
+) -> None:
+    """A review (here one that requests changes) with two line comments that mention
+    the bot and one that does not: two tasks, each answered once in its thread."""
+    gitea, model = agentic.gitea, agentic.model
+    gitea.add_user("bob")
+    gitea.set_permission("acme", "widget", "bob", "write")
+    pull = _pull(gitea)
+    asks = thread_agent(model, "Looked at it.")
+    lines = [
+        ("app.txt", 3, "@ccweb-bot why a word here?"),
+        ("app.txt", 10, "A note for alice."),
+        ("app.txt", 20, "@ccweb-bot is this line still needed?"),
+    ]
+    made = gitea.submit_review(
+        "acme", "widget", pull, by="bob", lines=lines, event="REQUEST_CHANGES", body="Two asks."
+    )
+    first = _task(made, "pull_request_review_rejected")
+    comments = gitea.reviews("acme", "widget", pull)[0]["comments"]
+    asked = [c["id"] for c in comments if "@ccweb-bot" in c["body"]]
+    assert len(asked) == 2
+    assert agentic.finished(first)["task"]["commentId"] == asked[0]
+    answers = wait_for(
+        lambda: (a := _answers_by_thread(gitea, asked)) and all(a.values()) and a,
+        timeout=120,
+        what="an answer in each thread",
+    )
+    tasks = set()
+    for comment_id in asked:
+        (answer,) = answers[comment_id]
+        assert answer.startswith("Looked at it.") and "kind=final" in answer
+        tasks.add(answer.split("taskId=", 1)[1].split()[0])
+    assert first in tasks and len(tasks) == 2
+    (second,) = tasks - {first}
+    detail = agentic.finished(second)
+    assert detail["task"]["state"] == "succeeded" and detail["task"]["commentId"] == asked[1]
+    note = next(c for c in comments if "@ccweb-bot" not in c["body"])
+    assert [c["user"]["login"] for c in gitea.thread_comments(note["id"])] == ["bob"]
+    assert _bot_timeline(gitea, pull) == ["receipt", "receipt"]
+    prompts = sorted(a.prompt for a in asks)
+    assert len(prompts) == 2
+    assert any("bob (the mention): @ccweb-bot why a word here?" in p for p in prompts)
+    assert any("`app.txt` line 20 (new side)" in p for p in prompts)
+    # A replay of the review's delivery under a new id makes no third task.
+    (delivery,) = [d for d in made if d.event_type == "pull_request_review_rejected"]
+    again = gitea.redeliver(delivery)
+    assert again.status_code == 200 and json.loads(again.response)["taskId"] == first
+
+
+def test_two_line_comments_whose_deliveries_come_late_are_both_answered(
+    agentic: Agentic,
+) -> None:
+    """Two single comments made before forgeflow hears of the first: the first
+    delivery finds both, the second is a duplicate, and neither is lost."""
+    gitea, model = agentic.gitea, agentic.model
+    pull = _pull(gitea)
+    asks = thread_agent(model, "Seen.")
+    gitea.set_hook_url(agentic.hook_id, "http://127.0.0.1:9/down")
+    late = []
+    for line, text in ((3, "@ccweb-bot first?"), (7, "@ccweb-bot second?")):
+        (d,) = gitea.line_comment(
+            "acme", "widget", pull, path="app.txt", line=line, body=text, by="alice"
+        )
+        assert d.status_code is None
+        late.append(d)
+    gitea.set_hook_url(agentic.hook_id, agentic.ff.webhook_url)
+    one = gitea.redeliver(late[0], new_id=False)
+    assert one.status_code == 202, one.response
+    two = gitea.redeliver(late[1], new_id=False)
+    assert two.status_code == 200 and json.loads(two.response)["status"] == "duplicate"
+    asked = [r["comments"][0]["id"] for r in gitea.reviews("acme", "widget", pull)]
+    answers = wait_for(
+        lambda: (a := _answers_by_thread(gitea, asked)) and all(a.values()) and a,
+        timeout=120,
+        what="an answer in each thread",
+    )
+    assert all(len(bodies) == 1 for bodies in answers.values()), answers
+    tasks = {bodies[0].split("taskId=", 1)[1].split()[0] for bodies in answers.values()}
+    assert json.loads(one.response)["taskId"] in tasks and len(tasks) == 2
+    assert json.loads(two.response)["taskId"] in tasks
+    assert len(asks) == 2
+
+
 def test_a_crash_after_gitea_made_the_thread_answer_posts_no_second_one(
     gitea: GiteaEmulator, model: ScriptedModel, tmp_path: Path, pg_url: str
 ) -> None:

@@ -84,6 +84,7 @@ class Agentic:
     ff: Running
     model: ScriptedModel
     issue: int
+    hook_id: int = 0  # forgeflow's hook on acme/widget
 
     def mention(
         self, text: str = "@ccweb-bot please fix the flaky test", index: int | None = None
@@ -163,5 +164,5 @@ def serve_agentic(
         **settings,
     }
     with run_forgeflow(tmp_path / "ff", db_url, role=Role.ALL, **values) as ff:
-        gitea.add_hook("acme", "widget", url=ff.webhook_url, secret=WEBHOOK_SECRET)
-        yield Agentic(gitea, ff, model, issue)
+        hook_id = gitea.add_hook("acme", "widget", url=ff.webhook_url, secret=WEBHOOK_SECRET)
+        yield Agentic(gitea, ff, model, issue, hook_id)

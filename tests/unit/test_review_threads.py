@@ -12,7 +12,7 @@ from forgeflow.domain.threads import (
     MAX_COMMENT_CHARS,
     MAX_THREAD_COMMENTS,
     LineComment,
-    asking_comment,
+    asking_comments,
     thread_of,
     thread_prompt,
 )
@@ -46,7 +46,7 @@ def test_a_thread_is_the_comments_of_one_path_and_signed_line_across_reviews() -
     assert thread_of(99, comments) is None
 
 
-def test_the_asking_comment_is_the_reviewers_first_that_mentions_the_bot() -> None:
+def test_the_asking_comments_are_every_one_of_the_reviewers_that_mentions_the_bot() -> None:
     comments = [
         lc(21, 5, "@ccweb-bot from someone else", who="bob"),
         lc(20, 5, "no mention here"),
@@ -54,10 +54,10 @@ def test_the_asking_comment_is_the_reviewers_first_that_mentions_the_bot() -> No
         lc(22, 5, "@ccweb-bot please rename this"),
         lc(24, 5, "`@ccweb-bot` quoted as code"),
     ]
-    asked = asking_comment(comments, "Alice", BOT)
-    assert asked is not None and asked.id == 22
-    assert asking_comment(comments[:2], "alice", BOT) is None
-    assert asking_comment([lc(30, 6, "see `@ccweb-bot`")], "alice", BOT) is None
+    asked = asking_comments(comments, "Alice", BOT)
+    assert [c.id for c in asked] == [22, 23]
+    assert asking_comments(comments[:2], "alice", BOT) == []
+    assert asking_comments([lc(30, 6, "see `@ccweb-bot`")], "alice", BOT) == []
 
 
 def test_the_prompt_shows_where_the_hunk_and_the_thread_fenced_and_bounded() -> None:

@@ -90,14 +90,16 @@ def thread_of(comment_id: int, comments: Iterable[LineComment]) -> Thread | None
     )
 
 
-def asking_comment(comments: Iterable[LineComment], author: str, bot: str) -> LineComment | None:
-    """The line comment of a just-submitted review that mentions the bot (the first, by
-    id): what a ``pull_request_review_comment`` delivery asks, whose payload carries the
-    review's body but not its line comments. The reviewer's own comments only."""
-    for c in sorted(comments, key=lambda c: c.id):
-        if c.author.lower() == author.lower() and find_mention(c.body, bot) is not None:
-            return c
-    return None
+def asking_comments(comments: Iterable[LineComment], author: str, bot: str) -> list[LineComment]:
+    """The line comments of just-submitted reviews that mention the bot, oldest first:
+    what a review delivery asks, whose payload carries the review's body but not its
+    line comments. The reviewer's own comments only; each is a conversation of its own
+    and gets its own answer."""
+    return [
+        c
+        for c in sorted(comments, key=lambda c: c.id)
+        if c.author.lower() == author.lower() and find_mention(c.body, bot) is not None
+    ]
 
 
 def thread_prompt(thread: Thread) -> str:

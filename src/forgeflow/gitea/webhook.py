@@ -36,6 +36,11 @@ COMMENT_EVENTS = frozenset({"issue_comment", "pull_request_comment"})
 REVIEW_REQUEST = "pull_request_review_request"
 # A review submitted as "Comment" (Gitea's own name for the hook event since 1.19.1).
 REVIEW_COMMENT = "pull_request_review_comment"
+# A submitted review of any verdict (modules/webhook/type.go): its line comments may
+# mention the bot, each a conversation the bot answers in (docs/reviews.md).
+REVIEW_EVENTS = frozenset(
+    {REVIEW_COMMENT, "pull_request_review_approved", "pull_request_review_rejected"}
+)
 
 
 class InvalidPayload(ValueError):
@@ -197,11 +202,13 @@ def review_request(
     return _pull_event(delivery_id, REVIEW_REQUEST, hook.action, hook, hook.sender.login)
 
 
-def reviewed(delivery_id: str, payload: Mapping[str, Any]) -> CommentEvent | None:
-    """A review submitted as "Comment" (``pull_request_review_comment``) as the event
-    of the line comment that will be looked up in it (``comment_id`` 0 and no body until
-    then: the payload has the review's body, not its line comments); None when it has
-    no sender. The action is the comment's, ``created``."""
+def reviewed(
+    delivery_id: str, payload: Mapping[str, Any], event_type: str = REVIEW_COMMENT
+) -> CommentEvent | None:
+    """A submitted review (one of :data:`REVIEW_EVENTS`) as the event of the line
+    comments that will be looked up in it (``comment_id`` 0 and no body until then: the
+    payload has the review's body, not its line comments); None when it has no sender.
+    The action is the comments', ``created``."""
     try:
         hook = ReviewedPayload.model_validate(payload)
     except ValidationError as exc:
@@ -209,7 +216,7 @@ def reviewed(delivery_id: str, payload: Mapping[str, Any]) -> CommentEvent | Non
     if hook.sender is None:
         return None
     action = "created" if hook.action == "reviewed" else hook.action
-    return _pull_event(delivery_id, REVIEW_COMMENT, action, hook, hook.sender.login)
+    return _pull_event(delivery_id, event_type, action, hook, hook.sender.login)
 
 
 def _pull_event(

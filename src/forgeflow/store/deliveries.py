@@ -10,7 +10,7 @@ from typing import Any
 from sqlalchemy import Connection, bindparam, func, select, update
 
 from forgeflow.domain.ids import delivery_key as delivery_key_of
-from forgeflow.domain.intake import DeliveryRecord
+from forgeflow.domain.intake import ANSWERED_STATUSES, DeliveryRecord
 from forgeflow.domain.records import Delivery
 from forgeflow.store import audit, repos, rows, sql
 from forgeflow.store.schema import tasks, webhook_deliveries
@@ -43,6 +43,20 @@ def _record(conn: Connection, row: Delivery, *, duplicate: bool) -> DeliveryReco
         reason=row.reason,
         duplicate=duplicate,
     )
+
+
+def taken_comments(conn: Connection, repo_key: str, comment_ids: list[int]) -> set[int]:
+    """Which of ``comment_ids`` a delivery to ``repo_key`` already answered (accepted
+    or rejected): a comment another delivery of the same review took."""
+    if not comment_ids:
+        return set()
+    found = conn.execute(
+        select(webhook_deliveries.c.comment_id)
+        .where(webhook_deliveries.c.repo_key == repo_key)
+        .where(webhook_deliveries.c.comment_id.in_(comment_ids))
+        .where(webhook_deliveries.c.status.in_(sorted(s.value for s in ANSWERED_STATUSES)))
+    )
+    return {int(row.comment_id) for row in found}
 
 
 def insert(

@@ -47,6 +47,12 @@ def _printable(value: str, limit: int) -> str:
     return "".join(c if c.isprintable() else "?" for c in value[:limit])
 
 
+def _mention(event: webhook.CommentEvent, bot: str) -> Mention:
+    found = find_mention(event.comment_body, bot)
+    assert found is not None  # the comments were chosen for their mention
+    return found
+
+
 def _invalid(message: str, body: bytes, delivery_id: str | None, event_type: str) -> Refused:
     return Refused("invalid", "invalid_payload", message, delivery_id, event_type, sha256_ref(body))
 
@@ -109,9 +115,9 @@ class WebhookIngress:
                     event_type, payload, delivery_id=delivery_id, body=body, bot_login=self._bot
                 )
                 return await self._review_request(key, request, body, found)
-        if event_type == webhook.REVIEW_COMMENT and self._threads is not None:
+        if event_type in webhook.REVIEW_EVENTS and self._threads is not None:
             try:
-                reviewed = webhook.reviewed(delivery_id, payload)
+                reviewed = webhook.reviewed(delivery_id, payload, event_type)
             except webhook.InvalidPayload as exc:
                 return _invalid(str(exc), body, delivery_id, event_type)
             if reviewed is not None:
@@ -168,8 +174,8 @@ class WebhookIngress:
         body: bytes,
         found: Sequence[DomainEvent],
     ) -> Outcome:
-        """A review submitted as "Comment": its line comment that mentions the bot is
-        a mention in a review thread (docs/reviews.md "Review threads"). The payload has
+        """A submitted review: each of its line comments that mentions the bot is a
+        mention in a review thread (docs/reviews.md "Review threads"). The payload has
         no line comments, so the reviewer's newest reviews are read from Gitea (after a
         redelivery and the bot's own reviews are told apart without asking)."""
         seen = await self._store.read(lambda c: deliveries.get(c, key))
@@ -202,15 +208,40 @@ class WebhookIngress:
                 sha256_ref(body),
                 event.repo.key,
             )
-        mention = None if asked is None else find_mention(asked.body, self._bot)
-        if asked is None or mention is None:
-            return await ignore("no_mention")
-        event = dataclasses.replace(event, comment_id=asked.id, comment_body=asked.body)
-        reason = self._not_a_mention(event)
-        if reason is not None:
-            return await ignore(reason)
+        events = [dataclasses.replace(event, comment_id=a.id, comment_body=a.body) for a in asked]
+        reasons = [self._not_a_mention(e) for e in events]
+        events = [e for e, why in zip(events, reasons, strict=True) if why is None]
+        if not events:
+            return await ignore(next((r for r in reasons if r), "no_mention"))
+        return await self._admit_each(key, events, body, found)
+
+    async def _admit_each(
+        self,
+        key: str,
+        events: list[webhook.CommentEvent],
+        body: bytes,
+        found: Sequence[DomainEvent],
+    ) -> Outcome:
+        """One task per mentioning line comment. The first comment no delivery took yet
+        is the delivery's own (its answer to Gitea); every other new one is admitted
+        first under a delivery of its own (``<delivery id>/comment-<id>``), so a crash
+        between them leaves the delivery unrecorded and its redelivery finds the rest."""
+        repo_key = events[0].repo.key
+        ids = [e.comment_id for e in events]
+        taken = await self._store.read(lambda c: deliveries.taken_comments(c, repo_key, ids))
+        fresh = [e for e in events if e.comment_id not in taken]
+        own, others = (fresh[0], fresh[1:]) if fresh else (events[0], [])
+        for other in others:
+            sub_id = f"{other.delivery_id[:150]}/comment-{other.comment_id}"
+            sub = dataclasses.replace(other, delivery_id=sub_id)
+            mention = _mention(sub, self._bot)
+            outcome = await self._admission.admit(
+                delivery_key(sub_id), sub, body, mention, "webhook.review_comment", ()
+            )
+            if isinstance(outcome, Refused):
+                return outcome  # Gitea redelivers; the comments taken stay taken
         return await self._admission.admit(
-            key, event, body, mention, "webhook.review_comment", found
+            key, own, body, _mention(own, self._bot), "webhook.review_comment", found
         )
 
     async def _review_request(

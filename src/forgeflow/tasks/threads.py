@@ -30,6 +30,9 @@ from forgeflow.gitea.reviews import PullReview, PullReviewComment, ReviewLine, R
 MAX_REVIEWS = 50
 # How many submitted reviews of one reviewer a review delivery is matched against.
 RECENT_REVIEWS = 3
+# The states of a submitted review (structs.ReviewStateType): line comments of each
+# ask the bot alike, whichever verdict the review gave.
+SUBMITTED = frozenset({"COMMENT", "APPROVED", "REQUEST_CHANGES"})
 _CACHED = 512
 
 
@@ -131,24 +134,24 @@ class ReviewThreads:
             raise GiteaError(f"review {review.id} was made without its line comment")
         return as_comment(mine[0])
 
-    async def asking(self, repo: RepoRef, number: int, reviewer: str) -> t.LineComment | None:
-        """For a ``pull_request_review_comment`` delivery (whose payload has the review's
-        body, not its line comments): the line comment of ``reviewer``'s newest
-        submitted reviews that mentions the bot; None when none does."""
+    async def asking(self, repo: RepoRef, number: int, reviewer: str) -> list[t.LineComment]:
+        """For a review delivery (whose payload has the review's body, not its line
+        comments): every line comment of ``reviewer``'s newest submitted reviews that
+        mentions the bot, oldest first. The newest few, not just the newest: two
+        single comments made faster than their deliveries are read are both found."""
         reviews = [
             r
             for r in await self._gitea.list_reviews(repo.owner, repo.name, number)
             if r.user is not None
             and r.user.login.lower() == reviewer.lower()
-            and r.state == "COMMENT"
+            and r.state in SUBMITTED
             and r.comments_count > 0
         ]
+        found: list[t.LineComment] = []
         for review in sorted(reviews, key=lambda r: r.id, reverse=True)[:RECENT_REVIEWS]:
             made = await self._gitea.review_comments(repo.owner, repo.name, number, review.id)
-            asked = t.asking_comment([line_comment(c) for c in made], reviewer, self._bot)
-            if asked is not None:
-                return asked
-        return None
+            found += t.asking_comments([line_comment(c) for c in made], reviewer, self._bot)
+        return sorted(found, key=lambda c: c.id)
 
     async def _reviews(self, repo: RepoRef, number: int) -> list[PullReview]:
         every = await self._gitea.list_reviews(repo.owner, repo.name, number)

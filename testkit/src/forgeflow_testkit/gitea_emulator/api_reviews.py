@@ -338,6 +338,30 @@ class ReviewControls:
             _, outcome = submit(self._service, issue, doer, form)
         return self._deliver(outcome)
 
+    def submit_review(
+        self,
+        owner: str,
+        repo: str,
+        index: int,
+        *,
+        by: str,
+        lines: list[tuple[str, int, str]],
+        event: str = "COMMENT",
+        body: str = "",
+    ) -> list[Delivery]:
+        """``by`` submits a review of ``event`` (APPROVE, REQUEST_CHANGES, COMMENT) with
+        ``body`` and a line comment per ``(path, new-side line, text)`` in the files view
+        (CreatePullReview's effect and its hook); returns the deliveries."""
+        with self._state.lock:
+            issue = self._state.issue_by_index(self._state.repo_by_name(owner, repo), index)
+            form: JSON = {
+                "event": event,
+                "body": body,
+                "comments": [{"path": p, "body": b, "new_position": n} for p, n, b in lines],
+            }
+            _, outcome = submit(self._service, issue, self._state.user_by_login(by), form)
+        return self._deliver(outcome)
+
     def reply_in_thread(self, comment_id: int, *, body: str, by: str) -> list[Delivery]:
         """``by`` replies in the conversation of code comment ``comment_id`` in the
         web UI (CreateCodeComment with replyReviewID): the ``pull_request_comment``

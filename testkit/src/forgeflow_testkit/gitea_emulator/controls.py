@@ -114,6 +114,12 @@ class EmulatorControls:
             self._state.hooks[hook.id] = hook
             return hook.id
 
+    def set_hook_url(self, hook_id: int, url: str) -> None:
+        """Point a hook elsewhere, as an admin editing it would (EditHook): deliveries
+        made meanwhile fail and can be sent again with :meth:`redeliver`."""
+        with self._state.lock:
+            self._state.hooks[hook_id].url = url
+
     def hook_secret(self, hook_id: int) -> str:
         """The secret a hook signs with (Gitea's API never shows it; tests may look)."""
         with self._state.lock:
