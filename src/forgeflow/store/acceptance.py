@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import timedelta
+from functools import partial
 
 from sqlalchemy import Connection, bindparam, select
 
@@ -83,7 +84,8 @@ def open_delivery(
     recorded with the delivery up front (every way out below clears it).
     """
     repo = a.resource.repo
-    if not deliveries.insert(
+    row = partial(
+        deliveries.insert,
         conn,
         delivery_key=a.delivery_key,
         delivery_id=a.delivery_id,
@@ -91,15 +93,19 @@ def open_delivery(
         payload_hash=a.payload_hash,
         retention=a.retention,
         normalized=True,
-        status="accepted",
-        response_code=response_code,
         repo_key=repo.key,
         comment_id=a.comment_id,
-        task_id=task_id,
-    ):
+    )
+    if not row(status="accepted", response_code=response_code, task_id=task_id):
         existing = deliveries.get(conn, a.delivery_key)
-        assert existing is not None
-        return existing
+        if existing is not None:
+            return existing
+        # Not this delivery's key but the review request's unique payload: its replay
+        # was accepted at the same instant (ux_webhook_deliveries_review_request).
+        row(status="duplicate", response_code=200)
+        replayed = _replayed(conn, a)
+        assert replayed is not None, "a unique payload without its accepted delivery"
+        return replayed
     registered = repos.register(
         conn,
         repo=repo,

@@ -30,6 +30,11 @@ def state_in(states: frozenset[TaskState]) -> str:
 
 
 ACTIVE_STATES_SQL = state_in(ACTIVE_STATES)
+# A review request has no comment id: its accepted delivery is unique by its payload,
+# so two replays of it that arrive at the same instant cannot both make a task.
+REVIEW_REQUEST_ACCEPTED_SQL = (
+    "event_type = 'pull_request_review_request' AND comment_id IS NULL AND status = 'accepted'"
+)
 
 webhook_deliveries = Table(
     "webhook_deliveries",
@@ -50,6 +55,14 @@ webhook_deliveries = Table(
     Column("expires_at", UTCDateTime(), nullable=False),
     Index("ix_webhook_deliveries_received_at", "received_at"),
     Index("ix_webhook_deliveries_repo_comment", "repo_key", "comment_id"),
+    Index(
+        "ux_webhook_deliveries_review_request",
+        "repo_key",
+        "payload_hash",
+        unique=True,
+        sqlite_where=text(REVIEW_REQUEST_ACCEPTED_SQL),
+        postgresql_where=text(REVIEW_REQUEST_ACCEPTED_SQL),
+    ),
 )
 
 repositories = Table(
