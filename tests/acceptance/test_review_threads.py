@@ -209,6 +209,41 @@ def test_every_mention_among_a_reviews_line_comments_is_answered_in_its_own_thre
     assert again.status_code == 200 and json.loads(again.response)["taskId"] == first
 
 
+def test_a_mention_in_a_reviews_summary_is_answered_in_the_pull_request(
+    agentic: Agentic,
+) -> None:
+    """A review whose body asks the bot (its line comment does not): a mention of the
+    pull request, answered once in its timeline; a replay makes no second task."""
+    gitea, model = agentic.gitea, agentic.model
+    gitea.add_user("bob")
+    gitea.set_permission("acme", "widget", "bob", "write")
+    pull = _pull(gitea)
+    asks = thread_agent(model, "It reads well.")
+    made = gitea.submit_review(
+        "acme",
+        "widget",
+        pull,
+        by="bob",
+        lines=[("app.txt", 3, "A word, fine.")],
+        event="APPROVE",
+        body="@ccweb-bot is the rename complete?",
+    )
+    task = _task(made, "pull_request_review_approved")
+    detail = agentic.finished(task)
+    assert detail["task"]["state"] == "succeeded", detail["task"]
+    assert detail["task"]["commentId"] is None
+    assert detail["task"]["instruction"] == "is the rename complete?"
+    assert _bot_timeline(gitea, pull) == ["final", "receipt"]
+    (line,) = gitea.reviews("acme", "widget", pull)[0]["comments"]
+    assert [c["user"]["login"] for c in gitea.thread_comments(line["id"])] == ["bob"]
+    (ask,) = asks
+    assert "is the rename complete?" in ask.prompt
+    (delivery,) = [d for d in made if d.event_type == "pull_request_review_approved"]
+    again = gitea.redeliver(delivery)
+    assert again.status_code == 200 and json.loads(again.response)["taskId"] == task
+    assert len(asks) == 1
+
+
 def test_two_line_comments_whose_deliveries_come_late_are_both_answered(
     agentic: Agentic,
 ) -> None:

@@ -349,9 +349,9 @@ def test_pull_request_comment_from_gitea_1_9_is_a_pull_request_task(world: World
 def test_review_comment_from_gitea_1_10_to_1_19_0_is_read_as_a_review(world: World) -> None:
     """Gitea 1.10 to 1.19.0 sent a review submitted as "Comment" under the comment event
     types with a pull-request payload and no comment: read as the review it is, whose
-    line comments are looked up for a mention (docs/reviews.md "Review threads"); this
-    one has none (its summary's mention is not a thread's), so it is ignored with 200 and
-    Gitea does not mark the delivery failed."""
+    line comments are looked up for a mention (docs/reviews.md "Review threads"). One
+    with no mention anywhere is ignored with 200 and Gitea does not mark the delivery
+    failed; one whose summary mentions the bot is a task of the pull request."""
     g = world.gitea
     headers, body = g.build_delivery(
         "acme", "widget", "push", {"ref": "refs/heads/main"}, secret=WEBHOOK_SECRET
@@ -364,7 +364,7 @@ def test_review_comment_from_gitea_1_10_to_1_19_0_is_read_as_a_review(world: Wor
             "widget",
             world.pull,
             reviewer="alice",
-            content="@ccweb-bot is this right?",
+            content="Is this right?",
             secret=WEBHOOK_SECRET,
             event_type_header=with_type,
         )
@@ -377,11 +377,23 @@ def test_review_comment_from_gitea_1_10_to_1_19_0_is_read_as_a_review(world: Wor
         expected = {**other.json(), "reason": "no_mention"}
         assert r.json() == {**expected, "deliveryId": headers["X-Gitea-Delivery"]}
     assert _count(world, tasks) == 0
+    headers, body = g.review_comment_delivery(
+        "acme",
+        "widget",
+        world.pull,
+        reviewer="alice",
+        content="@ccweb-bot is this right?",
+        secret=WEBHOOK_SECRET,
+        event_type_header=False,
+    )
+    r = httpx.post(world.ff.webhook_url, content=body, headers=headers)
+    assert r.status_code == 202, r.text
+    assert _count(world, tasks) == 1
     assert (
         _count(
             world,
             webhook_deliveries,
             webhook_deliveries.c.event_type == "pull_request_review_comment",
         )
-        == 2
+        == 3
     )

@@ -1,6 +1,6 @@
 """A review request's replay is one task even when both deliveries are accepted at the
 same instant (#24): the accepted delivery of a review request is unique by its payload
-(``ux_webhook_deliveries_review_request``), so the second transaction waits for the
+(``ux_webhook_deliveries_by_payload``), so the second transaction waits for the
 first and answers with its task. On SQLite writes are serial; the race is PostgreSQL's,
 and this test holds the first transaction open while the second runs."""
 

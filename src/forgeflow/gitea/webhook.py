@@ -8,6 +8,7 @@ X-GitHub-* copies) and Forgejo's X-Forgejo-* equivalents.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import hmac
 import json
@@ -41,6 +42,9 @@ REVIEW_COMMENT = "pull_request_review_comment"
 REVIEW_EVENTS = frozenset(
     {REVIEW_COMMENT, "pull_request_review_approved", "pull_request_review_rejected"}
 )
+# The deliveries with no comment id that may start a task: known again by their payload
+# (store/schema.py's index names the same event types).
+BY_PAYLOAD = REVIEW_EVENTS | {REVIEW_REQUEST}
 
 
 class InvalidPayload(ValueError):
@@ -205,10 +209,10 @@ def review_request(
 def reviewed(
     delivery_id: str, payload: Mapping[str, Any], event_type: str = REVIEW_COMMENT
 ) -> CommentEvent | None:
-    """A submitted review (one of :data:`REVIEW_EVENTS`) as the event of the line
-    comments that will be looked up in it (``comment_id`` 0 and no body until then: the
-    payload has the review's body, not its line comments); None when it has no sender.
-    The action is the comments', ``created``."""
+    """A submitted review (one of :data:`REVIEW_EVENTS`) as the event of its summary:
+    ``comment_id`` 0 (a review's body has no comment id in the payload) and the review's
+    body as the comment's; its line comments are looked up in Gitea (the payload does not
+    carry them). None when it has no sender. The action is ``created``."""
     try:
         hook = ReviewedPayload.model_validate(payload)
     except ValidationError as exc:
@@ -216,7 +220,9 @@ def reviewed(
     if hook.sender is None:
         return None
     action = "created" if hook.action == "reviewed" else hook.action
-    return _pull_event(delivery_id, event_type, action, hook, hook.sender.login)
+    event = _pull_event(delivery_id, event_type, action, hook, hook.sender.login)
+    summary = (hook.review.content if hook.review is not None else None) or ""
+    return dataclasses.replace(event, comment_body=summary)
 
 
 def _pull_event(

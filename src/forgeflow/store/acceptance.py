@@ -100,8 +100,9 @@ def open_delivery(
         existing = deliveries.get(conn, a.delivery_key)
         if existing is not None:
             return existing
-        # Not this delivery's key but the review request's unique payload: its replay
-        # was accepted at the same instant (ux_webhook_deliveries_review_request).
+        # Not this delivery's key but its unique payload (a review request, a review's
+        # summary): its replay was accepted at the same instant
+        # (ux_webhook_deliveries_by_payload).
         row(status="duplicate", response_code=200)
         replayed = _replayed(conn, a)
         assert replayed is not None, "a unique payload without its accepted delivery"

@@ -30,10 +30,13 @@ def state_in(states: frozenset[TaskState]) -> str:
 
 
 ACTIVE_STATES_SQL = state_in(ACTIVE_STATES)
-# A review request has no comment id: its accepted delivery is unique by its payload,
-# so two replays of it that arrive at the same instant cannot both make a task.
-REVIEW_REQUEST_ACCEPTED_SQL = (
-    "event_type = 'pull_request_review_request' AND comment_id IS NULL AND status = 'accepted'"
+# A review request, or a review whose summary mentions the bot, has no comment id: its
+# accepted delivery is unique by its payload, so two replays of it that arrive at the
+# same instant cannot both make a task (gitea/webhook.py BY_PAYLOAD).
+BY_PAYLOAD_ACCEPTED_SQL = (
+    "event_type IN ('pull_request_review_request', 'pull_request_review_comment', "
+    "'pull_request_review_approved', 'pull_request_review_rejected') "
+    "AND comment_id IS NULL AND status = 'accepted'"
 )
 
 webhook_deliveries = Table(
@@ -56,12 +59,12 @@ webhook_deliveries = Table(
     Index("ix_webhook_deliveries_received_at", "received_at"),
     Index("ix_webhook_deliveries_repo_comment", "repo_key", "comment_id"),
     Index(
-        "ux_webhook_deliveries_review_request",
+        "ux_webhook_deliveries_by_payload",
         "repo_key",
         "payload_hash",
         unique=True,
-        sqlite_where=text(REVIEW_REQUEST_ACCEPTED_SQL),
-        postgresql_where=text(REVIEW_REQUEST_ACCEPTED_SQL),
+        sqlite_where=text(BY_PAYLOAD_ACCEPTED_SQL),
+        postgresql_where=text(BY_PAYLOAD_ACCEPTED_SQL),
     ),
 )
 

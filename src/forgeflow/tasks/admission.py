@@ -140,9 +140,9 @@ class Admission:
             permission=permission.value,
             budgets=self._budgets,
             mode=modes.PR_REVIEW if review else None,
-            # A review request has no comment id: its payload names it (a replay under
-            # a new delivery id sends the same bytes; docs/reviews.md).
-            replay_by_payload=event.event_type == webhook.REVIEW_REQUEST,
+            # A review request or a review's summary has no comment id: its payload
+            # names it (a replay under a new delivery id sends the same bytes).
+            replay_by_payload=not event.comment_id and event.event_type in webhook.BY_PAYLOAD,
             options=mention.options,
             allowed_models=self._models,
         )

@@ -40,6 +40,8 @@ from forgeflow.tasks.admission import Admission
 from forgeflow.tasks.threads import ReviewThreads
 
 log = structlog.get_logger("forgeflow.tasks.intake")
+# How many mentioning line comments one review delivery makes tasks of at most.
+MAX_ASKS_PER_DELIVERY = 20
 
 
 def _printable(value: str, limit: int) -> str:
@@ -174,8 +176,9 @@ class WebhookIngress:
         body: bytes,
         found: Sequence[DomainEvent],
     ) -> Outcome:
-        """A submitted review: each of its line comments that mentions the bot is a
-        mention in a review thread (docs/reviews.md "Review threads"). The payload has
+        """A submitted review: a summary that mentions the bot is a mention of the pull
+        request, and each of its line comments that does is a mention in a review thread
+        (docs/reviews.md "Review threads"). The payload has
         no line comments, so the reviewer's newest reviews are read from Gitea (after a
         redelivery and the bot's own reviews are told apart without asking)."""
         seen = await self._store.read(lambda c: deliveries.get(c, key))
@@ -209,6 +212,8 @@ class WebhookIngress:
                 event.repo.key,
             )
         events = [dataclasses.replace(event, comment_id=a.id, comment_body=a.body) for a in asked]
+        if find_mention(event.comment_body, self._bot) is not None:
+            events.insert(0, event)  # the review's summary asks too (its first text)
         reasons = [self._not_a_mention(e) for e in events]
         events = [e for e, why in zip(events, reasons, strict=True) if why is None]
         if not events:
@@ -222,8 +227,9 @@ class WebhookIngress:
         body: bytes,
         found: Sequence[DomainEvent],
     ) -> Outcome:
-        """One task per mentioning line comment. The first comment no delivery took yet
-        is the delivery's own (its answer to Gitea); every other new one is admitted
+        """One task per mention: the review's summary (``comment_id`` 0, known again by
+        its payload) and each mentioning line comment. The first that no delivery took
+        yet is the delivery's own (its answer to Gitea); every other new one is admitted
         first under a delivery of its own (``<delivery id>/comment-<id>``), so a crash
         between them leaves the delivery unrecorded and its redelivery finds the rest."""
         repo_key = events[0].repo.key
@@ -231,6 +237,10 @@ class WebhookIngress:
         taken = await self._store.read(lambda c: deliveries.taken_comments(c, repo_key, ids))
         fresh = [e for e in events if e.comment_id not in taken]
         own, others = (fresh[0], fresh[1:]) if fresh else (events[0], [])
+        if len(others) >= MAX_ASKS_PER_DELIVERY:
+            # Each is a turn: a review of hundreds of mentions is not answered at once.
+            log.warning("webhook.review_asks_capped", asks=len(fresh), repo_key=repo_key)
+            others = others[: MAX_ASKS_PER_DELIVERY - 1]
         for other in others:
             sub_id = f"{other.delivery_id[:150]}/comment-{other.comment_id}"
             sub = dataclasses.replace(other, delivery_id=sub_id)
