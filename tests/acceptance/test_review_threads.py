@@ -32,7 +32,7 @@ BASE = "".join(f"line {i}\n" for i in range(1, 41))
 HEAD = BASE.replace("line 3\n", "line three\n")
 
 
-def _pull(gitea: GiteaEmulator) -> int:
+def open_pull(gitea: GiteaEmulator) -> int:
     gitea.push_branch("acme", "widget", "main", {"app.txt": BASE})
     gitea.push_branch("acme", "widget", "feature", {"app.txt": HEAD}, base="main", pusher="alice")
     return gitea.add_pull("acme", "widget", title="Rename", head="feature", author="alice")
@@ -83,7 +83,7 @@ def test_a_mention_in_a_new_line_comment_is_answered_in_its_thread_with_the_comm
     agentic: Agentic,
 ) -> None:
     gitea, model = agentic.gitea, agentic.model
-    pull = _pull(gitea)
+    pull = open_pull(gitea)
     before = gitea.branch_sha("acme", "widget", "feature")
     fix = "sed -i 's/^line three$/line 3/' app.txt && git commit -qam 'Make it a digit'"
     asks = thread_agent(model, "Made it a digit.", command=fix)
@@ -127,7 +127,7 @@ def test_a_mention_in_a_reply_is_answered_by_a_reply_in_the_conversation(
 ) -> None:
     gitea, model = agentic.gitea, agentic.model
     gitea.set_reply_api(True)  # Gitea 1.27 and later
-    pull = _pull(gitea)
+    pull = open_pull(gitea)
     asks = thread_agent(model, "The word reads better here.")
     (quiet,) = gitea.line_comment(
         "acme", "widget", pull, path="app.txt", line=3, body="Why a word?", by="alice"
@@ -167,7 +167,7 @@ def test_every_mention_among_a_reviews_line_comments_is_answered_in_its_own_thre
     gitea, model = agentic.gitea, agentic.model
     gitea.add_user("bob")
     gitea.set_permission("acme", "widget", "bob", "write")
-    pull = _pull(gitea)
+    pull = open_pull(gitea)
     asks = thread_agent(model, "Looked at it.")
     lines = [
         ("app.txt", 3, "@ccweb-bot why a word here?"),
@@ -217,7 +217,7 @@ def test_a_mention_in_a_reviews_summary_is_answered_in_the_pull_request(
     gitea, model = agentic.gitea, agentic.model
     gitea.add_user("bob")
     gitea.set_permission("acme", "widget", "bob", "write")
-    pull = _pull(gitea)
+    pull = open_pull(gitea)
     asks = thread_agent(model, "It reads well.")
     made = gitea.submit_review(
         "acme",
@@ -250,7 +250,7 @@ def test_two_line_comments_whose_deliveries_come_late_are_both_answered(
     """Two single comments made before forgeflow hears of the first: the first
     delivery finds both, the second is a duplicate, and neither is lost."""
     gitea, model = agentic.gitea, agentic.model
-    pull = _pull(gitea)
+    pull = open_pull(gitea)
     asks = thread_agent(model, "Seen.")
     gitea.set_hook_url(agentic.hook_id, "http://127.0.0.1:9/down")
     late = []
@@ -284,7 +284,7 @@ def test_a_crash_after_gitea_made_the_thread_answer_posts_no_second_one(
     cluster = make_cluster(gitea, tmp_path, pg_url)
     home = write_codex_home(tmp_path / "codex-home", model.url)
     asks = thread_agent(model, "Once.")
-    pull = _pull(gitea)
+    pull = open_pull(gitea)
     # Gitea makes the answer's review, then holds its answer: forgeflow is killed then.
     gitea.fail_next("POST", r"/pulls/\d+/reviews$", status=0, delay=30, after=True)
     env = {

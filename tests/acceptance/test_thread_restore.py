@@ -23,7 +23,9 @@ from forgeflow_testkit.agents import answering_agent, read_turn
 from forgeflow_testkit.codex_home import write_codex_home
 from forgeflow_testkit.gitea_emulator import GiteaEmulator
 from forgeflow_testkit.model_server import RecordedRequest, ScriptedModel
+from forgeflow_testkit.model_steps import Step, gitea_comment
 from tests.acceptance.test_egress import ui_page
+from tests.acceptance.test_review_threads import open_pull
 from tests.support.agentic import CODEX, GITEA_MCP, Agentic, app_server_groups, start_agentic
 from tests.support.attacks import attempt_turn, kept_text, leaks, wait_idle
 from tests.support.cluster import Cluster, hook, make_cluster, secret_hits, wait_for
@@ -130,6 +132,44 @@ def test_a_thread_that_cannot_be_restored_is_rebuilt_with_the_conversation(
     assert 'id="thread-rebuilt"' not in earlier
     finals = [c for c in world.bot_comments() if "kind=final" in c["body"]]
     assert len(finals) == 2
+
+
+def test_a_rebuilt_pull_request_thread_recalls_its_answers_in_review_threads(
+    idle_agentic: Agentic, db_url: str
+) -> None:
+    """#27 with #24: the answers a rebuilt thread recalls include those the bot gave in
+    the pull request's review threads, with where each was."""
+    world = idle_agentic
+    pull = open_pull(world.gitea)
+    answering_agent(world.model, answer="In the timeline.")
+
+    def in_thread(request: RecordedRequest) -> Step:
+        ask = read_turn(request)
+        assert ask is not None
+        body = f"The word is on purpose. word-delta\n\n{ask.marker}"
+        return gitea_comment(ask.owner, ask.repo, ask.number, body)
+
+    world.model.respond(lambda r: read_turn(r) is not None, in_thread, times=1, first=True)
+    made = world.gitea.line_comment(
+        "acme", "widget", pull, path="app.txt", line=3, body="@ccweb-bot why? alpha", by="alice"
+    )
+    (delivery,) = [d for d in made if d.event_type == "pull_request_review_comment"]
+    first = world.finished(json.loads(delivery.response)["taskId"])
+    assert first["task"]["state"] == "succeeded", timeline(first)
+    engine = create_engine(db_url)
+    with engine.begin() as conn:
+        conn.execute(update(session_threads).values(status="absent", body=None))
+    engine.dispose()
+    lose_home(world)
+    follow = world.finished(world.mention("@ccweb-bot and now? word-beta", index=pull))
+    assert follow["task"]["state"] == "succeeded", timeline(follow)
+    assert any(e["action"] == "session.thread_rebuilt" for e in follow["audit"])
+    (request, *_) = turn_requests(world.model, "word-beta")
+    prompt = read_turn(request)
+    assert prompt is not None and "could not be restored" in prompt.prompt
+    assert "(in the review thread on `app.txt` line 3) The word is on purpose. word-delta" in (
+        prompt.prompt
+    )
 
 
 def _codex_env(model: ScriptedModel, tmp_path: Path) -> dict[str, str]:

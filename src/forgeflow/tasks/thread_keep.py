@@ -4,16 +4,19 @@ After each turn the thread's rollout is read out of the jail (the runtime's
 ``export_thread``) and kept in the database; a worker whose app-server does not know the
 thread restores it from there (agent/threads.py). A thread that cannot be restored
 (nothing kept, too big, corrupt) is rebuilt: a new thread whose first prompt carries the
-conversation (the earlier answers and the session branch's commits; the issue's comments
-are in every prompt already), and the task's audit says ``session.thread_rebuilt``.
+conversation (the earlier answers, on a pull request those in its review threads too,
+and the session branch's commits; the issue's comments are in every prompt already), and
+the task's audit says ``session.thread_rebuilt``.
 """
 
 from __future__ import annotations
 
+import contextlib
+
 from sqlalchemy import Connection
 
 from forgeflow.agent.port import AgentRuntime, ThreadArchive
-from forgeflow.domain.ids import ResourceRef
+from forgeflow.domain.ids import ResourceKind, ResourceRef
 from forgeflow.domain.prompt import Rebuilt
 from forgeflow.domain.records import Task
 from forgeflow.domain.rollout import NotKept, Rollout
@@ -22,6 +25,7 @@ from forgeflow.gitea.client import GiteaClient, GiteaError
 from forgeflow.store import Store, repos
 from forgeflow.store import session_threads as kept_q
 from forgeflow.tasks.moves import TaskMoves
+from forgeflow.tasks.threads import ReviewThreads
 from forgeflow.workspace.git import GitFailed, GitTimeout, WorkspaceDirty
 from forgeflow.workspace.injail import JailGit
 
@@ -39,6 +43,10 @@ git -c core.hooksPath=/dev/null -c core.fsmonitor=false log --no-color -n {COMMI
 """
 
 
+def _is_answer(body: str) -> bool:
+    return "kind=final" in body
+
+
 class ThreadKeeper:
     def __init__(
         self,
@@ -48,7 +56,10 @@ class ThreadKeeper:
         moves: TaskMoves,
         gitea: GiteaClient,
         bot_login: str,
+        review_threads: ReviewThreads | None = None,
     ) -> None:
+        """``review_threads``: where a pull request's answers in review threads are."""
+        self.review_threads = review_threads
         self.store = store
         self.archive = runtime if isinstance(runtime, ThreadArchive) else None
         self.git = git
@@ -99,17 +110,22 @@ class ThreadKeeper:
 
     async def _answers(self, resource: ResourceRef) -> list[str]:
         """The bot's earlier final answers on the issue, oldest first, from Gitea (the
-        prompt's discussion leaves the bot's own comments out)."""
+        prompt's discussion leaves the bot's own comments out); on a pull request also
+        those in its review threads, each saying where it was."""
         repo = resource.repo
         try:
             comments = await self.gitea.list_comments(repo.owner, repo.name, resource.number)
         except GiteaError:
             return []
+        said = [(c.id, c.body) for c in comments if (c.user.login or "").lower() == self.bot_login]
+        if self.review_threads is not None and resource.kind is ResourceKind.PULL_REQUEST:
+            with contextlib.suppress(GiteaError):  # the timeline's answers still count
+                said += await self.review_threads.answers(repo, resource.number, _is_answer)
         answers = []
-        for c in comments:
-            if (c.user.login or "").lower() != self.bot_login or "kind=final" not in c.body:
+        for _id, body in sorted(said):
+            if not _is_answer(body):
                 continue
-            text = "\n".join(x for x in c.body.splitlines() if not x.startswith("<!-- ccweb"))
+            text = "\n".join(x for x in body.splitlines() if not x.startswith("<!-- ccweb"))
             answers.append(clip(text.strip(), ANSWER_LIMIT)[0])
         return answers[-ANSWERS:]
 

@@ -18,6 +18,7 @@ or its marker in the thread (:meth:`ReviewThreads.comments`) before posting agai
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Callable
 
 from forgeflow.domain import threads as t
 from forgeflow.domain.ids import RepoRef, ResourceKind
@@ -104,6 +105,19 @@ class ReviewThreads:
             as_comment(c)
             for c in sorted(found, key=lambda c: c.id)
             if c.id in ids and c.user.login.lower() == self._bot
+        ]
+
+    async def answers(
+        self, repo: RepoRef, number: int, bot_answer: Callable[[str], bool]
+    ) -> list[tuple[int, str]]:
+        """The bot's answers in the pull request's review threads (``bot_answer`` tells
+        which of its comments are answers), each with its id and where it was: what a
+        rebuilt thread recalls besides the timeline's answers."""
+        found = await self._comments(repo, number, await self._reviews(repo, number))
+        return [
+            (c.id, f"(in the review thread on `{c.path}` line {line_comment(c).line}) {c.body}")
+            for c in sorted(found, key=lambda c: c.id)
+            if c.user.login.lower() == self._bot and bot_answer(c.body)
         ]
 
     async def post(self, task: Task, thread: t.Thread, body: str) -> GiteaComment:

@@ -92,7 +92,13 @@ class TurnRunner:
         self.follower = follower
         self.workspace_root = workspace_root
         self.threads = ThreadKeeper(
-            store, runtime, prompts.workspace.jail, moves, prompts.gitea, prompts.bot_login
+            store,
+            runtime,
+            prompts.workspace.jail,
+            moves,
+            prompts.gitea,
+            prompts.bot_login,
+            prompts.threads,
         )
 
     async def run(
