@@ -17,6 +17,7 @@ from forgeflow.domain.threads import (
     thread_prompt,
 )
 from forgeflow.gitea import webhook
+from forgeflow.store.schema import BY_PAYLOAD_ACCEPTED_SQL
 
 BOT = "ccweb-bot"
 
@@ -123,3 +124,10 @@ def test_a_review_delivery_without_its_pull_request_is_refused_naming_it() -> No
 def test_old_gitea_review_deliveries_under_comment_events_keep_their_review_name() -> None:
     headers = {"x-gitea-event": "issue_comment", "x-gitea-event-type": "pull_request_comment"}
     assert webhook.event_type_of(headers, _reviewed()) == webhook.REVIEW_COMMENT
+
+
+def test_the_by_payload_index_names_exactly_the_events_known_again_by_their_payload() -> None:
+    """store/schema.py cannot import the Gitea adapter: its index's SQL lists the event
+    types itself, and must list the same ones."""
+    listed = BY_PAYLOAD_ACCEPTED_SQL.split("IN (", 1)[1].split(")", 1)[0]
+    assert {x.strip().strip("'") for x in listed.split(",")} == set(webhook.BY_PAYLOAD)

@@ -178,9 +178,9 @@ class WebhookIngress:
     ) -> Outcome:
         """A submitted review: a summary that mentions the bot is a mention of the pull
         request, and each of its line comments that does is a mention in a review thread
-        (docs/reviews.md "Review threads"). The payload has
-        no line comments, so the reviewer's newest reviews are read from Gitea (after a
-        redelivery and the bot's own reviews are told apart without asking)."""
+        (docs/reviews.md "Review threads"). The payload has no line comments, so the
+        reviewer's newest reviews are read from Gitea (after a redelivery and the bot's
+        own reviews are told apart without asking)."""
         seen = await self._store.read(lambda c: deliveries.get(c, key))
         if seen is not None:
             return Recorded(seen)
