@@ -12,6 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
 from sqlalchemy import create_engine, select
 
 from forgeflow.domain.markers import find_markers
@@ -21,7 +22,7 @@ from forgeflow_testkit.codex_home import write_codex_home
 from forgeflow_testkit.gitea_emulator import GiteaEmulator
 from forgeflow_testkit.model_server import RecordedRequest, ScriptedModel, last_input_is_tool_output
 from forgeflow_testkit.model_steps import Step, gitea_tool, message, new_id
-from tests.support.agentic import CODEX, Agentic
+from tests.support.agentic import CODEX, Agentic, start_agentic
 from tests.support.cluster import hook, make_cluster, wait_for
 from tests.support.world import BOT, World
 
@@ -43,14 +44,19 @@ def _is_review_turn(request: RecordedRequest) -> bool:
     return bool(texts) and "call submit_review once" in texts[-1]
 
 
-def reviewing_agent(model: ScriptedModel, seen: list[RecordedRequest]) -> str:
-    """Every review turn: submit_review with COMMENTS, then a one-line message. Returns
-    the call id of the submission (its output is what forgeflow answered)."""
+def reviewing_agent(
+    model: ScriptedModel, seen: list[RecordedRequest], events: list[str] | None = None
+) -> str:
+    """Every review turn: submit_review with COMMENTS (and the next of ``events``, when
+    given), then a one-line message. Returns the call id of the submission (its output
+    is what forgeflow answered)."""
     call_id = new_id("call")
 
     def submit(request: RecordedRequest) -> Step:
         seen.append(request)
-        args = {"summary": "Two small things.", "comments": COMMENTS}
+        args: dict[str, Any] = {"summary": "Two small things.", "comments": COMMENTS}
+        if events:
+            args["event"] = events.pop(0)
         return gitea_tool("submit_review", args, call_id=call_id)
 
     model.respond(last_input_is_tool_output(call_id), lambda _r: message("Reviewed."))
@@ -139,6 +145,30 @@ def test_review_command_with_a_focus_makes_one_review(agentic: Agentic) -> None:
     (review,) = _bot_reviews(gitea, pull)
     _check_review(review, task)
     assert "the renames, please" in seen[0].texts("user")[-1]
+
+
+def test_the_bot_gives_a_verdict_only_where_the_repository_allows_it(
+    gitea: GiteaEmulator,
+    model: ScriptedModel,
+    tmp_path: Path,
+    sqlite_url: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """FORGEFLOW_REVIEW_EVENTS allows acme/widget REQUEST_CHANGES only: the agent's
+    REQUEST_CHANGES is posted as such, its APPROVE as a COMMENT."""
+    allowed = {"acme/widget": ["REQUEST_CHANGES"]}
+    for agentic in start_agentic(
+        gitea, model, tmp_path, sqlite_url, monkeypatch, review_events=allowed
+    ):
+        pull = _pull(gitea)
+        seen: list[RecordedRequest] = []
+        reviewing_agent(model, seen, events=["REQUEST_CHANGES", "APPROVE"])
+        for asked in ("@ccweb-bot review", "@ccweb-bot review again"):
+            detail = agentic.finished(agentic.mention(asked, index=pull))
+            assert detail["task"]["state"] == "succeeded", detail["task"]
+        states = [r["state"] for r in _bot_reviews(gitea, pull)]
+        assert states == ["REQUEST_CHANGES", "COMMENT"]
+        assert len(seen) == 2
 
 
 def test_a_reader_asking_for_a_review_is_refused_like_a_mention(world: World) -> None:
