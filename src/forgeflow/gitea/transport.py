@@ -184,11 +184,30 @@ class Transport:
         except ValidationError as exc:
             raise _malformed(method, path, model, exc) from None
 
-    async def _bytes(self, path: str, params: dict[str, str] | None) -> bytes:
-        answer = await self._request("GET", path, params=params)
-        if answer.status_code != 200:
-            raise GiteaError(f"GET {path}: HTTP {answer.status_code}", answer.status_code)
-        return answer.content
+    async def _bytes(self, path: str, params: dict[str, str] | None, limit: int) -> bytes:
+        """A raw answer (a file, a diff) read as it streams, at most ``limit`` bytes and
+        one more when there are more (so the caller can say it was cut). Never read
+        whole: Gitea has no size limit on either, and text that git compresses to a few
+        hundred KB in a push (a pull request's, or one the agent had forgeflow push)
+        is hundreds of MB here, in forgeflow's memory, which no jail bounds."""
+        try:
+            async with self._pool.session().get(
+                self._base + path, params=params, allow_redirects=False, proxy=self._pool.proxy
+            ) as response:
+                if response.status >= 500:
+                    raise GiteaUnavailable(f"GET {path}: HTTP {response.status}", response.status)
+                if response.status != 200:
+                    raise GiteaError(f"GET {path}: HTTP {response.status}", response.status)
+                body = bytearray()
+                async for chunk in response.content.iter_chunked(64 * 1024):
+                    body += chunk
+                    if len(body) > limit:
+                        break  # the connection is closed, not drained
+                return bytes(body[: limit + 1])
+        except aiohttp.ClientError as exc:
+            raise GiteaUnavailable(f"GET {path}: {type(exc).__name__}") from None
+        except TimeoutError:
+            raise GiteaUnavailable(f"GET {path}: timed out") from None
 
     async def attachment(self, uuid: str, limit: int) -> bytes:
         """An attachment's bytes from ``<gitea>/attachments/<uuid>`` (the route Gitea

@@ -198,6 +198,7 @@ class GitResult:
     returncode: int
     stdout: str
     stderr: str
+    truncated: bool = False  # stdout was cut at the run's ``max_output`` (git was ended)
 
 
 @dataclass
@@ -301,10 +302,14 @@ class GitRunner:
         check: bool = True,
         time_limit: float | None = None,
         worktree: tuple[str, str] | None = None,
+        max_output: int | None = None,
     ) -> GitResult:
         """``worktree``: (its administrative folder, the clone's .git) for a command in a
         session worktree. git is told both instead of following the worktree's ``.git``
-        file, which the agent can rewrite to a folder (and config) of its own."""
+        file, which the agent can rewrite to a folder (and config) of its own.
+        ``max_output``: keep at most this many bytes of stdout; past them git is ended
+        and the result says ``truncated`` (a diff of what a pull request or the agent
+        pushed is as long as they like: git's output is read into this process)."""
         argv = self.argv(args)
         limit = self.timeout if time_limit is None else time_limit
         words = [a for i, a in enumerate(args) if a != "-c" and (i == 0 or args[i - 1] != "-c")]
@@ -329,7 +334,7 @@ class GitRunner:
         if self.on_spawn is not None:
             self.on_spawn(list(argv), env, proc, cwd)
         try:
-            out, err = await asyncio.wait_for(proc.communicate(), timeout=limit)
+            out, err, cut = await asyncio.wait_for(_communicate(proc, max_output), timeout=limit)
         except TimeoutError:
             await _kill(proc)
             raise GitTimeout(f"{what} did not finish within {limit:g}s") from None
@@ -342,8 +347,9 @@ class GitRunner:
             returncode=proc.returncode if proc.returncode is not None else -1,
             stdout=out.decode("utf-8", errors="replace"),
             stderr=self.scrub(err.decode("utf-8", errors="replace")),
+            truncated=cut,
         )
-        if check and result.returncode != 0:
+        if check and result.returncode != 0 and not cut:
             raise self.failure(what, result)
         return result
 
@@ -360,6 +366,37 @@ class GitRunner:
         return GitFailed(
             f"{what} failed (exit {result.returncode}): {stderr[-500:]}", details=details
         )
+
+
+# What is kept of a bounded run's stderr (git's messages are short).
+_STDERR_KEPT = 64 * 1024
+
+
+async def _communicate(
+    proc: asyncio.subprocess.Process, max_output: int | None
+) -> tuple[bytes, bytes, bool]:
+    """The process's stdout and stderr and whether stdout was cut at ``max_output``
+    (then the process group is ended: git would otherwise block on a full pipe)."""
+    if max_output is None:
+        out, err = await proc.communicate()
+        return out, err, False
+    assert proc.stdout is not None and proc.stderr is not None
+
+    async def read(stream: asyncio.StreamReader, keep: int, stop: bool) -> tuple[bytes, bool]:
+        buf = bytearray()
+        while chunk := await stream.read(64 * 1024):
+            buf += chunk[: max(0, keep + 1 - len(buf))]
+            if len(buf) > keep and stop:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+                return bytes(buf[:keep]), True
+        return bytes(buf[:keep]), False
+
+    (out, cut), (err, _) = await asyncio.gather(
+        read(proc.stdout, max_output, True), read(proc.stderr, _STDERR_KEPT, False)
+    )
+    await proc.wait()
+    return out, err, cut
 
 
 async def _kill(proc: asyncio.subprocess.Process) -> None:

@@ -151,12 +151,12 @@ async def push(git: GitRunner, path: str, clone_url: str, sha: str, branch: str)
     return "; ".join(lines)[:4000] or f"git push exited {res.returncode}"
 
 
-async def diff_since(git: GitRunner, path: str, old: str, new: str) -> str | None:
-    """What ``new`` changes since ``old`` (``git diff old new``) when ``old`` is an
-    ancestor of ``new``; None when it is not (a force-push rewrote the branch, or the
-    mirror never had ``old``: once a pull request's head is fetched, every ancestor of
-    it is here). Read in forgeflow's mirror, which no jail binds, with no external diff
-    driver or text conversion the repository could name."""
+async def diff_since(git: GitRunner, path: str, old: str, new: str, *, limit: int) -> str | None:
+    """What ``new`` changes since ``old`` (``git diff old new``, its first ``limit``
+    bytes) when ``old`` is an ancestor of ``new``; None when it is not (a force-push
+    rewrote the branch, or the mirror never had ``old``: once a pull request's head is
+    fetched, every ancestor of it is here). Read in forgeflow's mirror, which no jail
+    binds, with no external diff driver or text conversion the repository could name."""
     old, new = check_sha(old, "earlier head"), check_sha(new, "head")
     if not await has_commit(git, path, new):
         raise GitFailed(f"the head {new} is not in the mirror", details={"sha": new})
@@ -168,7 +168,7 @@ async def diff_since(git: GitRunner, path: str, old: str, new: str) -> str | Non
     if res.returncode == 1:
         return None
     args = ("diff", "--no-color", "--no-ext-diff", "--no-textconv", old, new, "--")
-    return (await git.run(*args, cwd=path, time_limit=30)).stdout
+    return (await git.run(*args, cwd=path, time_limit=30, max_output=limit)).stdout
 
 
 # What a repository file forgeflow reads from the mirror may weigh (a setup script).
