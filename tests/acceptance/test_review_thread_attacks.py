@@ -221,3 +221,25 @@ def test_a_file_name_cannot_speak_for_forgeflow_in_a_thread_prompt(agentic: Agen
     assert INJECTED in ask.prompt  # the name is there, as data
     outside = _FENCED.sub("", ask.prompt)
     assert INJECTED not in outside, outside
+
+
+def test_a_readers_thousand_reviews_do_not_hide_a_writers_ask(agentic: Agentic) -> None:
+    """Gitea lists a pull request's reviews oldest first. A reader (who may review)
+    submits more reviews than forgeflow reads; a writer's line comment that mentions
+    the bot afterwards is still found, and answered in its thread."""
+    gitea, model = agentic.gitea, agentic.model
+    _reader(gitea)
+    pull = open_pull(gitea)
+    thread_agent(model, "Found it.")
+    gitea.set_hook_url(agentic.hook_id, "http://127.0.0.1:9/down")
+    for n in range(1001):
+        gitea.submit_review("acme", "widget", pull, by="mallory", lines=[], body=f"spam {n}")
+    gitea.set_hook_url(agentic.hook_id, agentic.ff.webhook_url)
+    (d,) = gitea.line_comment(
+        "acme", "widget", pull, path="app.txt", line=3, body="@ccweb-bot why?", by="alice"
+    )
+    task = _answer(d).get("taskId")
+    assert task is not None, d.response
+    assert agentic.finished(task)["task"]["state"] == "succeeded"
+    (asked,) = gitea.reviews("acme", "widget", pull)[-1]["comments"]
+    assert len(_bot_thread(gitea, asked["id"])) == 1

@@ -54,6 +54,7 @@ class Answer:
 
     status_code: int
     content: bytes
+    total: int | None = None  # a list's X-Total-Count (Gitea's count of every page)
 
     def json(self) -> Any:
         return json.loads(self.content)
@@ -142,7 +143,9 @@ class Transport:
                 allow_redirects=False,
                 proxy=pool.proxy,
             ) as response:
-                answer = Answer(response.status, await response.read())
+                count = response.headers.get("X-Total-Count", "")
+                total = int(count) if count.isdigit() else None
+                answer = Answer(response.status, await response.read(), total)
         except aiohttp.ClientError as exc:
             raise GiteaUnavailable(f"{method} {path}: {type(exc).__name__}") from None
         except TimeoutError:
@@ -154,11 +157,17 @@ class Transport:
         return answer
 
     async def _json(self, method: str, path: str, ok: tuple[int, ...], **kwargs: Any) -> Any:
+        return (await self._json_counted(method, path, ok, **kwargs))[0]
+
+    async def _json_counted(
+        self, method: str, path: str, ok: tuple[int, ...], **kwargs: Any
+    ) -> tuple[Any, int | None]:
+        """Gitea's JSON answer, with a list's total when Gitea says it."""
         response = await self._request(method, path, **kwargs)
         if response.status_code not in ok:
             raise GiteaError(f"{method} {path}: HTTP {response.status_code}", response.status_code)
         try:
-            return response.json()
+            return response.json(), response.total
         except ValueError:
             raise GiteaError(f"{method} {path}: answer is not JSON", response.status_code) from None
 
@@ -176,11 +185,18 @@ class Transport:
         self, model: type[M], method: str, path: str, ok: tuple[int, ...], **kwargs: Any
     ) -> list[M]:
         """Gitea's answer as a JSON array of ``model``."""
-        found = await self._json(method, path, ok, **kwargs)
+        return (await self._counted(model, method, path, ok, **kwargs))[0]
+
+    async def _counted(
+        self, model: type[M], method: str, path: str, ok: tuple[int, ...], **kwargs: Any
+    ) -> tuple[list[M], int | None]:
+        """Gitea's answer as a JSON array of ``model``, with the list's total when Gitea
+        says it (``X-Total-Count``)."""
+        found, total = await self._json_counted(method, path, ok, **kwargs)
         if not isinstance(found, list):
             raise GiteaError(f"{method} {path}: answer is not a JSON array of {model.__name__}")
         try:
-            return [model.model_validate(item) for item in found]
+            return [model.model_validate(item) for item in found], total
         except ValidationError as exc:
             raise _malformed(method, path, model, exc) from None
 
