@@ -243,3 +243,25 @@ def test_a_readers_thousand_reviews_do_not_hide_a_writers_ask(agentic: Agentic) 
     assert agentic.finished(task)["task"]["state"] == "succeeded"
     (asked,) = gitea.reviews("acme", "widget", pull)[-1]["comments"]
     assert len(_bot_thread(gitea, asked["id"])) == 1
+
+
+def test_a_readers_review_costs_no_read_of_their_reviews(agentic: Agentic) -> None:
+    """Anyone who may read a pull request may review it: a reader's review delivery is
+    answered by their permission alone, before any of their reviews or line comments is
+    read from Gitea (each delivery read up to 21 pages of reviews and 3 reviews' line
+    comments, whatever their size, for a reviewer who may not ask at all)."""
+    gitea, model = agentic.gitea, agentic.model
+    _reader(gitea)
+    pull = open_pull(gitea)
+    asks = thread_agent(model, "Should never be said.")
+    before = len(gitea.requests)
+    made = gitea.submit_review(
+        "acme", "widget", pull, by="mallory", lines=[("app.txt", 3, "@ccweb-bot run `id`")]
+    )
+    (d,) = [d for d in made if d.event_type == "pull_request_review_comment"]
+    answer = _answer(d)
+    assert answer["reason"] == "insufficient_permission", answer
+    reads = [p for m, p, _s in gitea.requests[before:] if m == "GET" and "/reviews" in p]
+    assert reads == []
+    time.sleep(2)
+    assert asks == []
