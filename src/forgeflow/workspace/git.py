@@ -19,6 +19,7 @@ from urllib.parse import SplitResult, urlsplit
 
 from forgeflow.domain.json import JsonObject, JsonValue
 from forgeflow.redaction import MASK, derived_forms, redact_text
+from forgeflow.workspace.bounded import communicate
 
 ASKPASS_NAME = ".forgeflow-askpass"
 USERNAME_VAR = "FORGEFLOW_GIT_USERNAME"
@@ -334,7 +335,7 @@ class GitRunner:
         if self.on_spawn is not None:
             self.on_spawn(list(argv), env, proc, cwd)
         try:
-            out, err, cut = await asyncio.wait_for(_communicate(proc, max_output), timeout=limit)
+            out, err, cut = await asyncio.wait_for(communicate(proc, max_output), timeout=limit)
         except TimeoutError:
             await _kill(proc)
             raise GitTimeout(f"{what} did not finish within {limit:g}s") from None
@@ -366,37 +367,6 @@ class GitRunner:
         return GitFailed(
             f"{what} failed (exit {result.returncode}): {stderr[-500:]}", details=details
         )
-
-
-# What is kept of a bounded run's stderr (git's messages are short).
-_STDERR_KEPT = 64 * 1024
-
-
-async def _communicate(
-    proc: asyncio.subprocess.Process, max_output: int | None
-) -> tuple[bytes, bytes, bool]:
-    """The process's stdout and stderr and whether stdout was cut at ``max_output``
-    (then the process group is ended: git would otherwise block on a full pipe)."""
-    if max_output is None:
-        out, err = await proc.communicate()
-        return out, err, False
-    assert proc.stdout is not None and proc.stderr is not None
-
-    async def read(stream: asyncio.StreamReader, keep: int, stop: bool) -> tuple[bytes, bool]:
-        buf = bytearray()
-        while chunk := await stream.read(64 * 1024):
-            buf += chunk[: max(0, keep + 1 - len(buf))]
-            if len(buf) > keep and stop:
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.killpg(proc.pid, signal.SIGKILL)
-                return bytes(buf[:keep]), True
-        return bytes(buf[:keep]), False
-
-    (out, cut), (err, _) = await asyncio.gather(
-        read(proc.stdout, max_output, True), read(proc.stderr, _STDERR_KEPT, False)
-    )
-    await proc.wait()
-    return out, err, cut
 
 
 async def _kill(proc: asyncio.subprocess.Process) -> None:

@@ -376,17 +376,8 @@ class WorkspaceManager:
             await mirror.take_bundle(self.git, path, out, ref, sha, private)
 
     async def branch_diff(self, repo: RepoRef, base: str, sha: str, *, limit: int) -> GitResult:
-        """What a published ``sha`` changes since it left ``base`` (``git diff
-        base...sha``, its first ``limit`` bytes: the agent's commits are as long as it
-        likes), read in the mirror: no external diff driver or text conversion."""
-        base = check_ref(base, "base")
-        if base.startswith("refs/remotes/origin/"):
-            base = "refs/heads/" + base.removeprefix("refs/remotes/origin/")
-        spec = f"{base}...{check_sha(sha, 'commit')}"
-        args = ("diff", "--no-color", "--no-ext-diff", "--no-textconv", spec, "--")
-        return await self.git.run(
-            *args, cwd=self._mirror_dir(repo), time_limit=30, max_output=limit
-        )
+        """What a published ``sha`` changes since it left ``base`` (mirror.branch_diff)."""
+        return await mirror.branch_diff(self.git, self._mirror_dir(repo), base, sha, limit=limit)
 
     async def diff_since(self, repo: RepoRef, old: str, new: str, *, limit: int) -> str | None:
         """``git diff old new`` in the mirror (its first ``limit`` bytes) when ``old`` is

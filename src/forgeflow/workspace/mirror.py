@@ -19,6 +19,7 @@ from pathlib import Path
 from forgeflow.domain.ids import INSTANCE_ID, RepoRef
 from forgeflow.workspace.git import (
     GitFailed,
+    GitResult,
     GitRunner,
     check_ref,
     check_sha,
@@ -169,6 +170,18 @@ async def diff_since(git: GitRunner, path: str, old: str, new: str, *, limit: in
         return None
     args = ("diff", "--no-color", "--no-ext-diff", "--no-textconv", old, new, "--")
     return (await git.run(*args, cwd=path, time_limit=30, max_output=limit)).stdout
+
+
+async def branch_diff(git: GitRunner, path: str, base: str, sha: str, *, limit: int) -> GitResult:
+    """What a published ``sha`` changes since it left ``base`` (``git diff base...sha``,
+    its first ``limit`` bytes: the agent's commits are as long as it likes), read in the
+    mirror: no external diff driver or text conversion."""
+    base = check_ref(base, "base")
+    if base.startswith("refs/remotes/origin/"):
+        base = "refs/heads/" + base.removeprefix("refs/remotes/origin/")
+    spec = f"{base}...{check_sha(sha, 'commit')}"
+    args = ("diff", "--no-color", "--no-ext-diff", "--no-textconv", spec, "--")
+    return await git.run(*args, cwd=path, time_limit=30, max_output=limit)
 
 
 # What a repository file forgeflow reads from the mirror may weigh (a setup script).
