@@ -22,6 +22,7 @@ from forgeflow_testkit.agents import TurnAsk, read_turn
 from forgeflow_testkit.gitea_emulator import Delivery, GiteaEmulator
 from forgeflow_testkit.model_server import RecordedRequest, last_input_is_tool_output
 from forgeflow_testkit.model_steps import Step, gitea_comment, gitea_tool, message, new_id
+from tests.acceptance.test_diff_bombs import MARGIN, _peak
 from tests.acceptance.test_review_threads import open_pull, thread_agent
 from tests.support.agentic import Agentic
 from tests.support.cluster import wait_for
@@ -265,3 +266,28 @@ def test_a_readers_review_costs_no_read_of_their_reviews(agentic: Agentic) -> No
     assert reads == []
     time.sleep(2)
     assert asks == []
+
+
+def test_a_readers_giant_review_is_left_out_of_a_thread_lookup(agentic: Agentic) -> None:
+    """A reader's review of 200 line comments of 600 KB each (one unpaged answer of
+    Gitea's, 120 MB): a writer's mention in a line comment afterwards is answered in its
+    thread, and forgeflow, which reads the pull request's reviews to find the thread,
+    does not hold the reader's review (it did: about 345 MB)."""
+    gitea, model = agentic.gitea, agentic.model
+    _reader(gitea)
+    pull = open_pull(gitea)
+    asks = thread_agent(model, "Still answered.")
+    big = "x" * 600_000
+    lines = [("app.txt", 10 + n % 30, big) for n in range(200)]
+    (spam,) = gitea.submit_review("acme", "widget", pull, by="mallory", lines=lines)
+    assert _answer(spam)["reason"] == "insufficient_permission"
+    before = _peak()
+    (d,) = gitea.line_comment(
+        "acme", "widget", pull, path="app.txt", line=3, body="@ccweb-bot why?", by="alice"
+    )
+    assert agentic.finished(_answer(d)["taskId"])["task"]["state"] == "succeeded"
+    after = _peak()
+    assert after - before < MARGIN, (before, after)
+    (asked,) = gitea.reviews("acme", "widget", pull)[-1]["comments"]
+    (answer,) = _bot_thread(gitea, asked["id"])
+    assert answer.startswith("Still answered.") and len(asks) == 1

@@ -32,6 +32,18 @@ class GiteaUnavailable(GiteaError):
     code = "gitea_unavailable"
 
 
+class GiteaAnswerTooLarge(GiteaError):
+    """A JSON answer past :data:`MAX_ANSWER_BYTES`, read no further."""
+
+    code = "gitea_answer_too_large"
+
+
+# What one JSON answer of Gitea's may weigh (a page of 50 comments is a few hundred KB):
+# bodies have no size limit on Gitea, and one review's line comments are one answer,
+# so a reader's review of thousands of long line comments was hundreds of MB here.
+MAX_ANSWER_BYTES = 32 * 1024 * 1024
+
+
 class GiteaPermissionDenied(GiteaError):
     code = "permission_check_forbidden"
 
@@ -145,7 +157,14 @@ class Transport:
             ) as response:
                 count = response.headers.get("X-Total-Count", "")
                 total = int(count) if count.isdigit() else None
-                answer = Answer(response.status, await response.read(), total)
+                if (response.content_length or 0) > MAX_ANSWER_BYTES:
+                    raise GiteaAnswerTooLarge(f"{method} {path}: over {MAX_ANSWER_BYTES} bytes")
+                body = bytearray()
+                async for chunk in response.content.iter_chunked(64 * 1024):
+                    body += chunk
+                    if len(body) > MAX_ANSWER_BYTES:
+                        raise GiteaAnswerTooLarge(f"{method} {path}: over {MAX_ANSWER_BYTES} bytes")
+                answer = Answer(response.status, bytes(body), total)
         except aiohttp.ClientError as exc:
             raise GiteaUnavailable(f"{method} {path}: {type(exc).__name__}") from None
         except TimeoutError:
