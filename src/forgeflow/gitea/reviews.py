@@ -17,7 +17,7 @@ from datetime import datetime
 from pydantic import Field
 
 from forgeflow.gitea.models import User, _Shape
-from forgeflow.gitea.transport import Transport
+from forgeflow.gitea.transport import MAX_ANSWER_BYTES, Transport
 
 _PAGE = 50
 _MAX_PAGES = 20  # of a pull request with more than 1000 reviews, the newest 1000 are read
@@ -138,8 +138,10 @@ class ReviewsApi(Transport):
     async def review_comments(
         self, owner: str, repo: str, index: int, review_id: int
     ) -> list[PullReviewComment]:
+        """One review's line comments: one unpaged answer of any size on Gitea, so read
+        no further than MAX_ANSWER_BYTES (past them: GiteaAnswerTooLarge)."""
         path = f"{self._reviews_path(owner, repo, index)}/{int(review_id)}/comments"
-        return await self._many(PullReviewComment, "GET", path, (200,))
+        return await self._many(PullReviewComment, "GET", path, (200,), max_bytes=MAX_ANSWER_BYTES)
 
     async def reply_to_review_comment(
         self, owner: str, repo: str, index: int, comment_id: int, body: str

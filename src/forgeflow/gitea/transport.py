@@ -38,9 +38,10 @@ class GiteaAnswerTooLarge(GiteaError):
     code = "gitea_answer_too_large"
 
 
-# What one JSON answer of Gitea's may weigh (a page of 50 comments is a few hundred KB):
-# bodies have no size limit on Gitea, and one review's line comments are one answer,
-# so a reader's review of thousands of long line comments was hundreds of MB here.
+# What an answer read with this bound may weigh (a review's line comments: one unpaged
+# answer, and bodies have no size limit on Gitea, so a reader's review of 200 long line
+# comments was hundreds of MB here). Answers whose loss would fail a task (an issue's
+# timeline, read for verification) are still read whole.
 MAX_ANSWER_BYTES = 32 * 1024 * 1024
 
 
@@ -114,6 +115,24 @@ class Pool:
         self._session = None
 
 
+class _TooLarge(Exception):
+    pass
+
+
+async def _read(response: aiohttp.ClientResponse, limit: int | None) -> bytes:
+    """The answer's body, whole, or at most ``limit`` bytes (past them: _TooLarge)."""
+    if limit is None:
+        return await response.read()
+    if (response.content_length or 0) > limit:
+        raise _TooLarge
+    body = bytearray()
+    async for chunk in response.content.iter_chunked(64 * 1024):
+        body += chunk
+        if len(body) > limit:
+            raise _TooLarge
+    return bytes(body)
+
+
 class Transport:
     """Requests to Gitea's /api/v1 as the bot, and their answers read as models (the
     client's parts, gitea/issues.py and gitea/code.py, are built on it)."""
@@ -144,6 +163,7 @@ class Transport:
         pool: Pool | None = None,
         params: dict[str, str] | None = None,
         json: Any = None,
+        max_bytes: int | None = None,
     ) -> Answer:
         pool = pool or self._pool
         try:
@@ -157,18 +177,13 @@ class Transport:
             ) as response:
                 count = response.headers.get("X-Total-Count", "")
                 total = int(count) if count.isdigit() else None
-                if (response.content_length or 0) > MAX_ANSWER_BYTES:
-                    raise GiteaAnswerTooLarge(f"{method} {path}: over {MAX_ANSWER_BYTES} bytes")
-                body = bytearray()
-                async for chunk in response.content.iter_chunked(64 * 1024):
-                    body += chunk
-                    if len(body) > MAX_ANSWER_BYTES:
-                        raise GiteaAnswerTooLarge(f"{method} {path}: over {MAX_ANSWER_BYTES} bytes")
-                answer = Answer(response.status, bytes(body), total)
+                answer = Answer(response.status, await _read(response, max_bytes), total)
         except aiohttp.ClientError as exc:
             raise GiteaUnavailable(f"{method} {path}: {type(exc).__name__}") from None
         except TimeoutError:
             raise GiteaUnavailable(f"{method} {path}: timed out") from None
+        except _TooLarge:
+            raise GiteaAnswerTooLarge(f"{method} {path}: over {max_bytes} bytes") from None
         if answer.status_code >= 500:
             raise GiteaUnavailable(
                 f"{method} {path}: HTTP {answer.status_code}", answer.status_code
