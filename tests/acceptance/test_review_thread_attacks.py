@@ -291,3 +291,23 @@ def test_a_readers_giant_review_is_left_out_of_a_thread_lookup(agentic: Agentic)
     (asked,) = gitea.reviews("acme", "widget", pull)[-1]["comments"]
     (answer,) = _bot_thread(gitea, asked["id"])
     assert answer.startswith("Still answered.") and len(asks) == 1
+
+
+def test_an_answer_in_a_thread_that_mentions_the_bot_starts_nothing(agentic: Agentic) -> None:
+    """The agent answers into the thread with a mention of the bot (a loop, were the
+    bot's own review or reply taken for an ask): one turn, one task."""
+    gitea, model = agentic.gitea, agentic.model
+    pull = open_pull(gitea)
+    asks = thread_agent(model, "@ccweb-bot do it all again")
+    (d,) = gitea.line_comment(
+        "acme", "widget", pull, path="app.txt", line=3, body="@ccweb-bot why?", by="alice"
+    )
+    assert agentic.finished(_answer(d)["taskId"])["task"]["state"] == "succeeded"
+    (asked,) = gitea.reviews("acme", "widget", pull)[0]["comments"]
+    (answer,) = _bot_thread(gitea, asked["id"])
+    assert answer.startswith("@ccweb-bot do it all again")
+    gitea.flush_deliveries()
+    time.sleep(3)
+    assert len(asks) == 1
+    with agentic.ff.admin() as admin:
+        assert admin.get("/api/gitea-workflow/tasks").json()["total"] == 1
