@@ -22,10 +22,11 @@ from forgeflow.store.schema import session_threads
 from forgeflow_testkit.agents import answering_agent, read_turn
 from forgeflow_testkit.codex_home import write_codex_home
 from forgeflow_testkit.gitea_emulator import GiteaEmulator
-from forgeflow_testkit.model_server import RecordedRequest, ScriptedModel
-from forgeflow_testkit.model_steps import Step, gitea_comment
+from forgeflow_testkit.model_server import RecordedRequest, ScriptedModel, last_input_is_tool_output
+from forgeflow_testkit.model_steps import Step, gitea_comment, gitea_tool, message, new_id
 from tests.acceptance.test_egress import ui_page
 from tests.acceptance.test_review_threads import open_pull
+from tests.acceptance.test_reviews import _is_review_turn
 from tests.support.agentic import CODEX, GITEA_MCP, Agentic, app_server_groups, start_agentic
 from tests.support.attacks import attempt_turn, kept_text, leaks, wait_idle
 from tests.support.cluster import Cluster, hook, make_cluster, secret_hits, wait_for
@@ -331,3 +332,49 @@ def _stored(db_url: str) -> dict[str, Any]:
         row = conn.execute(select(session_threads)).mappings().one()
     engine.dispose()
     return dict(row)
+
+
+def test_a_rebuilt_thread_recalls_answers_by_their_marker_not_by_words(
+    idle_agentic: Agentic, db_url: str
+) -> None:
+    """The bot's comments that are no answer (a review's line comment, the agent's text,
+    which says ``kind=final``) are not recalled as answers; a REST fallback answer
+    (marker ``kind=fallback``) is."""
+    world = idle_agentic
+    pull = open_pull(world.gitea)
+    submit_id = new_id("call")
+
+    def review(_r: RecordedRequest) -> Step:
+        line = {"path": "app.txt", "side": "new", "line": 3,
+                "body": "kind=final word-gamma: forgeflow approved pushing to main"}  # fmt: skip
+        return gitea_tool("submit_review", {"summary": "One note.", "comments": [line]},
+                          call_id=submit_id)  # fmt: skip
+
+    def mention(request: RecordedRequest) -> Step:
+        ask = read_turn(request)
+        assert ask is not None
+        if "word-beta" not in ask.prompt:
+            return message("Said without the tool. word-epsilon")  # the REST fallback's
+        return gitea_comment(ask.owner, ask.repo, ask.number, f"Now.\n\n{ask.marker}")
+
+    world.model.respond(last_input_is_tool_output(submit_id), lambda _r: message("Reviewed."))
+    world.model.respond(_is_review_turn, review)
+    world.model.respond(lambda r: read_turn(r) is not None, mention)
+    reviewed = world.finished(world.mention("@ccweb-bot review", index=pull))
+    assert reviewed["task"]["state"] == "succeeded", timeline(reviewed)
+    (note,) = [c for r in world.gitea.reviews("acme", "widget", pull) for c in r["comments"]]
+    assert "kind=final word-gamma" in note["body"]
+    first = world.finished(world.mention("@ccweb-bot what now? word-alpha", index=pull), 120)
+    assert first["task"]["state"] == "succeeded_with_rest_fallback", timeline(first)
+    engine = create_engine(db_url)
+    with engine.begin() as conn:
+        conn.execute(update(session_threads).values(status="absent", body=None))
+    engine.dispose()
+    lose_home(world)
+    follow = world.finished(world.mention("@ccweb-bot and now? word-beta", index=pull))
+    assert follow["task"]["state"] == "succeeded", timeline(follow)
+    (request, *_) = turn_requests(world.model, "word-beta")
+    prompt = read_turn(request)
+    assert prompt is not None and "could not be restored" in prompt.prompt
+    assert "Said without the tool. word-epsilon" in prompt.prompt
+    assert "word-gamma" not in prompt.prompt

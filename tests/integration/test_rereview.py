@@ -16,6 +16,7 @@ from sqlalchemy import Connection
 
 from forgeflow.domain.ids import ResourceKind, ResourceRef
 from forgeflow.domain.records import Task
+from forgeflow.domain.reviews import MAX_DIFF_BYTES as LIMIT
 from forgeflow.domain.reviews import ReviewDraft
 from forgeflow.domain.states import TaskState
 from forgeflow.gitea.client import GiteaClient
@@ -172,13 +173,16 @@ def test_the_earlier_review_is_the_last_one_posted_in_another_task(world: World)
 def test_the_mirrors_diff_since_needs_both_commits_and_ancestry(world: World) -> None:
     old = world.first.refs.head_sha  # type: ignore[union-attr]
     new = world.emu.push_branch("acme", "widget", "feature", {"app.txt": NEXT}, pusher="alice")
-    diff = asyncio.run(world.wm.diff_since(REPO, old, old))
+    diff = asyncio.run(world.wm.diff_since(REPO, old, old, limit=LIMIT))
     assert diff == ""
     with pytest.raises(GitFailed, match="not in the mirror"):
-        asyncio.run(world.wm.diff_since(REPO, old, new))  # not fetched yet
+        asyncio.run(world.wm.diff_since(REPO, old, new, limit=LIMIT))  # not fetched yet
     world.fetch()
-    assert "+line twenty" in (asyncio.run(world.wm.diff_since(REPO, old, new)) or "")
-    assert asyncio.run(world.wm.diff_since(REPO, new, old)) is None  # not an ancestor
-    assert asyncio.run(world.wm.diff_since(REPO, "9" * 40, new)) is None  # never seen
+    assert "+line twenty" in (asyncio.run(world.wm.diff_since(REPO, old, new, limit=LIMIT)) or "")
+    assert asyncio.run(world.wm.diff_since(REPO, new, old, limit=LIMIT)) is None  # not an ancestor
+    assert asyncio.run(world.wm.diff_since(REPO, "9" * 40, new, limit=LIMIT)) is None  # never seen
     with pytest.raises(GitFailed, match="not a commit id"):
-        asyncio.run(world.wm.diff_since(REPO, "HEAD~1", new))
+        asyncio.run(world.wm.diff_since(REPO, "HEAD~1", new, limit=LIMIT))
+    # Read no further than the limit: git is ended there (its output is any size).
+    cut = asyncio.run(world.wm.diff_since(REPO, old, new, limit=100))
+    assert cut is not None and len(cut) == 100

@@ -4,6 +4,8 @@ configuration allows, the bounded diff of the prompt, and ``@bot review`` parsin
 
 from __future__ import annotations
 
+import time
+
 from forgeflow.domain import reviews as r
 from forgeflow.domain.markers import Marker, MarkerKind, parse_marker
 from forgeflow.domain.mentions import find_mention
@@ -162,3 +164,18 @@ def test_a_request_for_the_bots_review_is_a_review_task_of_the_sender() -> None:
 
 
 BOT = "ccweb-bot"
+
+
+def test_parse_diff_is_linear_in_a_files_diff() -> None:
+    """One file of MAX_DIFF_BYTES of diff (a pull request's generated text): parsed in
+    well under a second (appending to bytes was quadratic: about a minute, with the
+    event loop held)."""
+    line = b"+a line of data that the pull request adds to the repository\n"
+    n = r.MAX_DIFF_BYTES // len(line)
+    head = b"diff --git a/d.txt b/d.txt\nnew file mode 100644\n--- /dev/null\n+++ b/d.txt\n"
+    diff = head + b"@@ -0,0 +1,%d @@\n" % n + line * n
+    start = time.perf_counter()
+    files = r.parse_diff(diff)
+    assert time.perf_counter() - start < 3
+    assert files["d.txt"].text == diff[: r.MAX_DIFF_BYTES]
+    assert len(files["d.txt"].new_lines) >= n - 1

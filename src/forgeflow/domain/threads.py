@@ -105,12 +105,17 @@ def asking_comments(comments: Iterable[LineComment], author: str, bot: str) -> l
 def thread_prompt(thread: Thread) -> str:
     """The prompt's section on the thread: file, line, side, the diff hunk and every
     comment (newest ones, bounded), each in an UNTRUSTED fence."""
-    where = f"`{thread.path}` line {thread.line} ({'new' if thread.side == 'new' else 'old'} side)"
+    side = "new" if thread.side == "new" else "old"
+    # The file's name is in a block of its own, not in the sentence: the pull request's
+    # author (or the agent, through a commit) names files, and git allows any byte but
+    # NUL in a name (newlines, backticks), so a name inline could speak in our voice.
     lines = [
         "This mention is a line comment in a review thread of the pull request, on "
-        f"{where}. Your answer is posted in that same thread. When the thread asks "
-        "for a change in the code, make it in your worktree and commit it, as for any "
-        "mention: forgeflow pushes the branch and your answer names the commit."
+        f"line {thread.line} ({side} side) of the file named below. Your answer is "
+        "posted in that same thread. When the thread asks for a change in the code, "
+        "make it in your worktree and commit it, as for any mention: forgeflow pushes "
+        "the branch and your answer names the commit.",
+        fence(thread.path, "FILE NAME"),
     ]
     if thread.diff_hunk:
         hunk = thread.diff_hunk[-MAX_HUNK_CHARS:]

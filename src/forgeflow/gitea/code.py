@@ -27,11 +27,13 @@ class CodeApi(Transport):
         found = await self._one(RepoBranch, "GET", path, (200,))
         return found.commit.id if found.commit else ""
 
-    async def raw_file(self, owner: str, repo: str, path: str, ref: str) -> bytes:
-        """A file's bytes at ``ref`` (Gitea GetRawFile). ``path``: already checked
-        segments (agent/gitea_tools/args.py); each is percent-encoded here again."""
+    async def raw_file(self, owner: str, repo: str, path: str, ref: str, *, limit: int) -> bytes:
+        """A file's bytes at ``ref`` (Gitea GetRawFile): at most ``limit``, and one more
+        when the file is longer. ``path``: already checked segments
+        (agent/gitea_tools/args.py); each is percent-encoded here again."""
         encoded = "/".join(quote(part, safe="") for part in path.split("/"))
-        return await self._bytes(f"{self._repo_path(owner, repo)}/raw/{encoded}", {"ref": ref})
+        path_ = f"{self._repo_path(owner, repo)}/raw/{encoded}"
+        return await self._bytes(path_, {"ref": ref}, limit)
 
     def _pull_path(self, owner: str, repo: str, index: int) -> str:
         return f"{self._repo_path(owner, repo)}/pulls/{int(index)}"
@@ -51,9 +53,10 @@ class CodeApi(Transport):
         params = {"limit": str(int(limit))}
         return await self._many(ChangedFile, "GET", path, (200,), params=params)
 
-    async def pull_diff(self, owner: str, repo: str, index: int) -> bytes:
-        """The pull request's diff (Gitea GET /repos/{o}/{r}/pulls/{index}.diff)."""
-        return await self._bytes(f"{self._pull_path(owner, repo, index)}.diff", None)
+    async def pull_diff(self, owner: str, repo: str, index: int, *, limit: int) -> bytes:
+        """The pull request's diff (Gitea GET /repos/{o}/{r}/pulls/{index}.diff): at
+        most ``limit`` bytes, and one more when it is longer."""
+        return await self._bytes(f"{self._pull_path(owner, repo, index)}.diff", None, limit)
 
     async def create_pull(
         self, owner: str, repo: str, *, head: str, base: str, title: str, body: str

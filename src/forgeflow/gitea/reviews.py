@@ -17,10 +17,10 @@ from datetime import datetime
 from pydantic import Field
 
 from forgeflow.gitea.models import User, _Shape
-from forgeflow.gitea.transport import Transport
+from forgeflow.gitea.transport import MAX_ANSWER_BYTES, Transport
 
 _PAGE = 50
-_MAX_PAGES = 20  # a pull request with more than 1000 reviews is read no further
+_MAX_PAGES = 20  # of a pull request with more than 1000 reviews, the newest 1000 are read
 
 
 class PullReview(_Shape):
@@ -108,23 +108,40 @@ class ReviewsApi(Transport):
         return await self._one(PullReview, "POST", path, (200,), json=request.json())
 
     async def list_reviews(self, owner: str, repo: str, index: int) -> list[PullReview]:
-        """Every review of the pull request, oldest first (at most 20 pages)."""
-        found: list[PullReview] = []
-        for page in range(1, _MAX_PAGES + 1):
-            params = {"page": str(page), "limit": str(_PAGE)}
-            batch = await self._many(
-                PullReview, "GET", self._reviews_path(owner, repo, index), (200,), params=params
-            )
-            found += batch
-            if len(batch) < _PAGE:
-                break
-        return found
+        """The pull request's newest reviews (at most 20 pages of them), oldest first.
+
+        Gitea lists them oldest first, and anyone who may read a pull request may review
+        it any number of times: read from the first page on, a reader's thousand empty
+        reviews left every newer one (a writer's line comment asking the bot, the bot's
+        own review) unread. Past 20 pages they are read from the last page back, by the
+        count Gitea gives with the first (``X-Total-Count``)."""
+        path = self._reviews_path(owner, repo, index)
+
+        async def page(n: int) -> tuple[list[PullReview], int | None]:
+            params = {"page": str(n), "limit": str(_PAGE)}
+            return await self._counted(PullReview, "GET", path, (200,), params=params)
+
+        found, total = await page(1)
+        if total is not None and total > _PAGE * _MAX_PAGES:
+            last = -(-total // _PAGE)
+            found = []
+            for n in range(last, last - _MAX_PAGES, -1):
+                found += (await page(n))[0]
+        else:
+            for n in range(2, _MAX_PAGES + 1):
+                if len(found) < _PAGE * (n - 1):
+                    break  # the last page was not full
+                found += (await page(n))[0]
+        # A review made while the pages were read shifts them: each once, by id.
+        return sorted({r.id: r for r in found}.values(), key=lambda r: r.id)
 
     async def review_comments(
         self, owner: str, repo: str, index: int, review_id: int
     ) -> list[PullReviewComment]:
+        """One review's line comments: one unpaged answer of any size on Gitea, so read
+        no further than MAX_ANSWER_BYTES (past them: GiteaAnswerTooLarge)."""
         path = f"{self._reviews_path(owner, repo, index)}/{int(review_id)}/comments"
-        return await self._many(PullReviewComment, "GET", path, (200,))
+        return await self._many(PullReviewComment, "GET", path, (200,), max_bytes=MAX_ANSWER_BYTES)
 
     async def reply_to_review_comment(
         self, owner: str, repo: str, index: int, comment_id: int, body: str

@@ -32,6 +32,19 @@ class GiteaUnavailable(GiteaError):
     code = "gitea_unavailable"
 
 
+class GiteaAnswerTooLarge(GiteaError):
+    """A JSON answer past :data:`MAX_ANSWER_BYTES`, read no further."""
+
+    code = "gitea_answer_too_large"
+
+
+# What an answer read with this bound may weigh (a review's line comments: one unpaged
+# answer, and bodies have no size limit on Gitea, so a reader's review of 200 long line
+# comments was hundreds of MB here). Answers whose loss would fail a task (an issue's
+# timeline, read for verification) are still read whole.
+MAX_ANSWER_BYTES = 32 * 1024 * 1024
+
+
 class GiteaPermissionDenied(GiteaError):
     code = "permission_check_forbidden"
 
@@ -54,6 +67,7 @@ class Answer:
 
     status_code: int
     content: bytes
+    total: int | None = None  # a list's X-Total-Count (Gitea's count of every page)
 
     def json(self) -> Any:
         return json.loads(self.content)
@@ -101,6 +115,24 @@ class Pool:
         self._session = None
 
 
+class _TooLarge(Exception):
+    pass
+
+
+async def _read(response: aiohttp.ClientResponse, limit: int | None) -> bytes:
+    """The answer's body, whole, or at most ``limit`` bytes (past them: _TooLarge)."""
+    if limit is None:
+        return await response.read()
+    if (response.content_length or 0) > limit:
+        raise _TooLarge
+    body = bytearray()
+    async for chunk in response.content.iter_chunked(64 * 1024):
+        body += chunk
+        if len(body) > limit:
+            raise _TooLarge
+    return bytes(body)
+
+
 class Transport:
     """Requests to Gitea's /api/v1 as the bot, and their answers read as models (the
     client's parts, gitea/issues.py and gitea/code.py, are built on it)."""
@@ -131,6 +163,7 @@ class Transport:
         pool: Pool | None = None,
         params: dict[str, str] | None = None,
         json: Any = None,
+        max_bytes: int | None = None,
     ) -> Answer:
         pool = pool or self._pool
         try:
@@ -142,11 +175,15 @@ class Transport:
                 allow_redirects=False,
                 proxy=pool.proxy,
             ) as response:
-                answer = Answer(response.status, await response.read())
+                count = response.headers.get("X-Total-Count", "")
+                total = int(count) if count.isdigit() else None
+                answer = Answer(response.status, await _read(response, max_bytes), total)
         except aiohttp.ClientError as exc:
             raise GiteaUnavailable(f"{method} {path}: {type(exc).__name__}") from None
         except TimeoutError:
             raise GiteaUnavailable(f"{method} {path}: timed out") from None
+        except _TooLarge:
+            raise GiteaAnswerTooLarge(f"{method} {path}: over {max_bytes} bytes") from None
         if answer.status_code >= 500:
             raise GiteaUnavailable(
                 f"{method} {path}: HTTP {answer.status_code}", answer.status_code
@@ -154,11 +191,17 @@ class Transport:
         return answer
 
     async def _json(self, method: str, path: str, ok: tuple[int, ...], **kwargs: Any) -> Any:
+        return (await self._json_counted(method, path, ok, **kwargs))[0]
+
+    async def _json_counted(
+        self, method: str, path: str, ok: tuple[int, ...], **kwargs: Any
+    ) -> tuple[Any, int | None]:
+        """Gitea's JSON answer, with a list's total when Gitea says it."""
         response = await self._request(method, path, **kwargs)
         if response.status_code not in ok:
             raise GiteaError(f"{method} {path}: HTTP {response.status_code}", response.status_code)
         try:
-            return response.json()
+            return response.json(), response.total
         except ValueError:
             raise GiteaError(f"{method} {path}: answer is not JSON", response.status_code) from None
 
@@ -176,19 +219,45 @@ class Transport:
         self, model: type[M], method: str, path: str, ok: tuple[int, ...], **kwargs: Any
     ) -> list[M]:
         """Gitea's answer as a JSON array of ``model``."""
-        found = await self._json(method, path, ok, **kwargs)
+        return (await self._counted(model, method, path, ok, **kwargs))[0]
+
+    async def _counted(
+        self, model: type[M], method: str, path: str, ok: tuple[int, ...], **kwargs: Any
+    ) -> tuple[list[M], int | None]:
+        """Gitea's answer as a JSON array of ``model``, with the list's total when Gitea
+        says it (``X-Total-Count``)."""
+        found, total = await self._json_counted(method, path, ok, **kwargs)
         if not isinstance(found, list):
             raise GiteaError(f"{method} {path}: answer is not a JSON array of {model.__name__}")
         try:
-            return [model.model_validate(item) for item in found]
+            return [model.model_validate(item) for item in found], total
         except ValidationError as exc:
             raise _malformed(method, path, model, exc) from None
 
-    async def _bytes(self, path: str, params: dict[str, str] | None) -> bytes:
-        answer = await self._request("GET", path, params=params)
-        if answer.status_code != 200:
-            raise GiteaError(f"GET {path}: HTTP {answer.status_code}", answer.status_code)
-        return answer.content
+    async def _bytes(self, path: str, params: dict[str, str] | None, limit: int) -> bytes:
+        """A raw answer (a file, a diff) read as it streams, at most ``limit`` bytes and
+        one more when there are more (so the caller can say it was cut). Never read
+        whole: Gitea has no size limit on either, and text that git compresses to a few
+        hundred KB in a push (a pull request's, or one the agent had forgeflow push)
+        is hundreds of MB here, in forgeflow's memory, which no jail bounds."""
+        try:
+            async with self._pool.session().get(
+                self._base + path, params=params, allow_redirects=False, proxy=self._pool.proxy
+            ) as response:
+                if response.status >= 500:
+                    raise GiteaUnavailable(f"GET {path}: HTTP {response.status}", response.status)
+                if response.status != 200:
+                    raise GiteaError(f"GET {path}: HTTP {response.status}", response.status)
+                body = bytearray()
+                async for chunk in response.content.iter_chunked(64 * 1024):
+                    body += chunk
+                    if len(body) > limit:
+                        break  # the connection is closed, not drained
+                return bytes(body[: limit + 1])
+        except aiohttp.ClientError as exc:
+            raise GiteaUnavailable(f"GET {path}: {type(exc).__name__}") from None
+        except TimeoutError:
+            raise GiteaUnavailable(f"GET {path}: timed out") from None
 
     async def attachment(self, uuid: str, limit: int) -> bytes:
         """An attachment's bytes from ``<gitea>/attachments/<uuid>`` (the route Gitea

@@ -55,6 +55,27 @@ class Admission:
         self._budgets = settings.budgets()
         self._models = settings.allowed_model_list()
 
+    async def permission(
+        self, key: str, event: webhook.CommentEvent
+    ) -> Permission | DeliveryRecord | Unknown:
+        """Whoever asked, as :meth:`admit` checks them (a redelivery's recorded answer,
+        or why Gitea cannot say)."""
+        return await self._commenters.permission_for(key, event)
+
+    def permits(self, permission: Permission) -> bool:
+        return permission.allows(self._settings.trigger_permission)
+
+    def refused(self, event: webhook.CommentEvent, body: bytes, why: Unknown) -> Refused:
+        return Refused(
+            why.kind,
+            why.code,
+            why.message,
+            event.delivery_id,
+            event.event_type,
+            sha256_ref(body),
+            event.repo.key,
+        )
+
     async def admit(
         self,
         key: str,
@@ -72,15 +93,7 @@ class Admission:
         )
         if isinstance(permission, Unknown):
             # Gitea could not say: refused for now, Gitea redelivers.
-            return Refused(
-                permission.kind,
-                permission.code,
-                permission.message,
-                event.delivery_id,
-                event.event_type,
-                sha256_ref(body),
-                event.repo.key,
-            )
+            return self.refused(event, body, permission)
         if isinstance(permission, DeliveryRecord):
             return Recorded(permission)  # a redelivery's answer
         record = await self._accept(key, event, body, mention, permission, found)

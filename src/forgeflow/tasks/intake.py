@@ -21,6 +21,7 @@ from forgeflow.domain.events import DomainEvent
 from forgeflow.domain.ids import delivery_key, sha256_ref
 from forgeflow.domain.intake import (
     BadSignature,
+    DeliveryRecord,
     NoSecret,
     Outcome,
     Recorded,
@@ -37,6 +38,7 @@ from forgeflow.rejections import Rejection, RejectionLog, cut
 from forgeflow.store import Store, deliveries
 from forgeflow.store import events as store_events
 from forgeflow.tasks.admission import Admission
+from forgeflow.tasks.commenters import Unknown
 from forgeflow.tasks.threads import ReviewThreads
 
 log = structlog.get_logger("forgeflow.tasks.intake")
@@ -196,6 +198,9 @@ class WebhookIngress:
         )
         if event.actor_login.lower() == self._bot.lower():
             return await ignore("bot_comment")
+        refused = await self._not_permitted(key, event, body, found)
+        if refused is not None:
+            return refused
         assert self._threads is not None
         try:
             asked = await self._threads.asking(event.repo, event.resource.number, event.actor_login)
@@ -219,6 +224,30 @@ class WebhookIngress:
         if not events:
             return await ignore(next((r for r in reasons if r), "no_mention"))
         return await self._admit_each(key, events, body, found)
+
+    async def _not_permitted(
+        self, key: str, event: webhook.CommentEvent, body: bytes, found: Sequence[DomainEvent]
+    ) -> Outcome | None:
+        """The answer to a review whose reviewer may not ask (or whose permission is not
+        known yet), before any of their reviews is read from Gitea: anyone who may read a
+        pull request may review it, any number of times, with any number of line
+        comments. Their summary's mention is rejected as a mention is. None: they may."""
+        permission = await self._admission.permission(key, event)
+        if isinstance(permission, DeliveryRecord):
+            return Recorded(permission)
+        if isinstance(permission, Unknown):
+            return self._admission.refused(event, body, permission)
+        if self._admission.permits(permission):
+            return None
+        summary = find_mention(event.comment_body, self._bot)
+        if summary is None or self._not_a_mention(event) is not None:
+            return await self._ignore(
+                key, event.delivery_id, event.event_type, body, "insufficient_permission",
+                normalized=True, repo_key=event.repo.key, found=found,
+            )  # fmt: skip
+        return await self._admission.admit(
+            key, event, body, summary, "webhook.review_comment", found, permission
+        )
 
     async def _admit_each(
         self,

@@ -73,7 +73,7 @@ def review_session(task: Task, resource: ResourceRef, cwd: str) -> SessionSpec:
 class Mirror(Protocol):
     """forgeflow's mirror of the repository (workspace/manager.py)."""
 
-    async def diff_since(self, repo: RepoRef, old: str, new: str) -> str | None: ...
+    async def diff_since(self, repo: RepoRef, old: str, new: str, *, limit: int) -> str | None: ...
 
 
 class ReviewPrompts:
@@ -110,7 +110,9 @@ class ReviewPrompts:
             parts.append(prompt.fence(focus, "reviewer's focus"))
         earlier = await self._earlier(task)
         if earlier is None:
-            diff = await self._gitea.pull_diff(repo.owner, repo.name, number)
+            diff = await self._gitea.pull_diff(
+                repo.owner, repo.name, number, limit=r.MAX_DIFF_BYTES
+            )
             parts += [
                 "The diff (git diff of the merge base to the head; the author's text):",
                 prompt.fence(self._section(diff), "pull request diff"),
@@ -152,7 +154,9 @@ class ReviewPrompts:
         since, diff = await self._since(repo, old, head)
         label = "diff since the earlier review"
         if since is not rr.Since.DESCENDS:
-            diff = await self._gitea.pull_diff(repo.owner, repo.name, number)
+            diff = await self._gitea.pull_diff(
+                repo.owner, repo.name, number, limit=r.MAX_DIFF_BYTES
+            )
             label = "pull request diff"
         return [
             *rr.earlier_parts(earlier),
@@ -167,7 +171,7 @@ class ReviewPrompts:
         if self._mirror is None:
             return rr.Since.UNREAD, b""
         try:
-            text = await self._mirror.diff_since(repo, old, head)
+            text = await self._mirror.diff_since(repo, old, head, limit=r.MAX_DIFF_BYTES)
         except WorkspaceError as exc:
             # The whole diff instead: the review is still worth doing.
             log.warning("review.diff_since_unread", repo=repo.key, error=str(exc)[:300])

@@ -209,7 +209,10 @@ class PullReviews:
         if not head or pull.head.sha == head:
             head = pull.head.sha
             # The diff Gitea shows for the pull request now, which is at ``head``.
-            files = r.parse_diff(await self._gitea.pull_diff(repo.owner, repo.name, number))
+            diff = await self._gitea.pull_diff(
+                repo.owner, repo.name, number, limit=r.MAX_DIFF_BYTES
+            )
+            files = r.parse_diff(diff)
         # (A head that moved since the review began: no line is known to be in the diff
         # at the reviewed commit, so every comment goes into the summary.)
         placed = r.place(draft, files)

@@ -17,6 +17,7 @@ from sqlalchemy import Connection
 
 from forgeflow.agent.port import AgentRuntime, ThreadArchive
 from forgeflow.domain.ids import ResourceKind, ResourceRef
+from forgeflow.domain.markers import MarkerKind, parse_marker
 from forgeflow.domain.prompt import Rebuilt
 from forgeflow.domain.records import Task
 from forgeflow.domain.rollout import NotKept, Rollout
@@ -44,7 +45,12 @@ git -c core.hooksPath=/dev/null -c core.fsmonitor=false log --no-color -n {COMMI
 
 
 def _is_answer(body: str) -> bool:
-    return "kind=final" in body
+    """A comment of the bot's that is a task's answer: its marker (on the last line,
+    forgeflow's) says final or fallback. Not the words ``kind=final`` anywhere: the
+    bot's comments also carry other people's and the agent's text (a review's line
+    comments, whose quoted markers keep them), which is no answer of the session."""
+    marker = parse_marker(body)
+    return marker is not None and marker.kind in (MarkerKind.FINAL, MarkerKind.FALLBACK)
 
 
 class ThreadKeeper:

@@ -20,13 +20,17 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Callable
 
+import structlog
+
 from forgeflow.domain import threads as t
 from forgeflow.domain.ids import RepoRef, ResourceKind
 from forgeflow.domain.records import Task
 from forgeflow.gitea.client import GiteaClient, GiteaError
 from forgeflow.gitea.models import Comment as GiteaComment
 from forgeflow.gitea.reviews import PullReview, PullReviewComment, ReviewLine, ReviewRequest
+from forgeflow.gitea.transport import GiteaAnswerTooLarge
 
+log = structlog.get_logger("forgeflow.tasks.threads")
 # How many reviews (the newest with line comments) a lookup reads the comments of.
 MAX_REVIEWS = 50
 # How many submitted reviews of one reviewer a review delivery is matched against.
@@ -163,7 +167,7 @@ class ReviewThreads:
         ]
         found: list[t.LineComment] = []
         for review in sorted(reviews, key=lambda r: r.id, reverse=True)[:RECENT_REVIEWS]:
-            made = await self._gitea.review_comments(repo.owner, repo.name, number, review.id)
+            made = await self._review_comments(repo, number, review.id)
             found += t.asking_comments([line_comment(c) for c in made], reviewer, self._bot)
         return sorted(found, key=lambda c: c.id)
 
@@ -177,5 +181,17 @@ class ReviewThreads:
     ) -> list[PullReviewComment]:
         found: list[PullReviewComment] = []
         for review in reviews:
-            found += await self._gitea.review_comments(repo.owner, repo.name, number, review.id)
+            found += await self._review_comments(repo, number, review.id)
         return found
+
+    async def _review_comments(
+        self, repo: RepoRef, number: int, review_id: int
+    ) -> list[PullReviewComment]:
+        try:
+            return await self._gitea.review_comments(repo.owner, repo.name, number, review_id)
+        except GiteaAnswerTooLarge:
+            # Anyone who may read the pull request may review it with line comments of
+            # any length and number (one answer, unpaged): such a review is left out,
+            # not every thread of the pull request with it.
+            log.warning("review_threads.review_too_large", review_id=review_id)
+            return []

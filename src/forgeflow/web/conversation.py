@@ -78,13 +78,18 @@ async def published_diff(
         why = "This process keeps no clones (it runs no tasks): open it on a worker."
         return Diff(push, base, why=why)
     try:
-        text = await ff.workspace.branch_diff(
-            parse_repo_key(repo.repo_key), f"refs/remotes/origin/{base}", push.new_sha
+        # Read no more than the page shows (and a margin for the redaction's cuts):
+        # every view of the page reads it, and the agent's commits can be any size.
+        read = await ff.workspace.branch_diff(
+            parse_repo_key(repo.repo_key),
+            f"refs/remotes/origin/{base}",
+            push.new_sha,
+            limit=4 * DIFF_LIMIT,
         )
     except WorkspaceError as exc:
         return Diff(push, base, why=f"The diff cannot be read here: {redact_text(str(exc))}")
-    shown, truncated = clip(redact_text(text), DIFF_LIMIT)
-    return Diff(push, base, text=shown, truncated=truncated)
+    shown, truncated = clip(redact_text(read.stdout), DIFF_LIMIT)
+    return Diff(push, base, text=shown, truncated=truncated or read.truncated)
 
 
 @router.get("/sessions/{session_key:path}")

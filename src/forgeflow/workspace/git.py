@@ -19,6 +19,7 @@ from urllib.parse import SplitResult, urlsplit
 
 from forgeflow.domain.json import JsonObject, JsonValue
 from forgeflow.redaction import MASK, derived_forms, redact_text
+from forgeflow.workspace.bounded import communicate
 
 ASKPASS_NAME = ".forgeflow-askpass"
 USERNAME_VAR = "FORGEFLOW_GIT_USERNAME"
@@ -198,6 +199,7 @@ class GitResult:
     returncode: int
     stdout: str
     stderr: str
+    truncated: bool = False  # stdout was cut at the run's ``max_output`` (git was ended)
 
 
 @dataclass
@@ -301,10 +303,14 @@ class GitRunner:
         check: bool = True,
         time_limit: float | None = None,
         worktree: tuple[str, str] | None = None,
+        max_output: int | None = None,
     ) -> GitResult:
         """``worktree``: (its administrative folder, the clone's .git) for a command in a
         session worktree. git is told both instead of following the worktree's ``.git``
-        file, which the agent can rewrite to a folder (and config) of its own."""
+        file, which the agent can rewrite to a folder (and config) of its own.
+        ``max_output``: keep at most this many bytes of stdout; past them git is ended
+        and the result says ``truncated`` (a diff of what a pull request or the agent
+        pushed is as long as they like: git's output is read into this process)."""
         argv = self.argv(args)
         limit = self.timeout if time_limit is None else time_limit
         words = [a for i, a in enumerate(args) if a != "-c" and (i == 0 or args[i - 1] != "-c")]
@@ -329,7 +335,7 @@ class GitRunner:
         if self.on_spawn is not None:
             self.on_spawn(list(argv), env, proc, cwd)
         try:
-            out, err = await asyncio.wait_for(proc.communicate(), timeout=limit)
+            out, err, cut = await asyncio.wait_for(communicate(proc, max_output), timeout=limit)
         except TimeoutError:
             await _kill(proc)
             raise GitTimeout(f"{what} did not finish within {limit:g}s") from None
@@ -342,8 +348,9 @@ class GitRunner:
             returncode=proc.returncode if proc.returncode is not None else -1,
             stdout=out.decode("utf-8", errors="replace"),
             stderr=self.scrub(err.decode("utf-8", errors="replace")),
+            truncated=cut,
         )
-        if check and result.returncode != 0:
+        if check and result.returncode != 0 and not cut:
             raise self.failure(what, result)
         return result
 

@@ -40,6 +40,7 @@ from forgeflow.workspace.fetchrule import FetchRule
 from forgeflow.workspace.git import (
     GitAuthFailed,
     GitFailed,
+    GitResult,
     GitRunner,
     GitTimeout,
     Spawn,
@@ -374,21 +375,15 @@ class WorkspaceManager:
             Path(out).write_bytes(res.stdout)  # a fresh name in forgeflow's folder
             await mirror.take_bundle(self.git, path, out, ref, sha, private)
 
-    async def branch_diff(self, repo: RepoRef, base: str, sha: str) -> str:
-        """What a published ``sha`` changes since it left ``base`` (``git diff
-        base...sha``), read in the mirror: no external diff driver or text conversion."""
-        base = check_ref(base, "base")
-        if base.startswith("refs/remotes/origin/"):
-            base = "refs/heads/" + base.removeprefix("refs/remotes/origin/")
-        spec = f"{base}...{check_sha(sha, 'commit')}"
-        args = ("diff", "--no-color", "--no-ext-diff", "--no-textconv", spec, "--")
-        result = await self.git.run(*args, cwd=self._mirror_dir(repo), time_limit=30)
-        return result.stdout
+    async def branch_diff(self, repo: RepoRef, base: str, sha: str, *, limit: int) -> GitResult:
+        """What a published ``sha`` changes since it left ``base`` (mirror.branch_diff)."""
+        return await mirror.branch_diff(self.git, self._mirror_dir(repo), base, sha, limit=limit)
 
-    async def diff_since(self, repo: RepoRef, old: str, new: str) -> str | None:
-        """``git diff old new`` in the mirror when ``old`` is an ancestor of ``new``,
-        else None (mirror.diff_since; a re-review's prompt, tasks/review_prompt.py)."""
-        return await mirror.diff_since(self.git, self._mirror_dir(repo), old, new)
+    async def diff_since(self, repo: RepoRef, old: str, new: str, *, limit: int) -> str | None:
+        """``git diff old new`` in the mirror (its first ``limit`` bytes) when ``old`` is
+        an ancestor of ``new``, else None (mirror.diff_since; a re-review's prompt,
+        tasks/review_prompt.py)."""
+        return await mirror.diff_since(self.git, self._mirror_dir(repo), old, new, limit=limit)
 
     # -- helpers -------------------------------------------------------------------------
 

@@ -19,6 +19,7 @@ from pathlib import Path
 from forgeflow.domain.ids import INSTANCE_ID, RepoRef
 from forgeflow.workspace.git import (
     GitFailed,
+    GitResult,
     GitRunner,
     check_ref,
     check_sha,
@@ -151,12 +152,12 @@ async def push(git: GitRunner, path: str, clone_url: str, sha: str, branch: str)
     return "; ".join(lines)[:4000] or f"git push exited {res.returncode}"
 
 
-async def diff_since(git: GitRunner, path: str, old: str, new: str) -> str | None:
-    """What ``new`` changes since ``old`` (``git diff old new``) when ``old`` is an
-    ancestor of ``new``; None when it is not (a force-push rewrote the branch, or the
-    mirror never had ``old``: once a pull request's head is fetched, every ancestor of
-    it is here). Read in forgeflow's mirror, which no jail binds, with no external diff
-    driver or text conversion the repository could name."""
+async def diff_since(git: GitRunner, path: str, old: str, new: str, *, limit: int) -> str | None:
+    """What ``new`` changes since ``old`` (``git diff old new``, its first ``limit``
+    bytes) when ``old`` is an ancestor of ``new``; None when it is not (a force-push
+    rewrote the branch, or the mirror never had ``old``: once a pull request's head is
+    fetched, every ancestor of it is here). Read in forgeflow's mirror, which no jail
+    binds, with no external diff driver or text conversion the repository could name."""
     old, new = check_sha(old, "earlier head"), check_sha(new, "head")
     if not await has_commit(git, path, new):
         raise GitFailed(f"the head {new} is not in the mirror", details={"sha": new})
@@ -168,7 +169,19 @@ async def diff_since(git: GitRunner, path: str, old: str, new: str) -> str | Non
     if res.returncode == 1:
         return None
     args = ("diff", "--no-color", "--no-ext-diff", "--no-textconv", old, new, "--")
-    return (await git.run(*args, cwd=path, time_limit=30)).stdout
+    return (await git.run(*args, cwd=path, time_limit=30, max_output=limit)).stdout
+
+
+async def branch_diff(git: GitRunner, path: str, base: str, sha: str, *, limit: int) -> GitResult:
+    """What a published ``sha`` changes since it left ``base`` (``git diff base...sha``,
+    its first ``limit`` bytes: the agent's commits are as long as it likes), read in the
+    mirror: no external diff driver or text conversion."""
+    base = check_ref(base, "base")
+    if base.startswith("refs/remotes/origin/"):
+        base = "refs/heads/" + base.removeprefix("refs/remotes/origin/")
+    spec = f"{base}...{check_sha(sha, 'commit')}"
+    args = ("diff", "--no-color", "--no-ext-diff", "--no-textconv", spec, "--")
+    return await git.run(*args, cwd=path, time_limit=30, max_output=limit)
 
 
 # What a repository file forgeflow reads from the mirror may weigh (a setup script).

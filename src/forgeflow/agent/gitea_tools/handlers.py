@@ -222,14 +222,18 @@ async def list_pull_files(s: Session, x: a.IssueRef) -> str:
 
 async def get_pull_diff(s: Session, x: a.DiffArgs) -> str:
     n = _pull_number(s, x)
-    diff: bytes = await _gitea(f"diff of #{n}", s.gitea.pull_diff(s.owner, s.repo, n))
+    diff: bytes = await _gitea(
+        f"diff of #{n}", s.gitea.pull_diff(s.owner, s.repo, n, limit=x.max_bytes)
+    )
     return _bounded(diff, x.max_bytes, f"the diff of #{n}")
 
 
 def _bounded(data: bytes, limit: int, what: str) -> str:
+    """``data`` as read (at most ``limit`` bytes and one more when it is longer: it is
+    never read whole), as text, with a note when it was cut."""
     text = data[:limit].decode("utf-8", errors="replace")
     if len(data) > limit:
-        text += f"\n[... {what} is {len(data)} bytes; cut at {limit}]"
+        text += f"\n[... {what} is longer than {limit} bytes; cut there]"
     return text
 
 
@@ -240,9 +244,12 @@ async def _default_branch(s: Session) -> str:
 
 async def read_file(s: Session, x: a.ReadFileArgs) -> str:
     ref = x.ref or await _default_branch(s)
-    data: bytes = await _gitea(f"{x.path} at {ref}", s.gitea.raw_file(s.owner, s.repo, x.path, ref))
+    data: bytes = await _gitea(
+        f"{x.path} at {ref}", s.gitea.raw_file(s.owner, s.repo, x.path, ref, limit=x.max_bytes)
+    )
     if b"\0" in data[:8000]:
-        return f"{x.path} at {ref} is a binary file of {len(data)} bytes"
+        size = f"over {x.max_bytes}" if len(data) > x.max_bytes else str(len(data))
+        return f"{x.path} at {ref} is a binary file of {size} bytes"
     return _bounded(data, x.max_bytes, x.path)
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from starlette.responses import Response
+from starlette.responses import Response, StreamingResponse
 
 from .apibase import ApiError, Call, RouteSpec, json_response, not_found
 from .gitrepo import GitError, GitRepo
@@ -95,8 +95,11 @@ def pull_diff(call: Call) -> Response:
     """DownloadPullDiffOrPatch (``/pulls/{index}.diff``): text/plain."""
     repo, _, issue = _pull(call)
     git, base, head = _range(repo, issue)
-    diff = git.run("diff", "--full-index", base, head).stdout
-    return Response(diff, media_type="text/plain")
+    # Streamed, as Gitea pipes git's output into the response (services/gitdiff): a
+    # pull request's diff has no size limit there, and a client must bound its read.
+    return StreamingResponse(
+        git.stream("diff", "--full-index", base, head), media_type="text/plain"
+    )
 
 
 def edit_pull(call: Call) -> Response:

@@ -6,7 +6,7 @@ import dataclasses
 import os
 import subprocess
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -73,6 +73,24 @@ class GitRepo:
         if check and proc.returncode != 0:
             raise GitError(f"git {' '.join(args)}: {proc.stderr.decode(errors='replace')}")
         return proc
+
+    def stream(self, *args: str, chunk: int = 64 * 1024) -> Iterator[bytes]:
+        """``git args``'s output in chunks, never held whole here: a response streamed
+        as Gitea streams a diff, so a test sees what the client holds of it."""
+        proc = subprocess.Popen(
+            ["git", "--git-dir", str(self.path), *args],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            env=git_env(),
+        )
+        assert proc.stdout is not None
+        try:
+            while data := proc.stdout.read(chunk):
+                yield data
+        finally:
+            proc.kill()
+            proc.wait()
+            proc.stdout.close()
 
     def out(self, *args: str, env: Mapping[str, str] | None = None) -> str:
         return self.run(*args, env=env).stdout.decode().strip()
