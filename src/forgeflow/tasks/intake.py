@@ -257,19 +257,20 @@ class WebhookIngress:
         found: Sequence[DomainEvent],
     ) -> Outcome:
         """One task per mention: the review's summary (``comment_id`` 0, known again by
-        its payload) and each mentioning line comment. The first that no delivery took
+        its payload) and each mentioning line comment. The last that no delivery took
         yet is the delivery's own (its answer to Gitea); every other new one is admitted
-        first under a delivery of its own (``<delivery id>/comment-<id>``), so a crash
+        first, in order, under a delivery of its own (``<delivery id>/comment-<id>``), so a crash
         between them leaves the delivery unrecorded and its redelivery finds the rest."""
         repo_key = events[0].repo.key
         ids = [e.comment_id for e in events]
         taken = await self._store.read(lambda c: deliveries.taken_comments(c, repo_key, ids))
         fresh = [e for e in events if e.comment_id not in taken]
-        own, others = (fresh[0], fresh[1:]) if fresh else (events[0], [])
-        if len(others) >= MAX_ASKS_PER_DELIVERY:
+        if len(fresh) > MAX_ASKS_PER_DELIVERY:
             # Each is a turn: a review of hundreds of mentions is not answered at once.
             log.warning("webhook.review_asks_capped", asks=len(fresh), repo_key=repo_key)
-            others = others[: MAX_ASKS_PER_DELIVERY - 1]
+            fresh = fresh[:MAX_ASKS_PER_DELIVERY]
+        # The last is the delivery's own, so the tasks are queued in the comments' order.
+        own, others = (fresh[-1], fresh[:-1]) if fresh else (events[-1], [])
         for other in others:
             sub_id = f"{other.delivery_id[:150]}/comment-{other.comment_id}"
             sub = dataclasses.replace(other, delivery_id=sub_id)
