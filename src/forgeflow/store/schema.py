@@ -61,6 +61,7 @@ webhook_deliveries = Table(
     Index(
         "ux_webhook_deliveries_by_payload",
         "repo_key",
+        "event_type",
         "payload_hash",
         unique=True,
         sqlite_where=text(BY_PAYLOAD_ACCEPTED_SQL),

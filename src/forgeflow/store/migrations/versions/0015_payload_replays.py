@@ -43,7 +43,7 @@ def upgrade() -> None:
     op.create_index(
         "ux_webhook_deliveries_by_payload",
         "webhook_deliveries",
-        ["repo_key", "payload_hash"],
+        ["repo_key", "event_type", "payload_hash"],
         unique=True,
         sqlite_where=sa.text(_WHERE),
         postgresql_where=sa.text(_WHERE),
